@@ -1,0 +1,132 @@
+"""Model step speed: ms per denoising forward, frames/s and efficiency per bucket and batch size.
+
+    python -m bench.model_step [--threads N] [--dtype auto|float32|bfloat16] [--weights PATH]
+
+First measures this machine's matmul peak (GFLOP/s, same dtype and threads), then for each
+resolution bucket and batch size prints ms per denoising forward, frames/s with the full step
+count (all denoising forwards + the commit forward + decode), achieved GFLOP/s of the denoising
+forward and efficiency (achieved / peak). The last line is a summary::
+
+    model_step bucket=<smallest> batch_gain_b8=<x> efficiency_b8=<x> kv_maxerr=<x>
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from model.config import ModelConfig
+from model.consistency import cached_vs_full
+from model.dit import WorldModel
+from model.runner import ModelRunner
+from model.weights import DEFAULT_WEIGHTS, load_model
+from session.plan import ChunkWork, SessionSpec, StepPlan
+
+BATCHES = (1, 2, 4, 8, 16)
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def pick_dtype(name: str) -> torch.dtype:
+    if name != "auto":
+        return getattr(torch, name)
+    f32, bf16 = matmul_peak(torch.float32, 512, 0.3), matmul_peak(torch.bfloat16, 512, 0.3)
+    return torch.bfloat16 if bf16 > 1.1 * f32 else torch.float32
+
+
+def timed(fn, min_seconds: float = 0.6, min_reps: int = 3) -> float:
+    fn()
+    reps, t0 = 0, time.perf_counter()
+    while reps < min_reps or time.perf_counter() - t0 < min_seconds:
+        fn()
+        reps += 1
+    return (time.perf_counter() - t0) / reps
+
+
+def measure(runner: ModelRunner, bucket: int, batch: int) -> tuple[float, float, float]:
+    """(seconds per denoising forward, seconds per whole chunk, FLOPs per denoising forward)."""
+    cfg = runner.cfg
+    ids = [f"bench{i}" for i in range(batch)]
+    runner.execute(StepPlan(new_sessions=[SessionSpec(s, bucket, seed=i, scene="") for i, s in enumerate(ids)]))
+    actions = np.zeros((cfg.frames_per_chunk, cfg.action_dim), np.float32)
+    items = [ChunkWork(s, 0, actions) for s in ids]
+    try:
+        with torch.inference_mode():
+            for _ in range(cfg.cache_frames + 1):  # fill the cache: the steady state
+                runner._run_chunk(bucket, cfg.denoising_steps, items)
+            states = [runner.sessions[s] for s in ids]
+            pool = runner.pools[bucket]
+            ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
+            shape = (batch, cfg.frames_per_chunk, cfg.channels, bucket, bucket)
+            x = torch.randn(shape, dtype=runner.dtype)
+            prev = torch.randn(shape, dtype=runner.dtype)
+            act = torch.zeros(batch, cfg.frames_per_chunk, cfg.action_dim, dtype=runner.dtype)
+            scene = torch.zeros(batch, cfg.scene_dim, dtype=runner.dtype)
+            step = lambda: runner.model.denoise_chunk(x, prev, 0.5, act, scene, ctx)  # noqa: E731
+            with FlopCounterMode(display=False) as counter:
+                step()
+            t_fwd = timed(step)
+            t_chunk = timed(lambda: runner._run_chunk(bucket, cfg.denoising_steps, items))
+    finally:
+        runner.execute(StepPlan(freed=ids))
+    return t_fwd, t_chunk, float(counter.get_total_flops())
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    dtype = pick_dtype(args.dtype)
+    if args.weights.exists():
+        model, source = load_model(args.weights), str(args.weights)
+    else:
+        model, source = WorldModel(ModelConfig()), "random init (no weights file)"
+    cfg = model.cfg
+    params = sum(p.numel() for p in model.parameters())
+    peak = matmul_peak(dtype)
+    print(f"model: {source}, {params / 1e6:.2f}M params, depth {cfg.depth}, width {cfg.width}, "
+          f"{cfg.denoising_steps} steps + commit, dtype {str(dtype).removeprefix('torch.')}, "
+          f"{args.threads} threads")
+    print(f"matmul peak: {peak:.1f} GFLOP/s (1024x1024, same dtype and threads)")
+    runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches))
+    print(f"{'bucket':>6} {'batch':>5} {'tokens':>6} {'ms/fwd':>8} {'ms/chunk':>9} {'frames/s':>9} "
+          f"{'GFLOP/s':>8} {'eff':>5}")
+    per_session: dict[tuple[int, int], float] = {}
+    eff: dict[tuple[int, int], float] = {}
+    for bucket in cfg.buckets:
+        for b in args.batches:
+            t_fwd, t_chunk, flops = measure(runner, bucket, b)
+            fps = b * cfg.frames_per_chunk / t_chunk
+            gflops = flops / t_fwd / 1e9
+            per_session[bucket, b] = fps / b
+            eff[bucket, b] = gflops / peak
+            print(f"{bucket:>6} {b:>5} {b * cfg.tokens_per_chunk(bucket):>6} {t_fwd * 1e3:>8.2f} "
+                  f"{t_chunk * 1e3:>9.2f} {fps:>9.1f} {gflops:>8.1f} {gflops / peak:>5.2f}", flush=True)
+    small = cfg.buckets[0]
+    fp32 = model.float()
+    kv_err = cached_vs_full(fp32, n_chunks=cfg.cache_frames + 4, bucket=small)
+    gain = per_session.get((small, 8), float("nan")) / per_session[small, args.batches[0]]
+    print(f"model_step bucket={small} batch_gain_b8={gain:.2f} "
+          f"efficiency_b8={eff.get((small, 8), float('nan')):.2f} kv_maxerr={kv_err:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+"""The model runner: executes a ``StepPlan`` (session/plan.py) on the world model.
+
+It owns the physical state of every session, keyed by session id: a KV cache slot in the pool
+of the session's bucket, the previous clean frame, the clean frames still in the cache (for
+re-caching and snapshots), the scene vector and a private noise generator.
+
+A batch runs as one forward per denoising step for all its sessions (stacked on the batch
+axis, each with its own slot, actions and noise), then one commit forward writing the clean
+chunk into each slot. One thread owns a runner: it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from model.config import ModelConfig
+from model.dit import WorldModel
+from model.kv_cache import KVCachePool
+from model.weights import DEFAULT_WEIGHTS, load_model
+from session.plan import (
+    Batch,
+    BatchTiming,
+    ChunkResult,
+    ChunkWork,
+    ModelState,
+    SessionSpec,
+    SessionUpdate,
+    StepOutput,
+    StepPlan,
+)
+
+log = logging.getLogger(__name__)
+
+SceneEncoder = Callable[[str], np.ndarray]
+
+
+def default_scene_encoder(text: str) -> np.ndarray:
+    from model.world import parse_prompt
+
+    return parse_prompt(text).to_vector()
+
+
+@dataclass(slots=True)
+class SessionSlot:
+    """Physical state of one session."""
+
+    bucket: int
+    slot: int
+    frame_index: int  # epoch index of the next frame to generate
+    prev: torch.Tensor  # (C, H, W) last committed clean frame; zeros before the first
+    scene_text: str
+    scene: torch.Tensor  # (scene_dim,)
+    gen: torch.Generator
+    sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
+    window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: WorldModel,
+        *,
+        max_sessions: int = 32,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        scene_encoder: SceneEncoder = default_scene_encoder,
+    ):
+        self.cfg: ModelConfig = model.cfg
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.model = model.to(self.device, dtype).eval()
+        self.scene_encoder = scene_encoder
+        self.pools = {
+            b: KVCachePool.create(self.cfg, b, max_sessions, model.rope, dtype, self.device)
+            for b in self.cfg.buckets
+        }
+        self.sessions: dict[str, SessionSlot] = {}
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None, **kw: object
+    ) -> ModelRunner:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        return cls(load_model(path), **kw)  # type: ignore[arg-type]
+
+    # --- the Runner protocol ---
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        return self.cfg.buckets
+
+    @property
+    def frames_per_chunk(self) -> int:
+        return self.cfg.frames_per_chunk
+
+    @property
+    def max_steps(self) -> int:
+        return self.cfg.denoising_steps
+
+    @torch.inference_mode()
+    def execute(self, plan: StepPlan) -> StepOutput:
+        out = StepOutput()
+        for sid in plan.freed:
+            self.free(sid)
+        for spec in plan.new_sessions:
+            self._guard(out, spec.session_id, self._open, spec)
+        for upd in plan.updates:
+            self._guard(out, upd.session_id, self._update, upd)
+        for batch in plan.batches:
+            items = [it for it in batch.items if self._runnable(out, it, batch)]
+            if not items:
+                continue
+            t0 = time.perf_counter()
+            frames = self._run_chunk(batch.bucket, batch.steps, items)
+            out.timings.append(BatchTiming(batch.bucket, batch.steps, len(items), time.perf_counter() - t0))
+            for it, fr in zip(items, frames, strict=True):
+                out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
+        return out
+
+    def export_state(self, session_id: str) -> ModelState:
+        s = self._get(session_id)
+        frames = [*s.sinks, *s.window]
+        empty = np.zeros((0, s.bucket, s.bucket, 3), np.uint8)
+        return ModelState(
+            bucket=s.bucket,
+            frames=np.stack(frames) if frames else empty,
+            sink_count=len(s.sinks),
+            frame_index=s.frame_index,
+            rng=s.gen.get_state().numpy().copy(),
+            scene=s.scene_text,
+        )
+
+    @torch.inference_mode()
+    def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:
+        """Run every (bucket, steps, batch size) once on throwaway sessions; return timings."""
+        timings: list[BatchTiming] = []
+        a = np.zeros((self.cfg.frames_per_chunk, self.cfg.action_dim), np.float32)
+        for bucket in self.cfg.buckets:
+            for bs in batch_sizes:
+                ids = [f"__warmup_{bucket}_{i}" for i in range(bs)]
+                for sid in ids:
+                    self._open(SessionSpec(sid, bucket, seed=i_seed(sid), scene=""))
+                try:
+                    for steps in range(self.cfg.min_steps, self.cfg.denoising_steps + 1):
+                        items = [ChunkWork(sid, 0, a) for sid in ids]
+                        self._run_chunk(bucket, steps, items)  # first call pays one-off costs
+                        t0 = time.perf_counter()
+                        self._run_chunk(bucket, steps, items)
+                        timings.append(BatchTiming(bucket, steps, bs, time.perf_counter() - t0))
+                finally:
+                    for sid in ids:
+                        self.free(sid)
+        return timings
+
+    # --- session state ---
+
+    def free(self, session_id: str) -> None:
+        s = self.sessions.pop(session_id, None)
+        if s is not None:
+            self.pools[s.bucket].release(s.slot)
+
+    def _open(self, spec: SessionSpec) -> None:
+        if spec.session_id in self.sessions:
+            self.free(spec.session_id)  # a new epoch replaces the old state
+        self.cfg.check_bucket(spec.bucket)
+        gen = torch.Generator().manual_seed(spec.seed)
+        slot = self.pools[spec.bucket].allocate()
+        c, b = self.cfg.channels, spec.bucket
+        s = SessionSlot(
+            bucket=b, slot=slot, frame_index=0,
+            prev=torch.zeros(c, b, b, dtype=self.dtype, device=self.device),
+            scene_text=spec.scene, scene=self._scene(spec.scene), gen=gen,
+            window=deque(maxlen=self.cfg.window_frames),
+        )
+        self.sessions[spec.session_id] = s
+        try:
+            if spec.restore is not None:
+                self._restore(s, spec.restore)
+            elif spec.observation is not None:
+                self._observe(s, spec.observation)
+        except Exception:
+            self.free(spec.session_id)
+            raise
+
+    def _update(self, upd: SessionUpdate) -> None:
+        s = self._get(upd.session_id)
+        if upd.bucket is not None and upd.bucket != s.bucket:
+            self._switch_bucket(s, upd.bucket)
+        if upd.scene is not None and upd.scene != s.scene_text:
+            s.scene_text, s.scene = upd.scene, self._scene(upd.scene)
+            self._recache(s)
+        if upd.observation is not None:
+            self._observe(s, upd.observation)
+
+    def _restore(self, s: SessionSlot, st: ModelState) -> None:
+        if st.bucket != s.bucket:
+            raise ValueError(f"snapshot bucket {st.bucket} does not match session bucket {s.bucket}")
+        cfg = self.cfg
+        n = st.frames.shape[0]
+        if st.frames.shape[1:] != (s.bucket, s.bucket, 3) or st.frames.dtype != np.uint8:
+            raise ValueError(f"snapshot frames {st.frames.shape} {st.frames.dtype} do not fit bucket {s.bucket}")
+        if st.sink_count > cfg.sink_frames or n - st.sink_count > cfg.window_frames:
+            raise ValueError(f"snapshot holds {n} frames ({st.sink_count} sinks), more than the cache")
+        s.frame_index = st.frame_index
+        s.sinks = [f for f in st.frames[: st.sink_count]]
+        s.window.extend(st.frames[st.sink_count :])
+        if st.rng.size:
+            s.gen.set_state(torch.from_numpy(np.ascontiguousarray(st.rng, dtype=np.uint8)))
+        if n:
+            s.prev = self._encode(st.frames[-1:])[0]
+        self._recache(s)
+
+    def _scene(self, text: str) -> torch.Tensor:
+        vec = np.asarray(self.scene_encoder(text), dtype=np.float32)
+        if vec.shape != (self.cfg.scene_dim,):
+            raise ValueError(f"scene vector has shape {vec.shape}, model expects ({self.cfg.scene_dim},)")
+        return torch.from_numpy(vec).to(self.device, self.dtype)
+
+    def _encode(self, frames: np.ndarray) -> torch.Tensor:
+        """uint8 (N, H, W, 3) -> (N, C, H, W) model floats."""
+        return WorldModel.encode(torch.from_numpy(np.ascontiguousarray(frames))).to(self.device, self.dtype)
+
+    def _switch_bucket(self, s: SessionSlot, bucket: int) -> None:
+        self.cfg.check_bucket(bucket)
+        new_slot = self.pools[bucket].allocate()
+        self.pools[s.bucket].release(s.slot)
+        resize = lambda f: resize_frames(f[None], bucket)[0]  # noqa: E731
+        s.sinks = [resize(f) for f in s.sinks]
+        s.window = deque((resize(f) for f in s.window), maxlen=self.cfg.window_frames)
+        s.bucket, s.slot = bucket, new_slot
+        last = [*s.sinks, *s.window]
+        s.prev = self._encode(last[-1][None])[0] if last else torch.zeros(
+            self.cfg.channels, bucket, bucket, dtype=self.dtype, device=self.device
+        )
+        self._recache(s)
+
+    def _recache(self, s: SessionSlot) -> None:
+        """Rebuild the slot's keys/values from its clean frames in one block-causal pass."""
+        frames = [*s.sinks, *s.window]
+        pool = self.pools[s.bucket]
+        pool.frame_at[s.slot] = -1
+        if not frames:
+            return
+        n = len(frames)
+        ids = [*range(len(s.sinks)), *range(s.frame_index - len(s.window), s.frame_index)]
+        x = self._encode(np.stack(frames))[None]  # (1, N, C, H, W)
+        prev = torch.cat((torch.zeros_like(x[:, :1]), x[:, :-1]), 1)
+        pos = torch.tensor(ids)
+        zeros_a = torch.zeros(1, n, self.cfg.action_dim, dtype=self.dtype, device=self.device)
+        _, kv = self.model.forward_sequence(
+            x, prev, torch.zeros(1, n, device=self.device), zeros_a, s.scene[None], pos,
+            torch.zeros(n, dtype=torch.bool), return_kv=True,
+        )
+        assert kv is not None
+        pool.commit([s.slot], np.asarray([ids]), kv[0], kv[1])
+
+    def _observe(self, s: SessionSlot, frame: np.ndarray) -> None:
+        """Commit a real frame as the session's next frame (re-anchoring the model)."""
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+            raise ValueError(f"observation must be (H, W, 3) uint8, got {frame.shape} {frame.dtype}")
+        if frame.shape[:2] != (s.bucket, s.bucket):
+            frame = resize_frames(frame[None], s.bucket)[0]
+        fc = self.cfg.frames_per_chunk
+        chunk = np.repeat(frame[None], fc, 0)  # a whole chunk of the same observed frame
+        x = self._encode(chunk)[None]
+        acts = torch.zeros(1, fc, self.cfg.action_dim, dtype=self.dtype, device=self.device)
+        self._commit([s], x, acts)
+
+    # --- the hot path ---
+
+    def _run_chunk(self, bucket: int, steps: int, items: list[ChunkWork]) -> np.ndarray:
+        """Generate and commit one chunk for each item; returns (B, F, H, W, 3) uint8."""
+        cfg, model = self.cfg, self.model
+        states = [self.sessions[it.session_id] for it in items]
+        b, fc, c = len(items), cfg.frames_per_chunk, cfg.channels
+        pool = self.pools[bucket]
+        ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
+        prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, c, bucket, bucket)
+        actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
+        scene = torch.stack([s.scene for s in states])
+        levels = cfg.noise_levels(steps)
+        shape = (fc, c, bucket, bucket)
+        x = self._noise(states, shape)
+        x0 = x
+        for i, t in enumerate(levels):
+            x0 = model.denoise_chunk(x, prev, t, actions, scene, ctx).clamp(-1, 1)
+            if i + 1 < len(levels):
+                nxt = levels[i + 1]
+                x = (1 - nxt) * x0 + nxt * self._noise(states, shape)
+        pixels = model.decode(x0)  # (B, F, H, W, 3) uint8: what the client sees
+        clean = model.encode(pixels).to(self.dtype)  # and exactly what the model conditions on
+        k, v = model.commit_chunk(clean, prev, actions, scene, ctx)
+        frames = pixels.cpu().numpy()
+        self._advance(states, clean, frames, k, v)
+        return frames
+
+    def _commit(self, states: list[SessionSlot], clean: torch.Tensor, actions: torch.Tensor) -> None:
+        """Commit given clean chunks (B, F, C, H, W) without generating (observations)."""
+        bucket = states[0].bucket
+        pool = self.pools[bucket]
+        ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
+        prev = torch.stack([s.prev for s in states])[:, None].expand_as(clean)
+        scene = torch.stack([s.scene for s in states])
+        k, v = self.model.commit_chunk(clean, prev, actions, scene, ctx)
+        self._advance(states, clean, self.model.decode(clean).cpu().numpy(), k, v)
+
+    def _advance(
+        self, states: list[SessionSlot], clean: torch.Tensor, frames: np.ndarray,
+        k: torch.Tensor, v: torch.Tensor,
+    ) -> None:
+        fc, s_max = self.cfg.frames_per_chunk, self.cfg.sink_frames
+        ids = np.array([[s.frame_index + f for f in range(fc)] for s in states])
+        self.pools[states[0].bucket].commit([s.slot for s in states], ids, k, v)
+        for i, s in enumerate(states):
+            for f in range(fc):
+                if s.frame_index < s_max:
+                    s.sinks.append(frames[i, f])
+                else:
+                    s.window.append(frames[i, f])
+                s.frame_index += 1
+            s.prev = clean[i, -1]
+
+    def _noise(self, states: list[SessionSlot], shape: tuple[int, ...]) -> torch.Tensor:
+        """Fresh noise from each session's own generator, so batching never changes it."""
+        return torch.stack([torch.randn(shape, generator=s.gen) for s in states]).to(self.device, self.dtype)
+
+    # --- helpers ---
+
+    def _get(self, session_id: str) -> SessionSlot:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise KeyError(f"runner has no state for session {session_id!r}") from None
+
+    def _guard(self, out: StepOutput, sid: str, fn: Callable[..., None], arg: object) -> None:
+        try:
+            fn(arg)
+        except Exception as exc:  # one session's bad input never fails the plan
+            log.warning("session %s: %s", sid, exc)
+            out.errors[sid] = str(exc)
+
+    def _runnable(self, out: StepOutput, it: ChunkWork, batch: Batch) -> bool:
+        s = self.sessions.get(it.session_id)
+        if s is None:
+            out.errors[it.session_id] = f"runner has no state for session {it.session_id!r}"
+            return False
+        if s.bucket != batch.bucket:
+            out.errors[it.session_id] = f"session is at bucket {s.bucket}, batch is {batch.bucket}"
+            return False
+        want = (self.cfg.frames_per_chunk, self.cfg.action_dim)
+        if it.actions.shape != want:
+            out.errors[it.session_id] = f"actions shape {it.actions.shape}, expected {want}"
+            return False
+        return True
+
+
+def i_seed(text: str) -> int:
+    """A stable small seed from a string (warm-up sessions)."""
+    return sum(text.encode()) % (2**31)
+
+
+def resize_frames(frames: np.ndarray, size: int) -> np.ndarray:
+    """(N, H, W, 3) uint8 -> (N, size, size, 3) uint8 (area when shrinking, bilinear else)."""
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+    mode = "area" if size < frames.shape[1] else "bilinear"
+    y = F.interpolate(x, size=(size, size), mode=mode, **({} if mode == "area" else {"align_corners": False}))
+    return y.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()

@@ -1,0 +1,383 @@
+"""Train the world model on the procedural world (``model/world``).
+
+    python -m model.train --minutes 60 --out runs/default [--resume] [--export model/weights/default]
+
+What one step does (teacher forcing in one pass, as CausVid / diffusion forcing):
+- sample sequences of ``seq_frames`` frames from episodes of the world (mixed random and
+  scripted actions; both buckets, the bigger one less often since it costs 4x the tokens);
+  half of them keep the sink far in the past, as in a long session;
+- build the sequence ``[clean frames; noisy frames]``: every noisy frame is a generation query
+  that sees exactly what the KV cache would hold (``dit.sequence_mask``) and is trained to
+  predict its clean frame (x0, MSE) at a noise level drawn from the sampler's schedules;
+- self-rollout (as Self-Forcing): on a share of the steps the clean context and the previous
+  frames are the model's own few-step samples (the cached inference path, no grad), while the
+  targets stay the renderer's frames, so the model learns to pull a drifting rollout back
+  instead of piling up its errors.
+
+Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``) hold model, EMA and optimizer state
+as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from model.config import ModelConfig
+from model.dit import WorldModel
+from model.kv_cache import KVCachePool
+from model.weights import load_state, save_model
+from model.world import DEFAULT_MAP_SIZE, World, record_episode, sample_scene
+
+HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
+TRAIN_SEED_BASE = 10_000
+
+
+@dataclass
+class TrainConfig:
+    out: str = "runs/default"
+    minutes: float = 60.0  # wall-clock budget of this run (resume adds another)
+    max_steps: int = 1_000_000
+    batch: int = 12  # sequences per step at the smallest bucket
+    seq_frames: int = 8  # frames per training sequence (>= sink + window + 1)
+    big_bucket_every: int = 4  # every n-th step trains the bigger buckets (batch / 4)
+    lr: float = 4e-4
+    warmup: int = 150
+    weight_decay: float = 0.01
+    ema: float = 0.998
+    self_rollout_after: int = 600  # steps of plain teacher forcing first
+    self_rollout_share: float = 0.35
+    far_sink_share: float = 0.5
+    worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
+    map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
+    world_refresh: int = 40
+    checkpoint_minutes: float = 5.0
+    seed: int = 0
+    threads: int = 0  # 0: torch's default
+    model: dict = field(default_factory=dict)  # ModelConfig overrides
+
+
+# ---------------------------------------------------------------------------- data
+
+
+class WorldPool:
+    """A few live worlds to record short episodes from; slowly refreshed for variety."""
+
+    def __init__(self, n: int, buckets: tuple[int, ...], rng: np.random.Generator, map_size: int):
+        self.rng, self.buckets, self.map_size = rng, buckets, map_size
+        self.next_seed = TRAIN_SEED_BASE + int(rng.integers(0, 1_000_000))
+        self.worlds = [self._new() for _ in range(n)]
+
+    def _new(self) -> World:
+        self.next_seed += 1
+        return World(self.next_seed, sample_scene(self.rng), self.buckets, map_size=self.map_size)
+
+    def refresh(self) -> None:
+        self.worlds[int(self.rng.integers(len(self.worlds)))] = self._new()
+
+    def sequences(self, n: int, length: int, bucket: int, far: bool) -> dict[str, np.ndarray]:
+        """``n`` sequences of ``length`` frames (frames, prevs, actions, scenes); with ``far``
+        the sink frame lies well before the rest, as in a long session."""
+        frames, prevs, acts, scenes = [], [], [], []
+        for _ in range(n):
+            world = self.worlds[int(self.rng.integers(len(self.worlds)))]
+            if self.rng.random() < 0.1:
+                world.set_scene(sample_scene(self.rng))
+            is_far = far
+            gap = int(self.rng.integers(8, 24)) if is_far else 0
+            ep = record_episode(world, length + gap + 1, "mixed", self.rng, buckets=(bucket,))
+            f, a = ep.frames[bucket], ep.actions
+            if is_far:  # sink = frame 0, the rest from well after it
+                idx = [0, *range(gap + 1, gap + length)]
+                prev_idx = [-1, *range(gap, gap + length - 1)]
+            else:
+                idx = list(range(1, length + 1))
+                prev_idx = [-1, *range(1, length)]
+            frames.append(f[idx])
+            prevs.append(np.stack([f[j] if j >= 0 else np.zeros_like(f[0]) for j in prev_idx]))
+            acts.append(a[idx])
+            scenes.append(ep.scene)
+        return {
+            "frames": np.stack(frames), "prevs": np.stack(prevs), "actions": np.stack(acts),
+            "scenes": np.stack(scenes), "far": np.array(far),
+        }
+
+
+def positions(length: int, far: bool, cfg: ModelConfig) -> list[int]:
+    if not far:
+        return list(range(length))
+    offset = cfg.sink_frames + cfg.window_frames + 50
+    return [0, *range(offset, offset + length - 1)]
+
+
+def noise_levels(shape: tuple[int, ...], cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
+    """Half from the sampler's schedules (every step count), half uniform in (0, 1]."""
+    sched = torch.tensor(sorted({t for n in range(cfg.min_steps, cfg.denoising_steps + 1)
+                                 for t in cfg.noise_levels(n)}))
+    pick = sched[torch.randint(len(sched), shape, generator=g)]
+    uni = torch.rand(shape, generator=g).clamp_min(0.02)
+    return torch.where(torch.rand(shape, generator=g) < 0.5, pick, uni)
+
+
+# ---------------------------------------------------------------------------- self-rollout
+
+
+@torch.no_grad()
+def self_rollout(
+    model: WorldModel, x: torch.Tensor, gt_prev: torch.Tensor, actions: torch.Tensor,
+    scene: torch.Tensor, pos: list[int], g: torch.Generator,
+) -> torch.Tensor:
+    """The model's own frames for positions 1.. of each sequence (frame 0 is given), with the
+    cached inference path and the full step count; returns (B, N, C, H, W) quantized. A frame
+    whose position does not follow its predecessor's keeps its true previous frame."""
+    cfg = model.cfg
+    b, n, c, h, w = x.shape
+    out = x.clone()
+    pool = KVCachePool.create(cfg, h, b, model.rope)
+    slots = [pool.allocate() for _ in range(b)]
+    levels = cfg.noise_levels()
+    prev = gt_prev[:, :1]
+    for i in range(n):
+        if i > 0 and pos[i] != pos[i - 1] + 1:
+            prev = gt_prev[:, i : i + 1]
+        ctx = pool.context(slots, np.full(b, pos[i]))
+        a = actions[:, i : i + 1]
+        if i > 0:
+            xt = torch.randn(b, 1, c, h, w, generator=g)
+            x0 = xt
+            for k, t in enumerate(levels):
+                x0 = model.denoise_chunk(xt, prev, t, a, scene, ctx).clamp(-1, 1)
+                if k + 1 < len(levels):
+                    xt = (1 - levels[k + 1]) * x0 + levels[k + 1] * torch.randn(x0.shape, generator=g)
+            out[:, i : i + 1] = WorldModel.encode(WorldModel.decode(x0))
+        kv = model.commit_chunk(out[:, i : i + 1], prev, a, scene, ctx)
+        pool.commit(slots, np.full((b, 1), pos[i]), *kv)
+        prev = out[:, i : i + 1]
+    return out
+
+
+# ---------------------------------------------------------------------------- the step
+
+
+def train_step(
+    model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
+    use_rollout: bool,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    enc = WorldModel.encode
+    x = enc(torch.from_numpy(batch["frames"]))  # (B, N, C, H, W)
+    prev = enc(torch.from_numpy(batch["prevs"]))
+    prev[:, 0] = 0.0  # frame 0 starts the epoch: there is no previous frame
+    actions = torch.from_numpy(batch["actions"])
+    scene = torch.from_numpy(batch["scenes"])
+    b, n = x.shape[:2]
+    stats: dict[str, float] = {}
+    far = bool(batch["far"])  # one layout per step: the mask is shared by the batch
+    pos = positions(n, far, cfg)
+    ctx_frames, ctx_prev = x, prev
+    if use_rollout:
+        model.eval()
+        gen = self_rollout(model, x, prev, actions, scene, pos, g)
+        model.train()
+        ctx_frames = gen
+        ctx_prev = torch.cat((prev[:, :1], gen[:, :-1]), 1)
+        if far:  # the first frame after the far sink follows an unseen frame: keep the truth
+            ctx_prev[:, 1] = prev[:, 1]
+        stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).item()
+    t = noise_levels((b, n), cfg, g)
+    eps = torch.randn(x.shape, generator=g)
+    noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
+    seq = torch.cat((ctx_frames, noisy), 1)
+    seq_prev = torch.cat((ctx_prev, ctx_prev), 1)
+    seq_noise = torch.cat((torch.zeros(b, n), t), 1)
+    seq_act = torch.cat((actions, actions), 1)
+    seq_pos = torch.tensor(pos + pos)
+    flags = torch.cat((torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)))
+    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, scene, seq_pos, flags)
+    pred = out[:, n:]
+    loss = F.mse_loss(pred, x)
+    with torch.no_grad():
+        err = ((pred - x) ** 2).mean(dim=(2, 3, 4))
+        for name, lo, hi in (("lo", 0.0, 0.4), ("hi", 0.4, 1.01)):
+            sel = (t >= lo) & (t < hi)
+            if sel.any():
+                stats[f"mse_{name}"] = err[sel].mean().item()
+    return loss, stats
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,
+                    meta: dict) -> None:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors.update({f"ema.{k}": v for k, v in ema.state_dict().items()})
+    names = {id(p): k for k, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for key, val in opt.state.get(p, {}).items():
+                if torch.is_tensor(val):
+                    tensors[f"opt.{names[id(p)]}.{key}"] = val.reshape(-1) if val.dim() == 0 else val
+    tmp = out / "ckpt.tmp.safetensors"
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
+    os.replace(tmp, out / "ckpt.safetensors")
+    (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
+
+
+def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer) -> dict:
+    tensors = load_file(str(out / "ckpt.safetensors"))
+    part = lambda pre: {k[len(pre):]: v for k, v in tensors.items() if k.startswith(pre)}  # noqa: E731
+    load_state(model, part("model."), "checkpoint model")
+    load_state(ema, part("ema."), "checkpoint ema")
+    names = dict(model.named_parameters())
+    for key, val in part("opt.").items():
+        pname, skey = key.rsplit(".", 1)
+        state = opt.state[names[pname]]
+        state[skey] = val.reshape(()) if skey == "step" else val
+    return json.loads((out / "ckpt.json").read_text())
+
+
+# ---------------------------------------------------------------------------- loop
+
+
+def lr_at(step: int, tc: TrainConfig, total: int) -> float:
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    frac = min(1.0, (step - tc.warmup) / max(1, total - tc.warmup))
+    return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def progress(step: int, elapsed: float, budget: float, loss: float, stats: dict[str, float]) -> None:
+    frac = min(1.0, elapsed / budget)
+    bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
+    extra = " ".join(f"{k}={v:.4f}" for k, v in sorted(stats.items()))
+    sys.stderr.write(f"\r[{bar}] step {step} {elapsed / 60:5.1f}/{budget / 60:.0f} min loss={loss:.4f} {extra}   ")
+    sys.stderr.flush()
+
+
+def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    out = Path(tc.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = ModelConfig.from_dict(tc.model) if tc.model else ModelConfig()
+    torch.manual_seed(tc.seed)
+    model, ema = WorldModel(cfg), WorldModel(cfg)
+    ema.load_state_dict(model.state_dict())
+    ema.requires_grad_(False)
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (no_decay if p.dim() < 2 else decay).append(p)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=tc.lr, betas=(0.9, 0.98),
+    )
+    meta = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": []}
+    if resume and (out / "ckpt.safetensors").exists():
+        meta = load_checkpoint(out, model, ema, opt)
+        print(f"resumed from {out} at step {meta['step']}", file=sys.stderr)
+    step0 = meta["step"]
+    rng = np.random.default_rng([tc.seed, step0])
+    g = torch.Generator().manual_seed(tc.seed * 1_000_003 + step0)
+    pool = WorldPool(tc.worlds, cfg.buckets, rng, tc.map_size)
+    budget = tc.minutes * 60
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    last_ckpt = t_start
+    # the cosine schedule spans the whole planned run, resumes included
+    total = max(step0 + 1, int(meta.get("planned_steps", 0)) or tc.max_steps)
+    step, losses = step0, []
+    model.train()
+    while step < tc.max_steps:
+        elapsed = time.perf_counter() - t_start
+        if elapsed >= budget:
+            break
+        if step > step0 + 20 and "planned_steps" not in meta:
+            rate = (step - step0) / elapsed
+            meta["planned_steps"] = total = int(step0 + rate * budget * 1.02)
+        if step % tc.world_refresh == 0 and step > step0:
+            pool.refresh()
+        big = step % tc.big_bucket_every == tc.big_bucket_every - 1 and len(cfg.buckets) > 1
+        bucket = cfg.buckets[1 + int(rng.integers(len(cfg.buckets) - 1))] if big else cfg.buckets[0]
+        n_seq = max(2, tc.batch // (cfg.tokens_per_frame(bucket) // cfg.tokens_per_frame(cfg.buckets[0])))
+        batch = pool.sequences(n_seq, tc.seq_frames, bucket, bool(rng.random() < tc.far_sink_share))
+        use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
+        for grp in opt.param_groups:
+            grp["lr"] = lr_at(step, tc, total)
+        loss, stats = train_step(model, batch, cfg, g, use_rollout)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            d = min(tc.ema, (1 + step) / (10 + step))
+            for pe, pm in zip(ema.parameters(), model.parameters(), strict=True):
+                pe.lerp_(pm, 1 - d)
+        losses.append(loss.item())
+        step += 1
+        progress(step, time.perf_counter() - t_start, budget, float(np.mean(losses[-50:])), stats)
+        if step % 100 == 0:
+            meta["history"].append({"step": step, "loss": float(np.mean(losses[-100:])), **stats})
+        if time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
+            _save(out, model, ema, opt, meta, step, t_start, cpu_start)
+            last_ckpt = time.perf_counter()
+    _save(out, model, ema, opt, meta, step, t_start, cpu_start)
+    sys.stderr.write("\n")
+    report = {
+        "steps": step, "steps_this_run": step - step0,
+        "loss_last_100": float(np.mean(losses[-100:])) if losses else None,
+        "cpu_seconds_total": meta["cpu_seconds"], "wall_seconds_total": meta["wall_seconds"],
+        "threads": torch.get_num_threads(), "config": asdict(tc), "model": json.loads(cfg.to_json()),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    if export is not None:
+        save_model(ema, export, metadata={"steps": str(step)})
+        Path(export).with_suffix(".report.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k not in ("config", "model")}, indent=2))
+    return report
+
+
+def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer, meta: dict,
+          step: int, t_start: float, cpu_start: float) -> None:
+    now_wall, now_cpu = time.perf_counter(), time.process_time()
+    meta["cpu_seconds"] = meta.get("cpu_seconds", 0.0) + (now_cpu - meta.pop("_cpu_mark", cpu_start))
+    meta["wall_seconds"] = meta.get("wall_seconds", 0.0) + (now_wall - meta.pop("_wall_mark", t_start))
+    meta["_cpu_mark"], meta["_wall_mark"] = now_cpu, now_wall
+    meta["step"] = step
+    save_checkpoint(out, model, ema, opt, {k: v for k, v in meta.items() if not k.startswith("_")})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Train the world model on the procedural world.")
+    ap.add_argument("--out", default=TrainConfig.out)
+    ap.add_argument("--minutes", type=float, default=TrainConfig.minutes)
+    ap.add_argument("--max-steps", type=int, default=TrainConfig.max_steps)
+    ap.add_argument("--batch", type=int, default=TrainConfig.batch)
+    ap.add_argument("--seq-frames", type=int, default=TrainConfig.seq_frames)
+    ap.add_argument("--self-rollout-after", type=int, default=TrainConfig.self_rollout_after)
+    ap.add_argument("--worlds", type=int, default=TrainConfig.worlds)
+    ap.add_argument("--seed", type=int, default=TrainConfig.seed)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--model", default="{}", help="JSON of ModelConfig overrides")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--export", type=Path, default=None, help="write EMA weights here (.safetensors + .json)")
+    args = ap.parse_args(argv)
+    tc = TrainConfig(
+        out=args.out, minutes=args.minutes, max_steps=args.max_steps, batch=args.batch,
+        seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after, worlds=args.worlds,
+        seed=args.seed, threads=args.threads, model=json.loads(args.model),
+    )
+    train(tc, args.resume, args.export)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates or reuses the virtual environment .venv at the repository root and
+# installs worldserve into it (editable, with the dev extra). Re-running is
+# cheap: the install is skipped while pyproject.toml is unchanged.
+# Usage: source scripts/setup.sh   (sets ROOT and PY)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="$ROOT/.venv/bin/python"
+if [ ! -x "$PY" ]; then
+    python3 -m venv "$ROOT/.venv"
+fi
+stamp="$ROOT/.venv/.worldserve-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+    "$PY" -m pip install -q --upgrade pip
+    # torch first and pinned: the CPU wheel of this release is on the machine's disk.
+    "$PY" -m pip install -q "torch==2.13.0"
+    "$PY" -m pip install -q -e "$ROOT[dev]"
+    rm -f "$ROOT"/.venv/.worldserve-*
+    touch "$stamp"
+fi
+export ROOT PY

@@ -1,0 +1,41 @@
+"""Rate limits: a token bucket with an injected clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` saved up; ``take`` spends one."""
+
+    __slots__ = ("_clock", "_last", "_tokens", "burst", "rate")
+
+    def __init__(
+        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not rate > 0 or burst < 1:
+            raise ValueError(f"need rate > 0 and burst >= 1, got {rate!r}, {burst!r}")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+
+    def take(self) -> bool:
+        """Spend a token if there is one."""
+        self._refill()
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def wait_time(self) -> float:
+        """Seconds until a token is there (0 if one is there now)."""
+        self._refill()
+        return max(0.0, (1.0 - self._tokens) / self.rate)

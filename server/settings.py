@@ -1,0 +1,100 @@
+"""Server settings: one frozen dataclass, validated, with a comment per field."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from session.admission import AdmissionOptions
+from session.scheduler import SchedulerOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- where ---
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # --- the model ---
+    weights: Path | None = None  # None: model/weights/default.safetensors
+    threads: int | None = None  # torch threads of the model thread (None: torch's default)
+    buckets: tuple[int, ...] | None = None  # buckets served (a subset of the model's); None: all
+    warmup_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes warmed and batched
+    warmup_steps: tuple[int, ...] | None = None  # None: the ladder's, min_steps..max steps
+    # --- sessions ---
+    capacity: int = 8  # sessions held at once, active and detached
+    detached_ttl_s: float = 30.0  # a detached session stays resumable this long
+    replay_blocks: int = 16  # recent blocks kept per session, re-sent on resume
+    # --- scheduler knobs (session/scheduler.py SchedulerOptions) ---
+    batching: bool = True
+    batch_window_s: float = 0.010
+    release_ahead: float = 1.0
+    min_steps: int = 2
+    min_fps: float = 12.0
+    pull_deadline_s: float = 0.25
+    pull_queue: int = 8  # outstanding block requests per pull session
+    admission_threshold: float = 0.85
+    admission_retry_after_s: float = 5.0
+    # --- defaults and limits per connection ---
+    jpeg_quality: int = 80
+    api_keys: frozenset[str] = frozenset()  # non-empty: session creation needs one of them
+    max_msg_size: int = 1 << 20  # bytes per inbound message; larger closes with 1009
+    max_msgs_per_s: float = 400.0  # inbound messages per second (burst: msg_burst)
+    msg_burst: int = 200
+    max_actions_per_s: float = 120.0  # actions applied per second; faster ones coalesce
+    action_burst: int = 30
+    send_queue: int = 16  # ordered frames (pull, replays) waiting per connection
+    control_queue: int = 64  # control messages waiting per connection; oldest dropped
+    status_interval_s: float = 1.0
+    heartbeat_s: float = 15.0  # WebSocket ping interval (detects dead peers)
+    close_timeout_s: float = 5.0  # a closing connection that does not drain is aborted
+    max_image_pixels: int = 1024 * 1024  # observations larger than this are refused
+    # --- logs ---
+    log_format: Literal["kv", "json"] = "kv"
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"bad setting: {what}")
+
+        need(0 <= self.port <= 65535, f"port {self.port!r} must be in [0, 65535]")
+        need(self.threads is None or self.threads >= 1, f"threads {self.threads!r} must be >= 1")
+        need(self.buckets is None or len(self.buckets) > 0, "buckets must not be empty")
+        need(
+            len(self.warmup_batch_sizes) > 0 and min(self.warmup_batch_sizes) >= 1,
+            f"warmup_batch_sizes {self.warmup_batch_sizes!r} must be ints >= 1",
+        )
+        need(
+            self.warmup_steps is None or (len(self.warmup_steps) > 0 and min(self.warmup_steps) >= 1),
+            f"warmup_steps {self.warmup_steps!r} must be ints >= 1",
+        )
+        need(self.capacity >= 1, f"capacity {self.capacity!r} must be >= 1")
+        for name in ("detached_ttl_s", "pull_deadline_s", "status_interval_s", "heartbeat_s",
+                     "close_timeout_s", "admission_retry_after_s"):
+            v = getattr(self, name)
+            need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
+        need(self.replay_blocks >= 1, f"replay_blocks {self.replay_blocks!r} must be >= 1")
+        need(1 <= self.jpeg_quality <= 95, f"jpeg_quality {self.jpeg_quality!r} must be in [1, 95]")
+        need(self.max_msg_size >= 1024, f"max_msg_size {self.max_msg_size!r} must be >= 1024")
+        for name in ("max_msgs_per_s", "max_actions_per_s"):
+            v = getattr(self, name)
+            need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
+        for name in ("msg_burst", "action_burst", "send_queue", "control_queue", "pull_queue"):
+            need(getattr(self, name) >= 1, f"{name} {getattr(self, name)!r} must be >= 1")
+        need(self.log_format in ("kv", "json"), f"log_format {self.log_format!r} is kv or json")
+        need(all(isinstance(k, str) and k for k in self.api_keys), "api keys must be non-empty")
+        self.scheduler_options()  # their own checks
+
+    def scheduler_options(self) -> SchedulerOptions:
+        return SchedulerOptions(
+            batch_window=self.batch_window_s,
+            release_ahead=self.release_ahead,
+            pull_deadline=self.pull_deadline_s,
+            pull_queue=self.pull_queue,
+            min_steps=self.min_steps,
+            min_fps=self.min_fps,
+            batching=self.batching,
+            admission=AdmissionOptions(self.admission_threshold, self.admission_retry_after_s),
+        )

@@ -1,0 +1,164 @@
+"""A bounded per-session log of what went into each block, for deterministic replay.
+
+Replay contract. One log covers one epoch. Given its ``EpochStart`` (seed, scene,
+bucket, steps) and a *complete* event list (``log.complete``: nothing dropped), the inputs
+of block ``b`` are:
+
+- action: the vector and seq of the last ``ActionEvent`` with ``block_idx <= b``
+  (zeros and seq 0 before the first one). Actions are logged only when they change, so
+  a held key costs one entry, not one per block;
+- scene, bucket, steps: those of the last ``SceneEvent`` / ``SettingsEvent`` with
+  ``block_idx <= b``, else the epoch start's;
+- observations: the SHA-256 digests of the real frames committed into the cache just
+  before block ``b`` was generated, oldest first (markers only: frames are not kept).
+
+A deterministic runner started from ``seed`` and fed these inputs block by block
+reproduces the epoch's frames; ``EventLog.replay`` yields them. Observations are markers,
+so replaying past one needs the original frame from elsewhere. Events are appended in
+non-decreasing ``block_idx`` order. When the log is full the oldest events are dropped
+and counted (``dropped``); a log that dropped anything no longer replays from the seed
+(``replay`` raises), but its tail still shows what happened last.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+DEFAULT_CAPACITY = 1024
+MAX_CAPACITY = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStart:
+    """What an epoch starts from; never dropped."""
+
+    seed: int
+    scene: str
+    bucket: int
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActionEvent:
+    block_idx: int  # first block this action applied to
+    seq: int  # the client's sequence number of the action
+    action: tuple[float, ...]  # the action vector (float32 values), see plan.ACTION_DIM
+
+
+@dataclass(frozen=True, slots=True)
+class SceneEvent:
+    block_idx: int  # first block generated with the new scene
+    scene: str
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationEvent:
+    block_idx: int  # the frame was committed before this block
+    digest: str  # SHA-256 hex of the frame's bytes (shape and dtype included)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsEvent:
+    block_idx: int  # first block generated with these settings
+    bucket: int
+    steps: int
+
+
+Event = ActionEvent | SceneEvent | ObservationEvent | SettingsEvent
+
+
+@dataclass(frozen=True, slots=True)
+class BlockInputs:
+    """Everything that went into one block, as ``EventLog.replay`` reconstructs it."""
+
+    block_idx: int
+    action: tuple[float, ...]  # empty before the first action: the runner uses zeros
+    seq: int
+    scene: str
+    bucket: int
+    steps: int
+    observations: tuple[str, ...]  # digests of frames committed just before this block
+
+
+class EventLog:
+    """Bounded log of one epoch: an ``EpochStart`` plus the newest ``capacity`` events."""
+
+    __slots__ = ("_events", "_last_block", "dropped", "start")
+
+    def __init__(self, start: EpochStart, capacity: int = DEFAULT_CAPACITY) -> None:
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise ValueError(f"event log capacity must be in [1, {MAX_CAPACITY}], got {capacity}")
+        self.start = start
+        self.dropped = 0  # events pushed out by newer ones
+        self._events: deque[Event] = deque(maxlen=capacity)
+        self._last_block = 0
+
+    @classmethod
+    def from_events(
+        cls, start: EpochStart, events: Iterable[Event], *, dropped: int, capacity: int
+    ) -> EventLog:
+        """Rebuild a log (from a snapshot); raises ValueError on out-of-order events."""
+        if dropped < 0:
+            raise ValueError(f"dropped must be >= 0, got {dropped}")
+        log = cls(start, capacity)
+        for event in events:
+            log.append(event)
+        log.dropped += dropped
+        return log
+
+    @property
+    def capacity(self) -> int:
+        maxlen = self._events.maxlen
+        assert maxlen is not None
+        return maxlen
+
+    @property
+    def last_block_idx(self) -> int:
+        """The block_idx of the newest event (0 when empty): the next one may not be lower."""
+        return self._last_block
+
+    @property
+    def complete(self) -> bool:
+        """True while nothing was dropped: the log replays from the seed."""
+        return self.dropped == 0
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events)
+
+    def append(self, event: Event) -> None:
+        if event.block_idx < self._last_block:
+            raise ValueError(
+                f"event for block_idx {event.block_idx} after one for block_idx {self._last_block}"
+            )
+        if len(self._events) == self.capacity:
+            self.dropped += 1
+        self._events.append(event)
+        self._last_block = event.block_idx
+
+    def replay(self, num_blocks: int) -> Iterator[BlockInputs]:
+        """The inputs of blocks ``0 .. num_blocks - 1``; ValueError if events were dropped."""
+        if not self.complete:
+            raise ValueError(f"cannot replay from the seed: {self.dropped} events were dropped")
+        start = self.start
+        action: tuple[float, ...] = ()
+        seq, scene, bucket, steps = 0, start.scene, start.bucket, start.steps
+        pending = deque(self._events)
+        for block in range(num_blocks):
+            observations: list[str] = []
+            while pending and pending[0].block_idx <= block:
+                event = pending.popleft()
+                match event:
+                    case ActionEvent():
+                        action, seq = event.action, event.seq
+                    case SceneEvent():
+                        scene = event.scene
+                    case SettingsEvent():
+                        bucket, steps = event.bucket, event.steps
+                    case ObservationEvent():
+                        observations.append(event.digest)
+            yield BlockInputs(block, action, seq, scene, bucket, steps, tuple(observations))

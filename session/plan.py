@@ -1,0 +1,159 @@
+"""The contract between the scheduler (``session/``) and the model runner (``model/``).
+
+The engine step is three moves::
+
+    plan = scheduler.schedule(now)     # session/: what to generate, for whom
+    out = runner.execute(plan)         # model/:   tensors, KV cache slots, decoding
+    scheduler.update(plan, out)        # session/: fold results back into the counters
+
+Only the plain dataclasses below cross the boundary (numpy arrays inside, no torch).
+A plan carries the full data of a new session once (``SessionSpec``), then only what
+changed (``SessionUpdate``), the chunks to generate (``Batch`` of ``ChunkWork``) and the
+ids whose model state must be freed.
+
+Physical state (KV cache slots, clean-frame windows, RNG) lives in the runner, keyed by
+session id; ``Runner.export_state`` / ``SessionSpec.restore`` move it between workers as
+a ``ModelState`` of plain arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+# Movement keys, in the order of the multi-hot action vector. The action vector of one
+# frame is ``[*keys, mouse_dx, mouse_dy]`` as float32 (keys 0/1, mouse in [-1, 1]).
+KEYS: tuple[str, ...] = ("forward", "back", "left", "right")
+MOUSE_DIMS = 2
+ACTION_DIM = len(KEYS) + MOUSE_DIMS
+
+
+def encode_action(keys: frozenset[str] | set[str] | tuple[str, ...], mouse: tuple[float, float]) -> np.ndarray:
+    """Multi-hot keys + clipped mouse delta as one float32 action vector."""
+    unknown = set(keys) - set(KEYS)
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}; known keys are {list(KEYS)}")
+    vec = np.zeros(ACTION_DIM, dtype=np.float32)
+    for i, name in enumerate(KEYS):
+        if name in keys:
+            vec[i] = 1.0
+    vec[len(KEYS)] = float(np.clip(mouse[0], -1.0, 1.0))
+    vec[len(KEYS) + 1] = float(np.clip(mouse[1], -1.0, 1.0))
+    return vec
+
+
+@dataclass(slots=True)
+class ModelState:
+    """The compact model-side state of one session, enough to rebuild its KV cache.
+
+    ``frames``: the committed clean frames still in the cache (sink frames first, then
+    the window, oldest first), (N, H, W, 3) uint8. ``frame_index``: the index of the next
+    frame to generate. ``rng``: the session's noise generator state as uint8 bytes.
+    """
+
+    bucket: int
+    frames: np.ndarray
+    sink_count: int
+    frame_index: int
+    rng: np.ndarray
+    scene: str
+
+
+@dataclass(slots=True)
+class SessionSpec:
+    """Everything the runner needs to open a session's model state, sent once."""
+
+    session_id: str
+    bucket: int  # output side length in pixels, one of the runner's buckets
+    seed: int
+    scene: str  # scene prompt text; the runner maps it to a conditioning vector
+    observation: np.ndarray | None = None  # (H, W, 3) uint8 first frame to anchor on
+    restore: ModelState | None = None  # rebuild from a snapshot instead of starting fresh
+
+
+@dataclass(slots=True)
+class SessionUpdate:
+    """A change to a running session's model state, applied before the plan's batches."""
+
+    session_id: str
+    scene: str | None = None  # new prompt: re-cache the window with the new scene
+    bucket: int | None = None  # new resolution bucket: re-cache the window at that size
+    observation: np.ndarray | None = None  # a real frame to commit into the cache
+
+
+@dataclass(slots=True)
+class ChunkWork:
+    """One chunk of one session: generate it with these actions, then commit it."""
+
+    session_id: str
+    block_idx: int  # per-epoch chunk counter, as the client sees it
+    actions: np.ndarray  # (frames_per_chunk, ACTION_DIM) float32
+    action_seq: int = 0  # sequence number of the latest action folded into ``actions``
+
+
+@dataclass(slots=True)
+class Batch:
+    """Chunks that share a compatibility key and run as one forward per denoising step."""
+
+    bucket: int
+    steps: int  # denoising steps for every chunk of the batch
+    items: list[ChunkWork]
+    deadline: float = float("inf")  # earliest member's deadline (scheduler clock)
+
+
+@dataclass(slots=True)
+class StepPlan:
+    new_sessions: list[SessionSpec] = field(default_factory=list)
+    updates: list[SessionUpdate] = field(default_factory=list)
+    batches: list[Batch] = field(default_factory=list)
+    freed: list[str] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (self.new_sessions or self.updates or self.batches or self.freed)
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    session_id: str
+    block_idx: int
+    frames: np.ndarray  # (frames_per_chunk, H, W, 3) uint8
+    action_seq: int = 0
+
+
+@dataclass(slots=True)
+class BatchTiming:
+    bucket: int
+    steps: int
+    size: int  # number of chunks in the batch
+    seconds: float  # wall time of the whole chunk (all steps + commit + decode)
+
+
+@dataclass(slots=True)
+class StepOutput:
+    results: list[ChunkResult] = field(default_factory=list)
+    timings: list[BatchTiming] = field(default_factory=list)
+    # Per-session failures (bad observation, unknown id, ...): the session gets an
+    # error, the rest of the plan still ran.
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+class Runner(Protocol):
+    """What the engine needs from a model runner. ``model.runner.ModelRunner`` is the
+    real one; ``session.fake_runner.FakeRunner`` stands in for scheduler tests."""
+
+    @property
+    def buckets(self) -> tuple[int, ...]: ...
+
+    @property
+    def frames_per_chunk(self) -> int: ...
+
+    @property
+    def max_steps(self) -> int: ...
+
+    def execute(self, plan: StepPlan) -> StepOutput: ...
+
+    def export_state(self, session_id: str) -> ModelState: ...
+
+    def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]: ...

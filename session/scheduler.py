@@ -1,0 +1,683 @@
+"""The per-frame deadline scheduler: what the model generates next, for whom, in which batch.
+
+The engine step is ``plan = schedule(now)``, ``out = runner.execute(plan)``,
+``events = update(plan, out, now)``. Between steps the server calls ``add_session``,
+``remove_session``, ``set_action``, ``set_scene``, ``observe`` and ``request_block``.
+
+How ``schedule`` picks work:
+
+- Counters, not phases. A push session has a next block (``next_block``) and the display
+  slot it is meant for (``slot``, from its ``FrameClock``). Start-up, steady streaming and
+  catch-up after a stall are the same path: the next block is due at ``due(slot)``.
+- A push chunk may start ``release_ahead`` chunk periods before it is due. One that can no
+  longer make its slot's display time, even alone, skips slots until it can: the client
+  repeats its last frame, gets a ``FrameSkipped`` and block_idx stays consecutive. A late
+  pull request (the client waits for that block) runs after every on-time batch of the plan.
+- Earliest deadline first across compatibility keys (bucket, steps). A batch is led by the
+  earliest eligible chunk of its key; chunks of that key due within ``batch_window`` of the
+  lead join it, in deadline order, while the cost model says the batch still finishes
+  (after the batches before it in the plan) before every member's deadline, up to the
+  largest warmed batch size. So a late or tight session never holds an on-time batch back:
+  it is not a member.
+- Each session has at most one chunk per plan; a plan carries the new sessions' full
+  ``SessionSpec`` once, then only ``SessionUpdate`` changes, and the ids to free.
+
+``update`` folds results back in, reports events (``ChunkReady`` in block order per
+session, misses, skips, runner errors, cost drift, degradation) and every
+``control_interval`` lets the ``DegradeController`` move sessions on their ladders.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+import numpy as np
+
+from session.admission import Admission, AdmissionOptions, decide
+from session.clock import FrameClock, pull_due
+from session.costmodel import CostModel, Demand, Drift, Load
+from session.degrade import (
+    DegradationChanged,
+    DegradeController,
+    DegradeOptions,
+    LadderState,
+    Settings,
+    build_ladder,
+    describe_change,
+)
+from session.plan import (
+    ACTION_DIM,
+    Batch,
+    ChunkWork,
+    Runner,
+    SessionSpec,
+    SessionUpdate,
+    StepOutput,
+    StepPlan,
+)
+
+Key = tuple[int, int]  # (bucket, steps): chunks with equal keys can share a batch
+
+
+class Mode(StrEnum):
+    PUSH = "push"  # the server paces frames on the session's frame clock
+    PULL = "pull"  # the client asks for each block (lockstep)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerInfo:
+    """What the scheduler needs to know about the runner."""
+
+    buckets: tuple[int, ...]
+    frames_per_chunk: int
+    max_steps: int
+    batch_sizes: tuple[int, ...]  # warmed batch sizes; the largest caps a batch
+
+    def __post_init__(self) -> None:
+        if not self.buckets or not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ValueError(f"need buckets and batch sizes >= 1, got {self}")
+
+    @classmethod
+    def of(cls, runner: Runner, batch_sizes: tuple[int, ...]) -> RunnerInfo:
+        return cls(tuple(runner.buckets), runner.frames_per_chunk, runner.max_steps, batch_sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOptions:
+    batch_window: float = 0.010  # seconds: chunks due this close to a batch's lead join it
+    release_ahead: float = 1.0  # chunk periods before its due time a push chunk may start
+    margin: float = 0.002  # seconds kept free before a display time (encode, send)
+    start_delay: float | None = None  # first chunk due this long after add; None: one period
+    pull_deadline: float = 0.25  # seconds a pull request may take when the client names none
+    pull_queue: int = 8  # most outstanding pull requests per session
+    min_steps: int = 2  # the ladder's floor for denoising steps
+    min_fps: float = 12.0  # the ladder's floor for frame rate
+    control_interval: float = 0.25  # seconds between degradation decisions
+    batching: bool = True  # False: every session is stepped alone (for comparison)
+    degrade: DegradeOptions = field(default_factory=DegradeOptions)
+    admission: AdmissionOptions = field(default_factory=AdmissionOptions)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkReady:
+    session_id: str
+    block_idx: int
+    frames: np.ndarray  # (frames_per_chunk, H, W, 3) uint8
+    action_seq: int  # the latest action folded into this chunk
+    display_time: float | None  # push: when its first frame is shown (scheduler clock)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSkipped:
+    """Display slots passed with no new chunk: the client keeps showing the last one."""
+
+    session_id: str
+    block_idx: int  # the next block, which moves to a later slot
+    repeat_block_idx: int  # the block the client keeps showing (-1: none yet)
+    frames: int  # display frames that got no new frame
+    display_time: float  # when the first skipped frame was due on screen
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineMiss:
+    session_id: str
+    block_idx: int
+    deadline: float  # push: display time; pull: request time + deadline
+    finished: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerError:
+    """The runner failed this session's part of a plan; a failed block is retried."""
+
+    session_id: str
+    message: str
+    block_idx: int | None = None
+
+
+Event = ChunkReady | FrameSkipped | DeadlineMiss | DegradationChanged | RunnerError | Drift
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    mode: Mode
+    level: int
+    settings: Settings
+    next_block: int
+    blocks_committed: int
+    frames_committed: int
+    frames_due: int  # push: frames whose display time has passed (skips included)
+    frames_skipped: int
+    deadline_misses: int
+    errors: int
+
+
+@dataclass(slots=True, eq=False)
+class _Record:
+    """The scheduler's own view of one session (the store's Session is someone else's)."""
+
+    sid: str
+    spec: SessionSpec  # sent once, when the session opens in the runner
+    pull: bool
+    ladder: LadderState
+    clock: FrameClock  # push pacing; pull sessions use only its fps for load
+    next_block: int
+    actions: np.ndarray  # (frames_per_chunk, ACTION_DIM) float32, latest action wins
+    action_seq: int = 0
+    slot: int = 0  # display slot the next block is for (push)
+    opened: bool = False
+    in_flight: bool = False
+    retry_at: float = float("-inf")  # after a runner error: hold its open/update/work until
+    release: float = float("-inf")  # push: when the next chunk may start (see _set_release)
+    scene: str | None = None  # pending changes, sent as one SessionUpdate
+    observation: np.ndarray | None = None
+    bucket_dirty: bool = False
+    requests: deque[tuple[int, float]] = field(default_factory=deque)  # pull: (block, due)
+    committed: int = 0
+    skipped_slots: int = 0
+    misses: int = 0
+    errors: int = 0
+
+
+@dataclass(slots=True)
+class _Item:
+    due: float  # EDF key
+    target: float  # what a batch holding it must finish by
+    eligible: bool  # may lead a batch now (else it may only join one)
+    rec: _Record
+
+
+class Scheduler:
+    """Earliest-deadline-first batching of chunk work across sessions."""
+
+    def __init__(
+        self,
+        info: RunnerInfo,
+        cost: CostModel,
+        clock: Callable[[], float] = time.monotonic,
+        options: SchedulerOptions | None = None,
+    ) -> None:
+        self.info = info
+        self.cost = cost
+        self.options = o = options or SchedulerOptions()
+        self.clock = clock  # the engine reads the same clock
+        self._max_batch = max(info.batch_sizes) if o.batching else 1
+        self.load = Load(cost, self._max_batch)
+        self.controller = DegradeController(o.degrade)
+        self._records: dict[str, _Record] = {}
+        self._inflight: dict[str, _Record] = {}
+        self._pending_open: list[_Record] = []
+        self._dirty: dict[str, _Record] = {}
+        self._freed: list[str] = []
+        self._events: list[Event] = []
+        self._order = 0
+        self._last_control = float("-inf")
+
+    # --- sessions (called by the server between steps) ---
+
+    def add_session(
+        self,
+        session_id: str,
+        spec: SessionSpec,
+        *,
+        fps: float,
+        lookahead: int = 0,
+        steps: int | None = None,
+        mode: Mode = Mode.PUSH,
+        priority: int = 0,
+        now: float | None = None,
+        first_block: int = 0,
+    ) -> Admission:
+        """Admit (maybe degraded) and start scheduling, or refuse; running sessions stay."""
+        info, o = self.info, self.options
+        if session_id in self._records:
+            raise ValueError(f"session {session_id!r} is already scheduled")
+        if spec.session_id != session_id:
+            raise ValueError(f"spec is for session {spec.session_id!r}, not {session_id!r}")
+        if spec.bucket not in info.buckets:
+            raise ValueError(f"bucket {spec.bucket} is not one of the runner's {info.buckets}")
+        steps = info.max_steps if steps is None else steps
+        if not 1 <= steps <= info.max_steps:
+            raise ValueError(f"steps must be in 1..{info.max_steps}, got {steps}")
+        if not fps > 0 or lookahead < 0:
+            raise ValueError(
+                f"need fps > 0 and lookahead >= 0, got fps={fps!r} lookahead={lookahead!r}"
+            )
+        pull = mode is Mode.PULL
+        requested = Settings(float(fps), 0 if pull else lookahead, steps, spec.bucket)
+        rungs = build_ladder(
+            requested, info.buckets, min_steps=min(o.min_steps, steps), min_fps=o.min_fps
+        )
+        verdict = decide(rungs, self.load, self._demand_of, o.admission)
+        if not verdict.admitted:
+            return verdict
+        now = self.clock() if now is None else now
+        state = LadderState(session_id, priority, self._order, rungs, verdict.level, changed_at=now)
+        self._order += 1
+        s = state.settings
+        period = info.frames_per_chunk / s.fps
+        start = period if o.start_delay is None else o.start_delay
+        frame_clock = FrameClock(
+            now + start + s.lookahead * period, s.fps, info.frames_per_chunk, s.lookahead
+        )
+        actions = np.zeros((info.frames_per_chunk, ACTION_DIM), np.float32)
+        rec = _Record(
+            session_id,
+            replace(spec, bucket=s.bucket),
+            pull,
+            state,
+            frame_clock,
+            first_block,
+            actions,
+        )
+        self._set_release(rec)
+        self._records[session_id] = rec
+        self._pending_open.append(rec)
+        self.load.add(self._demand_of(s))
+        return verdict
+
+    def remove_session(self, session_id: str) -> None:
+        """Stop scheduling; the runner frees the session's state in the next plan."""
+        rec = self._get(session_id)
+        del self._records[session_id]
+        self._dirty.pop(session_id, None)
+        self.load.remove(self._demand_of(rec.ladder.settings))
+        if rec.opened:
+            self._freed.append(session_id)
+        else:
+            self._pending_open.remove(rec)
+
+    def set_action(self, session_id: str, action: np.ndarray, seq: int) -> bool:
+        """Latest action wins; an older ``seq`` than the last one is ignored (returns False)."""
+        rec = self._get(session_id)
+        vec = np.asarray(action, dtype=np.float32)
+        if vec.shape != (ACTION_DIM,):
+            raise ValueError(f"action must have shape ({ACTION_DIM},), got {vec.shape}")
+        if seq < rec.action_seq:
+            return False
+        rec.actions = np.repeat(vec[None, :], self.info.frames_per_chunk, axis=0)
+        rec.action_seq = seq
+        return True
+
+    def set_scene(self, session_id: str, prompt: str) -> None:
+        rec = self._get(session_id)
+        rec.spec = replace(rec.spec, scene=prompt)  # a (re-)open starts from the latest scene
+        if rec.opened:
+            rec.scene = prompt
+            self._dirty[session_id] = rec
+
+    def observe(self, session_id: str, frame: np.ndarray) -> None:
+        """Commit a real frame ((H, W, 3) uint8) into the session's cache before its next chunk."""
+        rec = self._get(session_id)
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+            raise ValueError(
+                f"observation must be (H, W, 3) uint8, got {frame.shape} {frame.dtype}"
+            )
+        if not rec.opened:
+            rec.spec = replace(rec.spec, observation=frame)
+            return
+        rec.observation = frame
+        self._dirty[session_id] = rec
+
+    def request_block(
+        self,
+        session_id: str,
+        block_idx: int,
+        deadline: float | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Pull mode: queue block ``block_idx``; False for a repeat of a queued or sent block."""
+        rec = self._get(session_id)
+        if not rec.pull:
+            raise ValueError(f"session {session_id!r} is in push mode; it cannot request blocks")
+        expected = rec.next_block + len(rec.requests)
+        if block_idx < expected:
+            return False
+        if block_idx > expected:
+            raise ValueError(
+                f"session {session_id!r} requested block {block_idx}, expected {expected}"
+            )
+        if len(rec.requests) >= self.options.pull_queue:
+            raise ValueError(f"session {session_id!r} has {len(rec.requests)} requests outstanding")
+        now = self.clock() if now is None else now
+        rec.requests.append((block_idx, pull_due(now, deadline, self.options.pull_deadline)))
+        return True
+
+    def set_batching(self, on: bool) -> None:
+        """Cross-session batching on (up to the largest warmed size) or off (batches of 1)."""
+        self._max_batch = max(self.info.batch_sizes) if on else 1
+        self.load.max_batch = self._max_batch
+
+    # --- the engine step ---
+
+    def schedule(self, now: float | None = None) -> StepPlan:
+        """What the runner should do now; sessions in the plan are in flight until ``update``."""
+        now = self.clock() if now is None else now
+        o = self.options
+        plan = StepPlan()
+        self._open_and_free(plan, now)
+        window = o.batch_window if self._max_batch > 1 else 0.0
+        horizon = now + window
+        groups: dict[Key, list[_Item]] = {}
+        late: dict[Key, list[_Item]] = {}
+        cost1: dict[Key, float] = {}
+        for rec in self._records.values():
+            if rec.in_flight or not rec.opened or rec.retry_at > now:
+                continue
+            s = rec.ladder.settings
+            key = (s.bucket, s.steps)
+            c1 = cost1.get(key)
+            if c1 is None:
+                c1 = cost1[key] = self.cost.predict(s.bucket, s.steps, 1)
+            if rec.pull:
+                if rec.requests:
+                    due = rec.requests[0][1]
+                    (late if now + c1 > due else groups).setdefault(key, []).append(
+                        _Item(due, due, True, rec)
+                    )
+                continue
+            if rec.release > horizon:  # cannot lead or join a batch yet
+                continue
+            clk = rec.clock
+            period = clk.chunk_period
+            hard = clk.display(rec.slot) - o.margin
+            if hard < now + c1:
+                self._skip(rec, clk.slot_at(now + c1 + o.margin + 1e-6), now)
+                hard = clk.display(rec.slot) - o.margin
+            due = hard - clk.lookahead * period
+            release = now + o.release_ahead * period
+            if due <= release + window:
+                target = due if due >= now + c1 else hard
+                groups.setdefault(key, []).append(_Item(due, target, due <= release, rec))
+        self._form_batches(plan, groups, now)
+        for key, items in late.items():  # overdue pull requests: after all on-time work
+            items.sort(key=_edf)
+            for i in range(0, len(items), self._max_batch):
+                part = items[i : i + self._max_batch]
+                plan.batches.append(self._batch(key, part, part[0].target))
+        return plan
+
+    def update(self, plan: StepPlan, out: StepOutput, now: float | None = None) -> list[Event]:
+        """Fold the runner's output back in; return events in order (chunks in block order)."""
+        now = self.clock() if now is None else now
+        events, self._events = self._events, []
+        for timing in out.timings:
+            drift = self.cost.observe(timing)
+            if drift is not None:
+                events.append(drift)
+        results = {r.session_id: r for r in out.results}
+        failed: set[str] = set()
+        for batch, done in zip(plan.batches, self._finish_times(plan, out, now), strict=True):
+            for work in batch.items:
+                rec = self._inflight.pop(work.session_id, None)
+                if rec is None or self._records.get(work.session_id) is not rec:
+                    continue  # removed while in flight
+                rec.in_flight = False
+                res = results.get(rec.sid)
+                err = out.errors.get(rec.sid)
+                if err is None and res is not None and res.block_idx == work.block_idx:
+                    self._commit(rec, res.frames, res.action_seq, done, now, events)
+                    continue
+                failed.add(rec.sid)
+                msg = err or f"runner returned no result for block {work.block_idx}"
+                events.append(RunnerError(rec.sid, msg, work.block_idx))
+        for sid, msg in out.errors.items():
+            if sid not in failed and sid in self._records:
+                failed.add(sid)
+                events.append(RunnerError(sid, msg))
+        for rec in self._inflight.values():  # not in the plan's batches: never ran
+            rec.in_flight = False
+        self._inflight.clear()
+        if failed:
+            self._retry(plan, failed, now)
+        self._control(now, events)
+        return events
+
+    def take_events(self) -> list[Event]:
+        """Events raised by ``schedule`` (skips) when no ``update`` follows (empty plan)."""
+        events, self._events = self._events, []
+        return events
+
+    def next_wakeup(self, now: float | None = None) -> float:
+        """When ``schedule`` next has something to do (``now`` if it has now; inf if never)."""
+        now = self.clock() if now is None else now
+        if self._freed:
+            return now
+        pending = (*self._pending_open, *self._dirty.values())
+        best = min((r.retry_at for r in pending), default=float("inf"))
+        if best <= now:
+            return now
+        for rec in self._records.values():
+            if rec.in_flight or not rec.opened:
+                continue
+            if rec.pull:
+                t = rec.retry_at if rec.requests else float("inf")
+            else:
+                t = max(rec.release, rec.retry_at)
+            if t <= now:
+                return now
+            best = min(best, t)
+        return best
+
+    # --- queries ---
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def utilisation(self) -> float:
+        """Predicted model utilisation of all sessions at their current settings."""
+        return self.load.utilisation()
+
+    def stats(self, session_id: str, now: float | None = None) -> SessionStats:
+        rec = self._get(session_id)
+        now = self.clock() if now is None else now
+        fpc = self.info.frames_per_chunk
+        due = 0 if rec.pull else rec.clock.slots_displayed(now) * fpc
+        return SessionStats(
+            Mode.PULL if rec.pull else Mode.PUSH,
+            rec.ladder.level,
+            rec.ladder.settings,
+            rec.next_block,
+            rec.committed,
+            rec.committed * fpc,
+            due,
+            rec.skipped_slots * fpc,
+            rec.misses,
+            rec.errors,
+        )
+
+    # --- internals ---
+
+    def _get(self, session_id: str) -> _Record:
+        rec = self._records.get(session_id)
+        if rec is None:
+            raise KeyError(f"session {session_id!r} is not scheduled")
+        return rec
+
+    def _set_release(self, rec: _Record) -> None:
+        """Cache when the push session's next chunk may start: ``release_ahead`` chunk
+        periods before it is due. Call after anything that moves its slot or clock."""
+        clk = rec.clock
+        o = self.options
+        rec.release = clk.due(rec.slot) - o.margin - o.release_ahead * clk.chunk_period
+
+    def _demand_of(self, s: Settings) -> Demand:
+        return Demand(s.bucket, s.steps, self.info.frames_per_chunk / s.fps)
+
+    def _open_and_free(self, plan: StepPlan, now: float) -> None:
+        freed = set(self._freed)
+        plan.freed, self._freed = self._freed, []
+        keep = []
+        for rec in self._pending_open:
+            if rec.sid in freed or rec.retry_at > now:  # open only after the old state is freed
+                keep.append(rec)
+                continue
+            if rec.observation is not None:  # re-opening: the spec carries everything pending
+                rec.spec = replace(rec.spec, observation=rec.observation)
+            rec.scene, rec.observation, rec.bucket_dirty = None, None, False
+            self._dirty.pop(rec.sid, None)
+            plan.new_sessions.append(rec.spec)
+            rec.opened = True
+        self._pending_open = keep
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, {}
+        for rec in dirty.values():
+            if rec.retry_at > now:
+                self._dirty[rec.sid] = rec
+                continue
+            bucket = rec.ladder.settings.bucket if rec.bucket_dirty else None
+            plan.updates.append(SessionUpdate(rec.sid, rec.scene, bucket, rec.observation))
+            rec.scene, rec.observation, rec.bucket_dirty = None, None, False
+
+    def _retry(self, plan: StepPlan, failed: set[str], now: float) -> None:
+        """The runner's state of a failed session is unknown: if this plan opened it, free
+        and open it again; if it switched its bucket, switch again; after one chunk period."""
+        opened = {spec.session_id for spec in plan.new_sessions}
+        rebucket = {u.session_id for u in plan.updates if u.bucket is not None}
+        for sid in failed:
+            rec = self._records.get(sid)
+            if rec is None:
+                continue
+            rec.errors += 1
+            if sid in opened and rec.opened:
+                rec.opened = False
+                self._freed.append(sid)
+                self._pending_open.append(rec)
+            elif sid in rebucket:
+                rec.bucket_dirty = True
+                self._dirty[sid] = rec
+            else:
+                continue
+            rec.retry_at = now + rec.clock.chunk_period
+
+    def _form_batches(self, plan: StepPlan, groups: dict[Key, list[_Item]], now: float) -> None:
+        """EDF across keys; each batch sized by the cost model to meet every member's target."""
+        for items in groups.values():
+            items.sort(key=_edf)
+        t = now  # when the next batch of this plan would start
+        while groups:
+            lead_key, lead = None, None
+            for key, items in groups.items():
+                first = next((it for it in items if it.eligible), None)
+                if first is not None and (lead is None or _edf(first) < _edf(lead)):
+                    lead_key, lead = key, first
+            if lead_key is None or lead is None:
+                return
+            items = groups.pop(lead_key)
+            bucket, steps = lead_key
+            if t + self.cost.predict(bucket, steps, 1) > lead.target:
+                items.remove(lead)  # the batches before it took its time: next plan decides
+            else:
+                batch, deadline, limit = [lead], lead.target, lead.due + self.options.batch_window
+                rest = []
+                for it in items:
+                    if it is lead:
+                        continue
+                    if (
+                        len(batch) < self._max_batch
+                        and it.due <= limit
+                        and t + self.cost.predict(bucket, steps, len(batch) + 1)
+                        <= min(deadline, it.target)
+                    ):
+                        batch.append(it)
+                        deadline = min(deadline, it.target)
+                    else:
+                        rest.append(it)
+                t += self.cost.predict(bucket, steps, len(batch))
+                plan.batches.append(self._batch(lead_key, batch, deadline))
+                items = rest
+            if items:
+                groups[lead_key] = items
+
+    def _batch(self, key: Key, items: list[_Item], deadline: float) -> Batch:
+        works = []
+        for it in items:
+            rec = it.rec
+            rec.in_flight = True
+            self._inflight[rec.sid] = rec
+            works.append(ChunkWork(rec.sid, rec.next_block, rec.actions, rec.action_seq))
+        return Batch(key[0], key[1], works, deadline)
+
+    def _skip(self, rec: _Record, slot: int, now: float) -> None:
+        n = slot - rec.slot
+        if n <= 0:
+            return
+        fpc = self.info.frames_per_chunk
+        shown = rec.clock.display(rec.slot)
+        self._events.append(
+            FrameSkipped(rec.sid, rec.next_block, rec.next_block - 1, n * fpc, shown)
+        )
+        rec.skipped_slots += n
+        rec.slot = slot
+        self._set_release(rec)
+        self.controller.note_miss(now)
+
+    def _commit(
+        self,
+        rec: _Record,
+        frames: np.ndarray,
+        seq: int,
+        done: float,
+        now: float,
+        events: list[Event],
+    ) -> None:
+        if rec.pull:
+            deadline = rec.requests.popleft()[1]
+            display: float | None = None
+        else:
+            deadline = display = rec.clock.display(rec.slot)
+            rec.slot += 1
+            self._set_release(rec)
+        events.append(ChunkReady(rec.sid, rec.next_block, frames, seq, display))
+        if done > deadline:
+            events.append(DeadlineMiss(rec.sid, rec.next_block, deadline, done))
+            rec.misses += 1
+            self.controller.note_miss(now)
+        rec.next_block += 1
+        rec.committed += 1
+
+    def _finish_times(self, plan: StepPlan, out: StepOutput, now: float) -> list[float]:
+        """When each batch finished: from the timings when there is one per batch, else now."""
+        if len(out.timings) != len(plan.batches):
+            return [now] * len(plan.batches)
+        t = now - sum(tm.seconds for tm in out.timings)
+        times = []
+        for tm in out.timings:
+            t += tm.seconds
+            times.append(t)
+        return times
+
+    def _control(self, now: float, events: list[Event]) -> None:
+        if now - self._last_control < self.options.control_interval:
+            return
+        self._last_control = now
+        states = [r.ladder for r in self._records.values()]
+        for state, old_level in self.controller.tick(now, states, self.load, self._demand_of):
+            rec = self._records[state.session_id]
+            old, new = state.rungs[old_level], state.settings
+            rec.clock.lookahead = new.lookahead
+            if new.fps != old.fps:
+                rec.clock.retime(rec.slot, new.fps)
+            self._set_release(rec)
+            if new.bucket != old.bucket:
+                rec.spec = replace(rec.spec, bucket=new.bucket)
+                if rec.opened:
+                    rec.bucket_dirty = True
+                    self._dirty[rec.sid] = rec
+            events.append(
+                DegradationChanged(rec.sid, old_level, state.level, describe_change(old, new), new)
+            )
+
+
+def _edf(it: _Item) -> tuple[float, int, int, int]:
+    """Earliest deadline first; on a tie the higher priority, then the most skipped."""
+    rec = it.rec
+    return (it.due, -rec.ladder.priority, -rec.skipped_slots, rec.ladder.order)

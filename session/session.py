@@ -1,0 +1,476 @@
+"""One client session: its configuration, latest controls, counters and status.
+
+State changes only through ``Session`` methods, each with a precondition on the status;
+a call whose precondition fails raises ``IllegalTransition``::
+
+    ACTIVE ──detach()──► DETACHED ──attach()──► ACTIVE
+       └──────close()──────┴──────close()──────► CLOSED (final)
+
+Counters, not phases: ``last_block_idx`` is the newest block accepted in this epoch,
+``blocks_committed`` / ``frames_committed`` count what the runner finished and
+``frames_due`` what was accepted; the scheduler closes the gap. A new epoch is a new
+``Session`` object (same id and token, ``epoch + 1``), installed by the store.
+
+The plaintext resume token exists only in ``Session.create``'s return value; a session
+keeps its SHA-256 (``token_hash``) and checks a presented token with
+``hmac.compare_digest``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import re
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+import numpy as np
+
+from session.errors import IllegalTransition, StaleBlock
+from session.eventlog import (
+    DEFAULT_CAPACITY,
+    ActionEvent,
+    EpochStart,
+    EventLog,
+    ObservationEvent,
+    SceneEvent,
+    SettingsEvent,
+)
+from session.plan import ACTION_DIM, KEYS
+
+Clock = Callable[[], float]
+Mode = Literal["push", "pull"]
+
+MAX_FPS = 240.0
+MAX_BUCKET = 4096  # pixels per side
+MAX_STEPS = 64
+MAX_LOOKAHEAD = 64
+PRIORITY_RANGE = (-1000, 1000)
+MAX_SEED = 2**64 - 1
+MAX_SCENE_CHARS = 4096
+MAX_TOKEN_CHARS = 256
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+DEFAULT_QUEUE = 32  # pending actions kept between two chunks
+_FRESH_COUNTERS = (0, -1, 0, 0)  # blocks_committed, last_block_idx, frames_due, frames_committed
+
+# Bounds of each action component: keys are 0/1, mouse deltas in [-1, 1].
+_ACTION_LO = np.array([0.0] * len(KEYS) + [-1.0] * (ACTION_DIM - len(KEYS)), dtype=np.float32)
+_ACTION_HI = np.ones(ACTION_DIM, dtype=np.float32)
+_NO_ACTION = np.zeros(ACTION_DIM, dtype=np.float32)
+_NO_ACTION.setflags(write=False)
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {value!r}")
+
+
+def hash_token(token: str) -> bytes:
+    """SHA-256 of a resume token: what sessions and snapshots keep instead of the token."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """How a session is served. Immutable: change it with ``Session.reconfigure``."""
+
+    fps: float = 24.0  # push mode: frames per second of the session's frame clock
+    bucket: int = 64  # output side length in pixels; one of the runner's buckets
+    steps: int = 4  # denoising steps per chunk
+    lookahead: int = 1  # push mode: chunks generated ahead of display
+    mode: Mode = "push"  # "push": the server paces frames; "pull": the client asks per block
+    priority: int = 0  # higher is served first among equal deadlines
+    seed: int = 0  # seed of the session's noise generator; replay starts from it
+
+    def __post_init__(self) -> None:
+        fps = self.fps
+        if (
+            isinstance(fps, bool)
+            or not isinstance(fps, int | float)
+            or not math.isfinite(fps)
+            or not 0.0 < fps <= MAX_FPS
+        ):
+            raise ValueError(f"fps must be a number in (0, {MAX_FPS:g}], got {fps!r}")
+        object.__setattr__(self, "fps", float(fps))
+        _check_int("bucket", self.bucket, 1, MAX_BUCKET)
+        _check_int("steps", self.steps, 1, MAX_STEPS)
+        _check_int("lookahead", self.lookahead, 0, MAX_LOOKAHEAD)
+        if self.mode not in ("push", "pull"):
+            raise ValueError(f"mode must be 'push' or 'pull', got {self.mode!r}")
+        _check_int("priority", self.priority, *PRIORITY_RANGE)
+        _check_int("seed", self.seed, 0, MAX_SEED)
+
+
+class SessionStatus(StrEnum):
+    ACTIVE = "active"  # a client is attached
+    DETACHED = "detached"  # no client; resumable with the token until the store's TTL
+    CLOSED = "closed"  # final; the store has dropped (or is dropping) its state
+
+
+class Controls:
+    """Latest-wins action input of one session.
+
+    ``push`` accepts an action only if its seq is above every seq accepted before
+    (others are ignored and counted). Accepted actions wait in a bounded deque until
+    the scheduler ``take``s the newest for a chunk; the ones it skips are counted as
+    superseded. The taken action stays held (keys stay pressed) until a newer one comes.
+    Seqs start at 1; seq 0 means "no action yet" (all zeros).
+    """
+
+    __slots__ = ("_held", "_held_seq", "_queue", "ignored", "superseded")
+
+    def __init__(
+        self, maxlen: int = DEFAULT_QUEUE, *, last_seq: int = 0, action: np.ndarray | None = None
+    ) -> None:
+        if maxlen != DEFAULT_QUEUE:
+            _check_int("maxlen", maxlen, 1, 1 << 16)
+        if last_seq != 0:
+            _check_int("last_seq", last_seq, 0, 2**63 - 1)
+        self._queue: deque[tuple[int, np.ndarray]] = deque(maxlen=maxlen)
+        self._held = _NO_ACTION if action is None else _clean_action(action)
+        self._held_seq = last_seq
+        self.ignored = 0  # pushes with a seq at or below the last accepted one
+        self.superseded = 0  # accepted actions that no chunk used (latest won)
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest accepted action (0 before any)."""
+        return self._queue[-1][0] if self._queue else self._held_seq
+
+    @property
+    def pending(self) -> int:
+        """Accepted actions not taken yet."""
+        return len(self._queue)
+
+    def push(self, seq: int, action: np.ndarray) -> bool:
+        """Accept ``action`` if ``seq`` is newer than every accepted one; ValueError if bad."""
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise ValueError(f"action seq must be an int, got {seq!r}")
+        if seq <= self.last_seq:
+            self.ignored += 1
+            return False
+        vec = _clean_action(action)
+        if len(self._queue) == self._queue.maxlen:
+            self.superseded += 1
+        self._queue.append((seq, vec))
+        return True
+
+    def latest(self) -> tuple[np.ndarray, int]:
+        """The newest accepted action (read-only float32, ``(ACTION_DIM,)``) and its seq."""
+        if self._queue:
+            seq, vec = self._queue[-1]
+            return vec, seq
+        return self._held, self._held_seq
+
+    def held(self) -> tuple[np.ndarray, int]:
+        """The action the last chunk used (taken last) and its seq; pending ones excluded."""
+        return self._held, self._held_seq
+
+    def take(self) -> tuple[np.ndarray, int]:
+        """``latest()`` for a chunk: clears the pending actions and holds the newest."""
+        vec, seq = self.latest()
+        if self._queue:
+            self.superseded += len(self._queue) - 1
+            self._queue.clear()
+            self._held, self._held_seq = vec, seq
+        return vec, seq
+
+
+def _clean_action(action: np.ndarray) -> np.ndarray:
+    """A read-only float32 copy of ``action``, clipped to the action bounds."""
+    try:
+        vec = np.array(action, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"action must be {ACTION_DIM} numbers: {exc}") from None
+    if vec.shape != (ACTION_DIM,):
+        raise ValueError(f"action must have shape ({ACTION_DIM},), got {vec.shape}")
+    if not np.isfinite(vec).all():
+        raise ValueError(f"action must be finite, got {vec.tolist()}")
+    np.clip(vec, _ACTION_LO, _ACTION_HI, out=vec)
+    vec.setflags(write=False)
+    return vec
+
+
+class Session:
+    """One session's logical state (see the module docstring for the rules)."""
+
+    __slots__ = (
+        "_blocks_committed",
+        "_clock",
+        "_config",
+        "_detached_at",
+        "_epoch",
+        "_frames_committed",
+        "_frames_due",
+        "_last_block_idx",
+        "_scene",
+        "_status",
+        "controls",
+        "created_at",
+        "id",
+        "last_seen",
+        "log",
+        "token_hash",
+    )
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        token_hash: bytes,
+        *,
+        session_id: str | None = None,
+        scene: str = "",
+        epoch: int = 0,
+        status: SessionStatus = SessionStatus.ACTIVE,
+        clock: Clock = time.monotonic,
+        controls: Controls | None = None,
+        log: EventLog | None = None,
+        log_capacity: int = DEFAULT_CAPACITY,
+        blocks_committed: int = 0,
+        last_block_idx: int = -1,
+        frames_due: int = 0,
+        frames_committed: int = 0,
+    ) -> None:
+        if session_id is None:
+            sid = secrets.token_urlsafe(12)
+        elif isinstance(session_id, str) and SESSION_ID_RE.fullmatch(session_id):
+            sid = session_id
+        else:
+            raise ValueError(f"session id must match {SESSION_ID_RE.pattern}, got {session_id!r}")
+        if not isinstance(token_hash, bytes) or len(token_hash) != 32:
+            raise ValueError("token_hash must be 32 bytes (SHA-256)")
+        if status is SessionStatus.CLOSED:
+            raise ValueError(f"cannot build session {sid!r} in status closed")
+        _check_scene(scene)
+        # Fast path for a fresh session (attach is on the hot path); restores check all.
+        counters = (blocks_committed, last_block_idx, frames_due, frames_committed)
+        if epoch != 0 or counters != _FRESH_COUNTERS:
+            _check_int("epoch", epoch, 0, 2**63 - 1)
+            _check_int("last_block_idx", last_block_idx, -1, 2**63 - 1)
+            _check_int("blocks_committed", blocks_committed, 0, last_block_idx + 1)
+            _check_int("frames_due", frames_due, 0, 2**63 - 1)
+            _check_int("frames_committed", frames_committed, 0, frames_due)
+        self.id = sid
+        self.token_hash = token_hash
+        self._config = config
+        self._scene = scene
+        self._epoch = epoch
+        self._status: SessionStatus = status
+        self._clock = clock
+        self.controls = Controls() if controls is None else controls
+        if log is None:
+            log = EventLog(
+                EpochStart(config.seed, scene, config.bucket, config.steps), log_capacity
+            )
+        self.log = log
+        self._blocks_committed = blocks_committed
+        self._last_block_idx = last_block_idx
+        self._frames_due = frames_due
+        self._frames_committed = frames_committed
+        self.created_at = self.last_seen = clock()
+        self._detached_at = self.created_at if status is SessionStatus.DETACHED else math.nan
+
+    @classmethod
+    def create(
+        cls,
+        config: SessionConfig,
+        *,
+        scene: str = "",
+        clock: Clock = time.monotonic,
+        log_capacity: int = DEFAULT_CAPACITY,
+    ) -> tuple[Session, str]:
+        """A new ACTIVE session with a fresh id, and its resume token (returned only here)."""
+        token = secrets.token_urlsafe(24)
+        session = cls(
+            config, hash_token(token), scene=scene, clock=clock, log_capacity=log_capacity
+        )
+        return session, token
+
+    def __repr__(self) -> str:
+        return (
+            f"Session(id={self.id!r}, epoch={self._epoch}, status={self._status.value}, "
+            f"last_block_idx={self._last_block_idx}, blocks_committed={self._blocks_committed})"
+        )
+
+    # Read-only views: state changes only through the methods below.
+
+    @property
+    def config(self) -> SessionConfig:
+        """The session's configuration."""
+        return self._config
+
+    @property
+    def scene(self) -> str:
+        """The current scene prompt."""
+        return self._scene
+
+    @property
+    def epoch(self) -> int:
+        """Epoch number: 0 for the first, +1 per block_idx 0 on an existing session."""
+        return self._epoch
+
+    @property
+    def status(self) -> SessionStatus:
+        """ACTIVE, DETACHED or CLOSED."""
+        return self._status
+
+    @property
+    def blocks_committed(self) -> int:
+        """Blocks of this epoch the runner finished."""
+        return self._blocks_committed
+
+    @property
+    def last_block_idx(self) -> int:
+        """Newest block accepted in this epoch; -1 before the first."""
+        return self._last_block_idx
+
+    @property
+    def frames_due(self) -> int:
+        """Frames of the accepted blocks."""
+        return self._frames_due
+
+    @property
+    def frames_committed(self) -> int:
+        """Frames of the finished blocks."""
+        return self._frames_committed
+
+    @property
+    def detached_at(self) -> float:
+        """Clock reading at the last detach; nan while not detached."""
+        return self._detached_at
+
+    def check_token(self, token: str) -> bool:
+        """True if ``token`` is this session's resume token (constant-time compare)."""
+        if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
+            return False
+        return hmac.compare_digest(hash_token(token), self.token_hash)
+
+    def touch(self) -> None:
+        """Record client activity."""
+        self.last_seen = self._clock()
+
+    def _require(self, action: str, *allowed: SessionStatus) -> None:
+        if self._status not in allowed:
+            raise IllegalTransition(self.id, self._status.value, action)
+
+    # Status transitions.
+
+    def attach(self) -> None:
+        """DETACHED → ACTIVE (a client resumed)."""
+        self._require("attach", SessionStatus.DETACHED)
+        self._status = SessionStatus.ACTIVE
+        self._detached_at = math.nan
+        self.touch()
+
+    def detach(self) -> None:
+        """ACTIVE → DETACHED (the client went away; resumable until the store's TTL)."""
+        self._require("detach", SessionStatus.ACTIVE)
+        self._status = SessionStatus.DETACHED
+        self._detached_at = self._clock()
+
+    def close(self) -> None:
+        """ACTIVE or DETACHED → CLOSED, final. The store calls it before disposing."""
+        self._require("close", SessionStatus.ACTIVE, SessionStatus.DETACHED)
+        self._status = SessionStatus.CLOSED
+
+    # Blocks.
+
+    def accept_block(self, block_idx: int, frames: int = 1) -> bool:
+        """Accept a block request: True if it is the next block, False for a retransmit
+        of the last one (no new work). Anything else raises StaleBlock. ACTIVE only."""
+        self._require("accept a block for", SessionStatus.ACTIVE)
+        last = self._last_block_idx
+        if block_idx == last and last >= 0:
+            return False
+        if block_idx != last + 1:
+            raise StaleBlock(self.id, block_idx, last)
+        _check_int("frames", frames, 1, 1 << 16)
+        self._last_block_idx = block_idx
+        self._frames_due += frames
+        return True
+
+    def commit_block(self, block_idx: int, frames: int = 1) -> None:
+        """The runner finished ``block_idx``; blocks commit in order, once each.
+        Allowed while DETACHED too (a chunk in flight when the client left)."""
+        self._require("commit a block of", SessionStatus.ACTIVE, SessionStatus.DETACHED)
+        done = self._blocks_committed
+        if block_idx != done or block_idx > self._last_block_idx:
+            raise StaleBlock(self.id, block_idx, done - 1)
+        _check_int("frames", frames, 1, self._frames_due - self._frames_committed)
+        self._blocks_committed += 1
+        self._frames_committed += frames
+
+    # Inputs: every change is logged against the first block it applies to.
+
+    def _next_log_block(self, block_idx: int | None) -> int:
+        if block_idx is None:
+            return max(self._last_block_idx + 1, self.log.last_block_idx)
+        _check_int("block_idx", block_idx, 0, 2**63 - 1)
+        return block_idx
+
+    def push_action(self, seq: int, action: np.ndarray) -> bool:
+        """Queue a client action (latest wins); False if its seq is stale. ACTIVE only."""
+        self._require("push an action to", SessionStatus.ACTIVE)
+        self.last_seen = self._clock()
+        return self.controls.push(seq, action)
+
+    def take_action(self, block_idx: int) -> tuple[np.ndarray, int]:
+        """The action for ``block_idx`` (newest accepted, else the held one) and its seq."""
+        self._require("take an action from", SessionStatus.ACTIVE, SessionStatus.DETACHED)
+        if block_idx < self.log.last_block_idx:  # check before the queue is consumed
+            raise ValueError(
+                f"action for block_idx {block_idx} after an event for {self.log.last_block_idx}"
+            )
+        fresh = self.controls.pending > 0
+        vec, seq = self.controls.take()
+        if fresh:
+            self.log.append(ActionEvent(block_idx, seq, tuple(vec.tolist())))
+        return vec, seq
+
+    def set_scene(self, scene: str, block_idx: int | None = None) -> bool:
+        """Change the scene prompt from ``block_idx`` (default: the next block); False if
+        unchanged."""
+        self._require("set the scene of", SessionStatus.ACTIVE, SessionStatus.DETACHED)
+        _check_scene(scene)
+        if scene == self._scene:
+            return False
+        self.log.append(SceneEvent(self._next_log_block(block_idx), scene))
+        self._scene = scene
+        return True
+
+    def reconfigure(self, config: SessionConfig, block_idx: int | None = None) -> None:
+        """Replace the config (degradation, client request); seed and mode are fixed."""
+        self._require("reconfigure", SessionStatus.ACTIVE, SessionStatus.DETACHED)
+        old = self._config
+        if (config.seed, config.mode) != (old.seed, old.mode):
+            raise ValueError(
+                f"seed and mode are fixed for an epoch: have {(old.seed, old.mode)}, "
+                f"got {(config.seed, config.mode)}"
+            )
+        if (config.bucket, config.steps) != (old.bucket, old.steps):
+            self.log.append(
+                SettingsEvent(self._next_log_block(block_idx), config.bucket, config.steps)
+            )
+        self._config = config
+
+    def observe(self, frame: np.ndarray, block_idx: int | None = None) -> str:
+        """Log a real frame committed before ``block_idx`` (default: the next block);
+        returns its digest. ACTIVE only."""
+        self._require("observe for", SessionStatus.ACTIVE)
+        arr = np.ascontiguousarray(frame)
+        head = f"{arr.dtype.str}{arr.shape}".encode()
+        digest = hashlib.sha256(head + arr.tobytes()).hexdigest()
+        self.log.append(ObservationEvent(self._next_log_block(block_idx), digest))
+        self.last_seen = self._clock()
+        return digest
+
+
+def _check_scene(scene: object) -> None:
+    if not isinstance(scene, str) or len(scene) > MAX_SCENE_CHARS:
+        raise ValueError(f"scene must be a str of at most {MAX_SCENE_CHARS} chars")

@@ -1,0 +1,408 @@
+"""Session snapshots: the compact state that lets another worker resume a session.
+
+``snapshot(session, model_state) -> bytes`` and ``restore(data) -> (Session, ModelState)``.
+The format is msgpack, one map::
+
+    {"format": "worldserve/session-snapshot", "version": 1,
+     "session": {id, token_sha256, epoch, scene, config{...}, counters{...},
+                 controls{held_seq, held, pending_seq, pending}},
+     "log":     {capacity, dropped, start{seed, scene, bucket, steps}, events[...]},
+     "model":   {bucket, frames, sink_count, frame_index, rng, scene}}
+
+Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES`` (stored
+little-endian). ``restore`` validates everything (format, version, exact key sets, types,
+ranges, dtype and shape against the byte length, ``max_bytes`` and ``max_frames``) and
+raises ``SnapshotError`` on anything malformed, never another exception. No pickle.
+
+Decisions:
+- The resume token is kept as its SHA-256 (``token_sha256``), never in plaintext: the new
+  worker can check the client's token, while a leaked snapshot cannot resume the session.
+- The restored session is DETACHED (TTL counted from the restore) until the client
+  resumes with its token. Clock readings (created, last seen) are per-process and are not
+  carried; neither are the frame clock's phase (the scheduler's, rebuilt from the
+  counters) nor the KV cache (the runner rebuilds it from ``model.frames``).
+- Controls carry the held action (used by the last chunk) and the newest pending one, so
+  the restored event log stays exact.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from session.errors import SnapshotError
+from session.eventlog import (
+    MAX_CAPACITY,
+    ActionEvent,
+    EpochStart,
+    Event,
+    EventLog,
+    ObservationEvent,
+    SceneEvent,
+    SettingsEvent,
+)
+from session.plan import ACTION_DIM, ModelState
+from session.session import (
+    MAX_BUCKET,
+    MAX_SCENE_CHARS,
+    Clock,
+    Controls,
+    Mode,
+    Session,
+    SessionConfig,
+    SessionStatus,
+)
+
+FORMAT = "worldserve/session-snapshot"
+VERSION = 1
+MAX_SNAPSHOT_BYTES = 64 << 20
+MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
+MAX_RNG_BYTES = 1 << 16
+MAX_INT = 2**63 - 1
+DTYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(code)
+    for name, code in [
+        ("uint8", "|u1"),
+        ("float16", "<f2"),
+        ("float32", "<f4"),
+        ("int32", "<i4"),
+        ("int64", "<i8"),
+    ]
+}
+
+
+def snapshot(
+    session: Session, model_state: ModelState, *, max_bytes: int = MAX_SNAPSHOT_BYTES
+) -> bytes:
+    """Serialize a session and its runner state. SnapshotError if an array's dtype is not
+    in ``DTYPES`` or the result is over ``max_bytes``."""
+    held, held_seq = session.controls.held()
+    pending, pending_seq = session.controls.latest()
+    config = session.config
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "session": {
+            "id": session.id,
+            "token_sha256": session.token_hash,
+            "epoch": session.epoch,
+            "scene": session.scene,
+            "config": {
+                "fps": config.fps,
+                "bucket": config.bucket,
+                "steps": config.steps,
+                "lookahead": config.lookahead,
+                "mode": config.mode,
+                "priority": config.priority,
+                "seed": config.seed,
+            },
+            "counters": {
+                "blocks_committed": session.blocks_committed,
+                "last_block_idx": session.last_block_idx,
+                "frames_due": session.frames_due,
+                "frames_committed": session.frames_committed,
+            },
+            "controls": {
+                "held_seq": held_seq,
+                "held": _pack_array(held),
+                "pending_seq": pending_seq,
+                "pending": _pack_array(pending),
+            },
+        },
+        "log": {
+            "capacity": session.log.capacity,
+            "dropped": session.log.dropped,
+            "start": _pack_start(session.log.start),
+            "events": [_pack_event(e) for e in session.log],
+        },
+        "model": {
+            "bucket": model_state.bucket,
+            "frames": _pack_array(model_state.frames),
+            "sink_count": model_state.sink_count,
+            "frame_index": model_state.frame_index,
+            "rng": _pack_array(model_state.rng),
+            "scene": model_state.scene,
+        },
+    }
+    data: bytes = msgpack.packb(doc, use_bin_type=True)
+    if len(data) > max_bytes:
+        raise SnapshotError(f"snapshot is {len(data)} bytes, over the limit of {max_bytes}")
+    return data
+
+
+def restore(
+    data: bytes,
+    *,
+    clock: Clock = time.monotonic,
+    max_bytes: int = MAX_SNAPSHOT_BYTES,
+    max_frames: int = MAX_FRAMES,
+) -> tuple[Session, ModelState]:
+    """Validate and rebuild a snapshot: a DETACHED ``Session`` and its ``ModelState``."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise SnapshotError(f"expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise SnapshotError(f"{len(data)} bytes, over the limit of {max_bytes}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
+    except Exception as exc:  # the C unpacker raises a zoo of types on bad input
+        raise SnapshotError(f"not valid msgpack: {type(exc).__name__}: {exc}") from exc
+    # Format and version first: another version may have other keys.
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise SnapshotError(f"not a snapshot map with format {FORMAT!r}")
+    version = obj.get("version")
+    if type(version) is not int or version != VERSION:
+        shown = repr(version) if isinstance(version, int | float | str | None) else "?"
+        raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {VERSION}")
+    top = _Map(obj, "snapshot", {"format", "version", "session", "log", "model"})
+    try:
+        session = _restore_session(top, clock)
+        model = _restore_model(top.get_map("model", _MODEL_KEYS), max_frames)
+    except ValueError as exc:  # a constructor's own validation
+        raise SnapshotError(str(exc)) from exc
+    return session, model
+
+
+# Encoding helpers.
+
+
+def _pack_array(arr: np.ndarray) -> dict[str, object]:
+    name = arr.dtype.name
+    if name not in DTYPES:
+        raise SnapshotError(f"dtype {name} is not one of {sorted(DTYPES)}")
+    flat = np.ascontiguousarray(arr, dtype=DTYPES[name])
+    return {"dtype": name, "shape": list(arr.shape), "data": flat.tobytes()}
+
+
+def _pack_start(start: EpochStart) -> dict[str, object]:
+    return {"seed": start.seed, "scene": start.scene, "bucket": start.bucket, "steps": start.steps}
+
+
+def _pack_event(event: Event) -> dict[str, object]:
+    match event:
+        case ActionEvent():
+            action = np.array(event.action, dtype=np.float32)
+            return {
+                "kind": "action",
+                "block": event.block_idx,
+                "seq": event.seq,
+                "action": _pack_array(action),
+            }
+        case SceneEvent():
+            return {"kind": "scene", "block": event.block_idx, "scene": event.scene}
+        case ObservationEvent():
+            return {"kind": "observation", "block": event.block_idx, "digest": event.digest}
+        case SettingsEvent():
+            return {
+                "kind": "settings",
+                "block": event.block_idx,
+                "bucket": event.bucket,
+                "steps": event.steps,
+            }
+
+
+# Decoding: every read goes through _Map, which raises SnapshotError naming the field.
+
+_SESSION_KEYS = {"id", "token_sha256", "epoch", "scene", "config", "counters", "controls"}
+_CONFIG_KEYS = {"fps", "bucket", "steps", "lookahead", "mode", "priority", "seed"}
+_COUNTER_KEYS = {"blocks_committed", "last_block_idx", "frames_due", "frames_committed"}
+_CONTROL_KEYS = {"held_seq", "held", "pending_seq", "pending"}
+_LOG_KEYS = {"capacity", "dropped", "start", "events"}
+_START_KEYS = {"seed", "scene", "bucket", "steps"}
+_MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene"}
+_EVENT_KEYS = {
+    "action": {"kind", "block", "seq", "action"},
+    "scene": {"kind", "block", "scene"},
+    "observation": {"kind", "block", "digest"},
+    "settings": {"kind", "block", "bucket", "steps"},
+}
+
+
+class _Map:
+    """A decoded msgpack map with exactly the expected keys, read field by field."""
+
+    __slots__ = ("_d", "path")
+
+    def __init__(self, obj: object, path: str, keys: set[str]) -> None:
+        if not isinstance(obj, dict):
+            raise SnapshotError(f"{path}: expected a map, got {type(obj).__name__}")
+        if set(obj) != keys:
+            missing, extra = sorted(keys - set(obj)), sorted(map(repr, set(obj) - keys))
+            raise SnapshotError(f"{path}: missing keys {missing}, unexpected keys {extra}")
+        self._d: dict[str, object] = obj
+        self.path = path
+
+    def _fail(self, key: str, what: str, value: object) -> SnapshotError:
+        shown = (
+            repr(value) if isinstance(value, int | float | bool | None) else type(value).__name__
+        )
+        return SnapshotError(f"{self.path}.{key}: expected {what}, got {shown}")
+
+    def get_int(self, key: str, lo: int, hi: int) -> int:
+        v = self._d[key]
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise self._fail(key, f"an int in [{lo}, {hi}]", v)
+        return v
+
+    def get_float(self, key: str) -> float:
+        v = self._d[key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise self._fail(key, "a finite number", v)
+        return float(v)
+
+    def get_str(self, key: str, max_chars: int) -> str:
+        v = self._d[key]
+        if not isinstance(v, str) or len(v) > max_chars:
+            raise self._fail(key, f"a str of at most {max_chars} chars", v)
+        return v
+
+    def get_bin(self, key: str, max_len: int) -> bytes:
+        v = self._d[key]
+        if not isinstance(v, bytes) or len(v) > max_len:
+            raise self._fail(key, f"bytes of at most {max_len}", v)
+        return v
+
+    def get_list(self, key: str, max_len: int) -> list[object]:
+        v = self._d[key]
+        if not isinstance(v, list) or len(v) > max_len:
+            raise self._fail(key, f"a list of at most {max_len} items", v)
+        return v
+
+    def get_map(self, key: str, keys: set[str]) -> _Map:
+        return _Map(self._d[key], f"{self.path}.{key}", keys)
+
+    def get_array(self, key: str, dtype: str, ndim: int) -> np.ndarray:
+        """A typed array field of the given dtype and rank."""
+        m = self.get_map(key, {"dtype", "shape", "data"})
+        name = m.get_str("dtype", 16)
+        if name not in DTYPES or name != dtype:
+            raise SnapshotError(f"{m.path}.dtype: expected {dtype!r}, got {name[:16]!r}")
+        shape_list = m.get_list("shape", 8)
+        if len(shape_list) != ndim or not all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_INT for n in shape_list
+        ):
+            raise SnapshotError(f"{m.path}.shape: expected {ndim} non-negative ints")
+        shape = tuple(n for n in shape_list if isinstance(n, int))
+        data = m._d["data"]
+        if not isinstance(data, bytes):
+            raise m._fail("data", "bytes", data)
+        want = math.prod(shape) * DTYPES[name].itemsize
+        if want != len(data):
+            raise SnapshotError(
+                f"{m.path}: shape {shape} of {name} needs {want} bytes, got {len(data)}"
+            )
+        return (
+            np.frombuffer(data, dtype=DTYPES[name])
+            .reshape(shape)
+            .astype(DTYPES[name].newbyteorder("="))
+        )
+
+
+def _restore_session(top: _Map, clock: Clock) -> Session:
+    s = top.get_map("session", _SESSION_KEYS)
+    c = s.get_map("config", _CONFIG_KEYS)
+    mode_name = c.get_str("mode", 8)
+    if mode_name not in ("push", "pull"):
+        raise SnapshotError(f"{c.path}.mode: expected 'push' or 'pull', got {mode_name!r}")
+    mode: Mode = "push" if mode_name == "push" else "pull"
+    config = SessionConfig(
+        fps=c.get_float("fps"),
+        bucket=c.get_int("bucket", 1, MAX_BUCKET),
+        steps=c.get_int("steps", 1, MAX_INT),
+        lookahead=c.get_int("lookahead", 0, MAX_INT),
+        mode=mode,
+        priority=c.get_int("priority", -MAX_INT, MAX_INT),
+        seed=c.get_int("seed", 0, 2**64 - 1),
+    )
+    k = s.get_map("controls", _CONTROL_KEYS)
+    controls = Controls(last_seq=k.get_int("held_seq", 0, MAX_INT), action=_action(k, "held"))
+    pending_seq, pending = k.get_int("pending_seq", 0, MAX_INT), _action(k, "pending")
+    if pending_seq > controls.last_seq:
+        controls.push(pending_seq, pending)
+    elif pending_seq < controls.last_seq or not np.array_equal(pending, controls.held()[0]):
+        raise SnapshotError(f"{k.path}: pending action {pending_seq} is older than the held one")
+    n = s.get_map("counters", _COUNTER_KEYS)
+    token_hash = s.get_bin("token_sha256", 32)
+    if len(token_hash) != 32:
+        raise SnapshotError(f"{s.path}.token_sha256: expected 32 bytes, got {len(token_hash)}")
+    return Session(
+        config,
+        token_hash,
+        session_id=s.get_str("id", 128),
+        scene=s.get_str("scene", MAX_SCENE_CHARS),
+        epoch=s.get_int("epoch", 0, MAX_INT),
+        status=SessionStatus.DETACHED,
+        clock=clock,
+        controls=controls,
+        log=_restore_log(top.get_map("log", _LOG_KEYS)),
+        blocks_committed=n.get_int("blocks_committed", 0, MAX_INT),
+        last_block_idx=n.get_int("last_block_idx", -1, MAX_INT),
+        frames_due=n.get_int("frames_due", 0, MAX_INT),
+        frames_committed=n.get_int("frames_committed", 0, MAX_INT),
+    )
+
+
+def _action(m: _Map, key: str) -> np.ndarray:
+    vec = m.get_array(key, "float32", 1)
+    if vec.shape != (ACTION_DIM,):
+        raise SnapshotError(f"{m.path}.{key}: expected shape ({ACTION_DIM},), got {vec.shape}")
+    return vec
+
+
+def _restore_log(m: _Map) -> EventLog:
+    capacity = m.get_int("capacity", 1, MAX_CAPACITY)
+    st = m.get_map("start", _START_KEYS)
+    start = EpochStart(
+        seed=st.get_int("seed", 0, 2**64 - 1),
+        scene=st.get_str("scene", MAX_SCENE_CHARS),
+        bucket=st.get_int("bucket", 1, MAX_BUCKET),
+        steps=st.get_int("steps", 1, MAX_INT),
+    )
+    raw_events = m.get_list("events", capacity)
+    events = [_restore_event(e, f"{m.path}.events[{i}]") for i, e in enumerate(raw_events)]
+    return EventLog.from_events(
+        start, events, dropped=m.get_int("dropped", 0, MAX_INT), capacity=capacity
+    )
+
+
+def _restore_event(obj: object, path: str) -> Event:
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if not isinstance(kind, str) or kind not in _EVENT_KEYS:
+        raise SnapshotError(f"{path}: expected a map with a known kind")
+    e = _Map(obj, path, _EVENT_KEYS[kind])
+    block = e.get_int("block", 0, MAX_INT)
+    if kind == "action":
+        return ActionEvent(
+            block, e.get_int("seq", 0, MAX_INT), tuple(_action(e, "action").tolist())
+        )
+    if kind == "scene":
+        return SceneEvent(block, e.get_str("scene", MAX_SCENE_CHARS))
+    if kind == "observation":
+        digest = e.get_str("digest", 64)
+        if len(digest) != 64 or not all(ch in "0123456789abcdef" for ch in digest):
+            raise SnapshotError(f"{path}.digest: expected 64 lowercase hex chars")
+        return ObservationEvent(block, digest)
+    return SettingsEvent(block, e.get_int("bucket", 1, MAX_BUCKET), e.get_int("steps", 1, MAX_INT))
+
+
+def _restore_model(m: _Map, max_frames: int) -> ModelState:
+    bucket = m.get_int("bucket", 1, MAX_BUCKET)
+    frames = m.get_array("frames", "uint8", 4)
+    if frames.shape[1:] != (bucket, bucket, 3) or frames.shape[0] > max_frames:
+        raise SnapshotError(
+            f"{m.path}.frames: expected (N <= {max_frames}, {bucket}, {bucket}, 3), got {frames.shape}"
+        )
+    rng = m.get_array("rng", "uint8", 1)
+    if rng.size > MAX_RNG_BYTES:
+        raise SnapshotError(f"{m.path}.rng: {rng.size} bytes, over {MAX_RNG_BYTES}")
+    return ModelState(
+        bucket=bucket,
+        frames=frames,
+        sink_count=m.get_int("sink_count", 0, frames.shape[0]),
+        frame_index=m.get_int("frame_index", 0, MAX_INT),
+        rng=rng,
+        scene=m.get_str("scene", MAX_SCENE_CHARS),
+    )

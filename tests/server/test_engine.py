@@ -1,0 +1,207 @@
+"""The asyncio engine loop with the fake runner, in real (short) time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import pytest
+
+from server.engine import Engine, FrameQueue, LatestFrame
+from session.admission import AdmissionOptions
+from session.costmodel import CostModel
+from session.fake_runner import FakeRunner, LinearCost
+from session.plan import SessionSpec
+from session.scheduler import (
+    ChunkReady,
+    Event,
+    Mode,
+    RunnerError,
+    RunnerInfo,
+    Scheduler,
+    SchedulerOptions,
+)
+
+SIZES = (1, 2, 4, 8)
+
+
+def make(
+    per_batch: float = 0.002, *, sleep: object = time.sleep, **kw: object
+) -> tuple[Engine, FakeRunner, list[Event]]:
+    runner = FakeRunner(cost=LinearCost({64: (per_batch, 0.0), 128: (per_batch, 0.0)}))
+    runner.sleep = sleep  # type: ignore[assignment]
+    options = SchedulerOptions(admission=AdmissionOptions(threshold=1e9))
+    sched = Scheduler(
+        RunnerInfo.of(runner, SIZES), CostModel(runner.warmup(SIZES)), options=options
+    )
+    events: list[Event] = []
+    kw.setdefault("on_event", events.append)
+    engine = Engine(sched, runner, **kw)  # type: ignore[arg-type]
+    return engine, runner, events
+
+
+def add(engine: Engine, sid: str, **kw: object) -> None:
+    verdict = engine.add_session(sid, SessionSpec(sid, 64, 0, ""), **{"fps": 100.0, **kw})  # type: ignore[arg-type]
+    assert verdict.admitted
+
+
+def chunks(events: list[Event], sid: str) -> list[int]:
+    return [e.block_idx for e in events if isinstance(e, ChunkReady) and e.session_id == sid]
+
+
+async def test_latest_frame_put_replaces_an_unsent_item_and_counts_the_drop() -> None:
+    holder: LatestFrame[int] = LatestFrame()
+    holder.put(1)
+    holder.put(2)
+    assert await holder.get() == 2 and holder.drops == 1
+    waiter = asyncio.create_task(holder.get())
+    await asyncio.sleep(0)
+    holder.put(3)
+    assert await waiter == 3
+    holder.close()
+    assert await holder.get() is None
+
+
+async def test_frame_queue_keeps_order_and_drops_the_oldest_when_full() -> None:
+    q: FrameQueue[int] = FrameQueue(2)
+    for i in range(4):
+        q.put(i)
+    assert [await q.get(), await q.get()] == [2, 3] and q.drops == 2
+
+
+async def test_push_frames_reach_the_transport_in_block_order() -> None:
+    engine, _, events = make()
+    await engine.start()
+    add(engine, "a")
+    add(engine, "b")
+    got: list[int] = []
+
+    async def consume() -> None:
+        while (item := await engine.outbox("a").latest.get()) is not None:
+            got.append(item.block_idx)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0.3)
+    await engine.stop()
+    await consumer  # stop() closed the outbox: the consumer ends by itself
+    for sid in ("a", "b"):
+        blocks = chunks(events, sid)
+        assert len(blocks) >= 15 and blocks == list(range(len(blocks)))
+    assert got == sorted(set(got)) and len(got) >= 10
+
+
+async def test_the_event_loop_is_never_blocked_by_model_work() -> None:
+    engine, runner, _ = make(per_batch=0.080)
+    await engine.start()
+    add(engine, "s", fps=10.0)
+    worst, last = 0.0, time.monotonic()
+    end = last + 0.5
+    while last < end:
+        await asyncio.sleep(0.002)
+        now = time.monotonic()
+        worst, last = max(worst, now - last), now
+    await engine.stop()
+    assert sum(runner.batch_sizes.values()) >= 4  # the model was busy most of the time
+    assert worst < 0.050  # while each batch took 80 ms
+
+
+async def test_new_work_wakes_an_idle_engine_at_once() -> None:
+    engine, _, _ = make()
+    await engine.start()
+    await asyncio.sleep(0.05)  # idle: nothing to schedule, no timeout pending
+    add(engine, "p", mode=Mode.PULL)
+    t0 = time.monotonic()
+    assert engine.request_block("p", 0)
+    item = await asyncio.wait_for(engine.outbox("p").ordered.get(), 1.0)
+    assert item is not None and item.block_idx == 0 and item.display_time is None
+    assert time.monotonic() - t0 < 0.5  # without a wake-up it would wait forever
+    await engine.stop()
+
+
+async def test_pull_blocks_arrive_in_order_through_the_bounded_queue() -> None:
+    engine, _, _ = make()
+    await engine.start()
+    add(engine, "p", mode=Mode.PULL)
+    for b in range(3):
+        engine.request_block("p", b)
+    got = [await asyncio.wait_for(engine.outbox("p").ordered.get(), 1.0) for _ in range(3)]
+    assert [g.block_idx for g in got if g is not None] == [0, 1, 2]
+    await engine.stop()
+
+
+@pytest.mark.parametrize(("batching", "sizes"), [(True, {3}), (False, {1})])
+async def test_batching_flag_turns_cross_session_batching_on_and_off(
+    batching: bool, sizes: set[int]
+) -> None:
+    engine, runner, _ = make(batching=batching)
+    add(engine, "a")
+    add(engine, "b")
+    add(engine, "c")
+    await engine.start()
+    await asyncio.sleep(0.15)
+    await engine.stop()
+    assert set(runner.batch_sizes) == sizes
+
+
+async def test_chunks_generated_ahead_are_held_until_their_display_time() -> None:
+    engine, _, _ = make()
+    await engine.start()
+    add(engine, "s", fps=50.0, lookahead=3)
+    early: list[float] = []
+    for _ in range(8):
+        item = await asyncio.wait_for(engine.outbox("s").latest.get(), 1.0)
+        assert item is not None and item.display_time is not None
+        early.append(item.display_time - time.monotonic())
+    await engine.stop()
+    assert max(early) < 0.005  # never handed over before its display time
+
+
+async def test_stop_cancels_the_loop_waits_for_the_model_thread_and_closes_outboxes() -> None:
+    done = threading.Event()
+
+    def slow(seconds: float) -> None:
+        time.sleep(0.1)
+        done.set()
+
+    engine, _, _ = make(sleep=slow)
+    add(engine, "s")
+    await engine.start()
+    await asyncio.sleep(0.02)  # the model thread is inside execute()
+    await engine.stop()
+    assert done.is_set() and not engine.running
+    assert await engine.outbox("s").latest.get() is None
+    await engine.stop()  # idempotent
+
+
+async def test_a_failing_runner_is_logged_with_session_ids_and_the_loop_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine, runner, events = make()
+    runner.raise_next = RuntimeError("boom")
+    add(engine, "s")
+    with caplog.at_level(logging.ERROR, logger="server.engine"):
+        await engine.start()
+        await asyncio.sleep(0.1)
+        await engine.stop()
+    assert any("'s'" in r.getMessage() and r.exc_info for r in caplog.records)
+    errors = [e for e in events if isinstance(e, RunnerError)]
+    assert errors and "boom" in errors[0].message
+    assert len(chunks(events, "s")) >= 3  # later plans still ran
+
+
+async def test_an_event_handler_error_is_logged_with_the_session_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def handler(ev: Event) -> None:
+        raise ValueError("bad handler")
+
+    engine, _, _ = make(on_event=handler)  # replaces the collecting handler
+    add(engine, "s")
+    with caplog.at_level(logging.ERROR, logger="server.engine"):
+        await engine.start()
+        await asyncio.sleep(0.05)
+        await engine.stop()
+    assert any("session s" in r.getMessage() for r in caplog.records)
+    assert engine.failure is None

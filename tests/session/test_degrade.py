@@ -1,0 +1,173 @@
+"""The degradation ladder and its controller: order, priority, hysteresis, cool-down."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from session.admission import AdmissionOptions
+from session.costmodel import CostModel, Demand, Load
+from session.degrade import (
+    DegradationChanged,
+    DegradeController,
+    DegradeOptions,
+    LadderState,
+    Settings,
+    build_ladder,
+    describe_change,
+)
+from session.fake_runner import FakeRunner, LinearCost
+from session.scheduler import RunnerError
+
+from .test_scheduler import Sim
+
+FULL = Settings(fps=24.0, lookahead=2, steps=4, bucket=128)
+LADDER_DOWN = [
+    ("lookahead 2->0",),
+    ("steps 4->3",),
+    ("steps 3->2",),
+    ("fps 24->12",),
+    ("bucket 128->64",),
+]
+
+
+def demand_of(s: Settings) -> Demand:
+    return Demand(s.bucket, s.steps, 1 / s.fps)
+
+
+class World:
+    """Sessions on ladders over a cost model whose scale sets the load."""
+
+    def __init__(self, priorities: list[int], scale: float, **opts: float) -> None:
+        self.cost = CostModel(FakeRunner().warmup((1, 2, 4, 8, 16)))
+        self.cost.scale = scale
+        self.load = Load(self.cost, 16)
+        self.ctrl = DegradeController(DegradeOptions(**opts))  # type: ignore[arg-type]
+        rungs = build_ladder(FULL, (64, 128))
+        self.states = [LadderState(f"s{i}", p, i, rungs) for i, p in enumerate(priorities)]
+        for s in self.states:
+            self.load.add(demand_of(s.settings))
+        self.t = 0.0
+        self.moves: list[tuple[str, int, int]] = []
+
+    def run(self, seconds: float, tick: float = 0.25) -> None:
+        end = self.t + seconds
+        while self.t < end:
+            for s, old in self.ctrl.tick(self.t, self.states, self.load, demand_of):
+                self.moves.append((s.session_id, old, s.level))
+            self.t += tick
+
+    def levels(self) -> list[int]:
+        return [s.level for s in self.states]
+
+
+def test_ladder_order_is_lookahead_then_steps_then_fps_then_resolution() -> None:
+    rungs = build_ladder(FULL, (64, 128))
+    assert [describe_change(a, b) for a, b in pairwise(rungs)] == LADDER_DOWN
+
+
+def test_ladder_leaves_out_rungs_that_would_change_nothing() -> None:
+    assert build_ladder(Settings(12.0, 0, 2, 64), (64, 128)) == (Settings(12.0, 0, 2, 64),)
+
+
+def test_overload_degrades_until_the_prediction_fits_and_recovery_climbs_back_in_reverse() -> None:
+    w = World([0, 0, 0, 0], scale=4.0, cooldown=1.0, recover_cooldown=2.0)
+    w.run(20)
+    assert w.load.utilisation() <= 0.9
+    assert max(w.levels()) - min(w.levels()) <= 1  # spread over the class
+    down = len(w.moves)
+    w.cost.scale = 0.5  # load falls
+    w.run(60)
+    assert w.levels() == [0, 0, 0, 0]
+    ups = w.moves[down:]
+    assert all(new == old - 1 for _, old, new in ups)  # one rung at a time, reverse order
+
+
+def test_lower_priority_sessions_degrade_fully_before_higher_ones_change() -> None:
+    w = World([1, 0], scale=8.0, cooldown=0.5)
+    w.run(30)
+    first_high = next(i for i, (sid, _, _) in enumerate(w.moves) if sid == "s0")
+    low_moves = [m for m in w.moves[:first_high] if m[0] == "s1"]
+    assert low_moves[-1][2] == len(w.states[1].rungs) - 1  # s1 reached the bottom first
+
+
+def test_higher_priority_sessions_recover_first() -> None:
+    w = World([1, 0], scale=8.0, cooldown=0.5, recover_cooldown=1.0)
+    w.run(30)
+    w.cost.scale = 0.2
+    start = len(w.moves)
+    w.run(60)
+    ups = [sid for sid, old, new in w.moves[start:] if new < old]
+    assert ups and ups[0] == "s0"
+    assert w.levels() == [0, 0]
+
+
+def test_steady_load_at_the_boundary_does_not_oscillate() -> None:
+    # scale so that full quality sits just above `high`: one rung down fits, one up does not
+    w = World([0, 0, 0, 0, 0, 0], scale=1.0, high=0.9, low=0.7, cooldown=0.5, recover_cooldown=1.0)
+    u_full = w.load.utilisation()
+    w.cost.scale = 0.92 / u_full
+    w.run(5)
+    settled = len(w.moves)
+    assert settled >= 1
+    w.run(120)
+    assert len(w.moves) == settled  # no change for two minutes under the same load
+
+
+def test_load_between_low_and_high_changes_nothing() -> None:
+    w = World([0, 0, 0], scale=1.0, high=0.9, low=0.5)
+    w.cost.scale = 0.7 / w.load.utilisation()
+    w.run(60)
+    assert w.moves == []
+
+
+def test_recent_misses_degrade_even_when_the_prediction_fits() -> None:
+    w = World([0, 0], scale=0.1, miss_threshold=3, miss_window=1.0, cooldown=0.5)
+    for _ in range(3):
+        w.ctrl.note_miss(0.0)
+    w.run(0.25)
+    assert [(sid, new) for sid, _, new in w.moves] == [("s0", 1)]  # one rung, not a cascade
+    w.run(1.0)  # the misses were consumed by that move: nothing else happens
+    assert len(w.moves) == 1
+
+
+def test_a_session_changes_at_most_once_per_cooldown() -> None:
+    w = World([0], scale=20.0, cooldown=1.0)
+    w.run(2.95, tick=0.1)
+    assert len(w.moves) == 3  # at t = 0, 1 and 2, although overloaded at every tick
+
+
+def test_scheduler_walks_the_ladder_down_in_order_and_back_up_in_reverse() -> None:
+    sim = Sim(degrade=DegradeOptions(cooldown=0.2, recover_cooldown=0.5))
+    sim.add("s", bucket=128, lookahead=2)
+    sim.runner.slowdown = 30.0  # the machine got 30x slower: the cost model learns it
+    sim.run_until(sim.clock() + 8.0)
+    sim.runner.slowdown = 1.0
+    sim.run_until(sim.clock() + 12.0)
+    changes = [e.changes for e in sim.of(DegradationChanged, "s")]
+    assert changes == LADDER_DOWN + [_reverse(c) for c in LADDER_DOWN[::-1]], changes
+    assert not sim.of(RunnerError)  # bucket switches reached the runner before the batches
+    blocks = [c.block_idx for c in sim.chunks("s")]
+    assert blocks == list(range(len(blocks)))
+
+
+def _reverse(change: tuple[str, ...]) -> tuple[str, ...]:
+    out = []
+    for c in change:
+        name, values = c.split(" ")
+        a, b = values.split("->")
+        out.append(f"{name} {b}->{a}")
+    return tuple(out)
+
+
+def test_noisy_steady_load_between_the_thresholds_never_flips_the_ladder() -> None:
+    # 8 sessions in one batch every period: 33 ms of 41.7 (u ~ 0.8), each batch +-20 %
+    cost = LinearCost({64: (0.009, 0.003), 128: (0.018, 0.006)})
+    sim = Sim(cost, jitter=0.2, admission=AdmissionOptions(), degrade=DegradeOptions())
+    for i in range(8):
+        sim.add(f"s{i}")
+    assert 0.7 < sim.sched.utilisation() < 0.9
+    sim.run_until(sim.clock() + 60.0)
+    for i in range(8):
+        levels = [e.new_level for e in sim.of(DegradationChanged, f"s{i}")]
+        assert levels == sorted(levels)  # at most down, never down-then-up
+    assert len(sim.of(DegradationChanged)) <= 2

@@ -1,0 +1,243 @@
+"""Snapshots: exact round trip, and validation that names what is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+
+from session.errors import SnapshotError
+from session.plan import ModelState
+from session.session import Session, SessionConfig, SessionStatus
+from session.snapshot import FORMAT, MAX_FRAMES, VERSION, restore, snapshot
+from session.store import SessionStore
+from tests.session.fakes import FakeClock, action, model_state
+
+
+def busy_session() -> tuple[Session, str]:
+    """A session with every kind of state: counters, log events, held and pending actions."""
+    config = SessionConfig(
+        fps=30.0, bucket=8, steps=3, lookahead=2, mode="pull", priority=-4, seed=2**63 + 5
+    )
+    session, token = Session.create(config, scene="hills", clock=FakeClock())
+    for block in range(4):
+        session.accept_block(block, frames=2)
+        session.push_action(block + 1, action(1.0, 0.0, 0.0, 0.0, 0.1 * block, -0.3))
+        session.take_action(block)
+    session.commit_block(0, frames=2)
+    session.commit_block(1, frames=2)
+    session.set_scene("desert")
+    session.observe(np.zeros((8, 8, 3), np.uint8))
+    session.reconfigure(SessionConfig(fps=30.0, bucket=8, steps=2, mode="pull", seed=2**63 + 5))
+    session.push_action(9, action(0.0, 1.0))  # pending, not taken yet
+    return session, token
+
+
+def unpack(data: bytes) -> dict[str, Any]:
+    doc: dict[str, Any] = msgpack.unpackb(data, raw=False)
+    return doc
+
+
+def test_round_trip_is_exact() -> None:
+    session, token = busy_session()
+    state = model_state(bucket=8, frames=5, scene="desert")
+    clock = FakeClock(50.0)
+    restored, model = restore(snapshot(session, state), clock=clock)
+
+    assert restored.id == session.id and restored.token_hash == session.token_hash
+    assert restored.check_token(token)
+    assert restored.config == session.config
+    assert (restored.epoch, restored.scene) == (session.epoch, session.scene)
+    for name in ("blocks_committed", "last_block_idx", "frames_due", "frames_committed"):
+        assert getattr(restored, name) == getattr(session, name), name
+    assert restored.controls.last_seq == session.controls.last_seq == 9
+    for view in ("held", "latest"):
+        (a, a_seq), (b, b_seq) = (
+            getattr(restored.controls, view)(),
+            getattr(session.controls, view)(),
+        )
+        assert a_seq == b_seq
+        np.testing.assert_array_equal(a, b)
+    assert restored.log.start == session.log.start
+    assert list(restored.log) == list(session.log)
+    assert (restored.log.dropped, restored.log.capacity) == (
+        session.log.dropped,
+        session.log.capacity,
+    )
+    assert list(restored.log.replay(4)) == list(session.log.replay(4))
+
+    for name in ("bucket", "sink_count", "frame_index", "scene"):
+        assert getattr(model, name) == getattr(state, name), name
+    for name in ("frames", "rng"):
+        got, want = getattr(model, name), getattr(state, name)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert got.flags.writeable  # an owned copy, not a view of the snapshot bytes
+
+
+def test_restored_session_is_detached_until_resumed_with_its_token() -> None:
+    session, token = busy_session()
+    clock = FakeClock(50.0)
+    restored, _ = restore(snapshot(session, model_state()), clock=clock)
+    assert restored.status is SessionStatus.DETACHED and restored.detached_at == 50.0
+    store = SessionStore(2, 10.0, clock=clock)
+    store.install(restored)
+    store.resume(restored.id, token)
+    # The client continues where it left off: the next block, no gap, no repeat.
+    assert store.open_block(restored.id, session.last_block_idx + 1).kind.value == "next"
+
+
+def test_pending_action_survives_and_is_logged_when_taken() -> None:
+    session, _ = busy_session()
+    restored, _ = restore(snapshot(session, model_state()))
+    restored.attach()
+    vec, seq = restored.take_action(4)
+    assert seq == 9 and vec[1] == 1.0
+    assert list(restored.log)[-1].block_idx == 4
+
+
+def test_snapshot_keeps_the_token_hash_not_the_token() -> None:
+    session, token = busy_session()
+    data = snapshot(session, model_state())
+    assert token.encode() not in data
+    assert unpack(data)["session"]["token_sha256"] == session.token_hash
+
+
+def test_empty_session_and_zero_frames_round_trip() -> None:
+    session, _ = Session.create(SessionConfig(bucket=8))
+    state = ModelState(8, np.zeros((0, 8, 8, 3), np.uint8), 0, 0, np.zeros(0, np.uint8), "")
+    restored, model = restore(snapshot(session, state))
+    assert restored.last_block_idx == -1 and model.frames.shape == (0, 8, 8, 3)
+
+
+def test_snapshot_refuses_a_dtype_outside_the_allow_list() -> None:
+    session, _ = busy_session()
+    state = model_state()
+    state.rng = np.zeros(4, dtype=np.complex64)
+    with pytest.raises(SnapshotError, match="complex64"):
+        snapshot(session, state)
+
+
+def test_snapshot_over_the_size_limit_is_refused() -> None:
+    session, _ = busy_session()
+    with pytest.raises(SnapshotError, match="limit"):
+        snapshot(session, model_state(), max_bytes=100)
+
+
+def mutate(data: bytes, edit: Any) -> bytes:
+    doc = unpack(data)
+    edit(doc)
+    out: bytes = msgpack.packb(doc, use_bin_type=True)
+    return out
+
+
+def _set(path: str, value: object) -> Any:
+    keys = path.split(".")
+
+    def edit(doc: dict[str, Any]) -> None:
+        for key in keys[:-1]:
+            doc = doc[key]
+        doc[keys[-1]] = value
+
+    return edit
+
+
+def _del(path: str) -> Any:
+    keys = path.split(".")
+
+    def edit(doc: dict[str, Any]) -> None:
+        for key in keys[:-1]:
+            doc = doc[key]
+        del doc[keys[-1]]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (_set("version", VERSION + 1), "unsupported version"),
+        (_set("version", "1"), "version"),
+        (_set("format", "other"), "format"),
+        (_del("model"), "missing keys"),
+        (_set("session.extra", 1), "unexpected keys"),
+        (_set("session.epoch", -1), "epoch"),
+        (_set("session.epoch", True), "epoch"),
+        (_set("session.id", "bad id!"), "session id"),
+        (_set("session.token_sha256", b"short"), "token_sha256"),
+        (_set("session.config.fps", 0.0), "fps"),
+        (_set("session.config.mode", "poll"), "mode"),
+        (_set("session.config.seed", -3), "seed"),
+        (_set("session.counters.blocks_committed", 99), "blocks_committed"),
+        (_set("session.controls.held.dtype", "float64"), "dtype"),
+        (_set("session.controls.held.shape", [7]), "needs"),
+        (_set("session.controls.held.shape", [3, 2]), "shape"),
+        (_set("session.controls.pending_seq", 1), "older than the held"),
+        (_set("log.capacity", 0), "capacity"),
+        (_set("log.events", [{"kind": "teleport", "block": 1}]), "kind"),
+        (
+            _set(
+                "log.events",
+                [
+                    {"kind": "scene", "block": 5, "scene": "a"},
+                    {"kind": "scene", "block": 1, "scene": "b"},
+                ],
+            ),
+            "block_idx",
+        ),
+        (_set("log.events", [{"kind": "observation", "block": 1, "digest": "zz"}]), "digest"),
+        (_set("model.frames.shape", [5, 8, 8, 4]), "needs|frames"),
+        (_set("model.frames.dtype", "object"), "dtype"),
+        (_set("model.bucket", 16), "frames"),
+        (_set("model.sink_count", 6), "sink_count"),
+        (_set("model.rng.shape", [2, 16]), "shape"),
+        (_set("model.scene", b"bytes"), "scene"),
+    ],
+)
+def test_malformed_field_is_a_snapshot_error_naming_it(edit: Any, needle: str) -> None:
+    session, _ = busy_session()
+    data = mutate(snapshot(session, model_state(frames=5)), edit)
+    with pytest.raises(SnapshotError, match=needle):
+        restore(data)
+
+
+def test_too_many_frames_is_rejected() -> None:
+    session, _ = busy_session()
+    state = model_state(bucket=2, frames=MAX_FRAMES + 1)
+    with pytest.raises(SnapshotError, match="frames"):
+        restore(snapshot(session, state))
+    with pytest.raises(SnapshotError, match="frames"):
+        restore(snapshot(session, model_state(frames=5)), max_frames=4)
+
+
+def test_oversized_input_is_rejected_before_parsing() -> None:
+    with pytest.raises(SnapshotError, match="limit"):
+        restore(b"\x00" * 1001, max_bytes=1000)
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"format": FORMAT}), "text"]
+)
+def test_garbage_is_a_snapshot_error(data: Any) -> None:
+    with pytest.raises(SnapshotError):
+        restore(data)
+
+
+def test_trailing_bytes_are_rejected() -> None:
+    session, _ = busy_session()
+    with pytest.raises(SnapshotError):
+        restore(snapshot(session, model_state()) + b"\x00")
+
+
+def test_no_pickle_is_ever_touched(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("pickle used")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    session, _ = busy_session()
+    restore(snapshot(session, model_state()))
