@@ -356,6 +356,18 @@ def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimi
     save_checkpoint(out, model, ema, opt, {k: v for k, v in meta.items() if not k.startswith("_")})
 
 
+def export_checkpoint(out: Path, dest: Path) -> Path:
+    """Write the EMA weights of the checkpoint in ``out`` as servable weights at ``dest``."""
+    meta = json.loads((out / "ckpt.json").read_text())
+    cfg_overrides = json.loads((out / "report.json").read_text())["model"] if (out / "report.json").exists() else None
+    tensors = load_file(str(out / "ckpt.safetensors"))
+    ema_state = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
+    cfg = ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()
+    model = WorldModel(cfg)
+    load_state(model, ema_state, f"{out} ema")
+    return save_model(model, dest, metadata={"steps": str(meta["step"])})
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Train the world model on the procedural world.")
     ap.add_argument("--out", default=TrainConfig.out)
@@ -370,7 +382,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="{}", help="JSON of ModelConfig overrides")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--export", type=Path, default=None, help="write EMA weights here (.safetensors + .json)")
+    ap.add_argument("--export-only", action="store_true", help="export the checkpoint in --out to --export and stop")
     args = ap.parse_args(argv)
+    if args.export_only:
+        if args.export is None:
+            ap.error("--export-only needs --export")
+        print(export_checkpoint(Path(args.out), args.export))
+        return
     tc = TrainConfig(
         out=args.out, minutes=args.minutes, max_steps=args.max_steps, batch=args.batch,
         seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after, worlds=args.worlds,

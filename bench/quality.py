@@ -1,0 +1,278 @@
+"""Quality of the world model against the procedural world's renderer, on held-out worlds.
+
+    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality]
+
+For every bucket: the model is anchored on the renderer's first frame (an observation), then
+driven by held-out action scripts; its rollout is compared with the renderer's for the same
+actions. Prints per bucket:
+
+- PSNR at horizons 1, 8, 32 beside the repeat-the-last-frame baseline;
+- action control: share of moving steps where the model's global motion (phase correlation
+  between consecutive frames) matches the commanded shift, beside the renderer's own score;
+- scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the
+  new scene's (closer to the renderer's new-scene frames than to the old-scene ones) within 4 frames;
+- long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x
+  the renderer's, changing while moving and still while idle;
+- sharpness late in the long rollout: mean gradient magnitude over the last fifth of the
+  rollout divided by the renderer's over the same frames.
+
+Writes sample strips (renderer row above model row) as PNG under ``--out``. Last line:
+``quality psnr_h8=.. psnr_h8_repeat=.. psnr_h32=.. psnr_h32_repeat=.. control_acc=.. sharpness_late=.. scene_ok=0|1 long_ok=0|1``
+(smallest bucket).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from model.runner import ModelRunner
+from model.train import HELD_OUT_SEEDS
+from model.weights import DEFAULT_WEIGHTS
+from model.world import World, expected_shift, global_shift, mixed_policy, sample_scene
+from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
+
+HORIZONS = (1, 8, 32)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float(10 * np.log10(255.0**2 / max(mse, 1e-10)))
+
+
+def contrast(frame: np.ndarray) -> float:
+    return float(frame.astype(np.float32).mean(-1).std())
+
+
+def sharpness(frame: np.ndarray) -> float:
+    g = frame.astype(np.float32).mean(-1)
+    return float(np.abs(np.diff(g, axis=0)).mean() + np.abs(np.diff(g, axis=1)).mean())
+
+
+def motion_ok(prev: np.ndarray, cur: np.ndarray, action: np.ndarray, bucket: int) -> bool | None:
+    """Does the global shift prev -> cur match the action's? None when the action is still."""
+    want = np.round(np.asarray(expected_shift(action, bucket), dtype=np.float64))
+    if not np.any(want):
+        return None
+    got = np.asarray(global_shift(prev, cur), dtype=np.float64)
+    return bool(np.all(np.abs(got - want) <= 1.0))
+
+
+@dataclass
+class Rollouts:
+    truth: np.ndarray  # (E, T, H, W, 3)
+    model: np.ndarray  # (E, T, H, W, 3); frame 0 is the anchor
+    actions: np.ndarray  # (E, T, A)
+
+
+class Driver:
+    """Runs many sessions of the runner in lockstep, one batch per frame."""
+
+    def __init__(self, runner: ModelRunner, bucket: int):
+        self.runner, self.bucket = runner, bucket
+        self.ids: list[str] = []
+        self.block = 0
+
+    def open(self, anchors: np.ndarray, scenes: list[str], seed: int) -> None:
+        self.ids = [f"q{seed}_{i}" for i in range(len(anchors))]
+        self.block = 0
+        self.runner.execute(StepPlan(new_sessions=[
+            SessionSpec(sid, self.bucket, seed=seed + i, scene=scenes[i], observation=anchors[i])
+            for i, sid in enumerate(self.ids)
+        ]))
+
+    def step(self, actions: np.ndarray) -> np.ndarray:
+        """actions (E, A) -> frames (E, H, W, 3)."""
+        items = [ChunkWork(sid, self.block, actions[i][None]) for i, sid in enumerate(self.ids)]
+        out = self.runner.execute(StepPlan(batches=[Batch(self.bucket, self.runner.max_steps, items)]))
+        if out.errors:
+            raise RuntimeError(f"runner errors: {out.errors}")
+        self.block += 1
+        by_id = {r.session_id: r.frames[-1] for r in out.results}
+        return np.stack([by_id[sid] for sid in self.ids])
+
+    def scene(self, prompts: list[str]) -> None:
+        self.runner.execute(StepPlan(updates=[SessionUpdate(sid, scene=p) for sid, p in zip(self.ids, prompts, strict=True)]))
+
+    def close(self) -> None:
+        self.runner.execute(StepPlan(freed=self.ids))
+
+
+def make_worlds(n: int, bucket: int, rng: np.random.Generator, first_seed: int) -> list[World]:
+    seeds = [HELD_OUT_SEEDS[first_seed + i] for i in range(n)]
+    worlds = [World(s, sample_scene(rng), (bucket,)) for s in seeds]
+    for w in worlds:
+        w.reset(w.random_position(rng))
+    return worlds
+
+
+def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
+    worlds = make_worlds(episodes, bucket, rng, 0)
+    actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
+    truth = np.zeros((episodes, length, bucket, bucket, 3), np.uint8)
+    for i, w in enumerate(worlds):
+        truth[i, 0] = w.render(bucket)
+        for t in range(1, length):
+            w.step(actions[i, t])
+            truth[i, t] = w.render(bucket)
+    drv = Driver(runner, bucket)
+    drv.open(truth[:, 0], [w.scene.to_prompt() for w in worlds], seed=1)
+    model = truth.copy()
+    for t in range(1, length):
+        model[:, t] = drv.step(actions[:, t])
+    drv.close()
+    return Rollouts(truth, model, actions)
+
+
+def scene_switch(runner: ModelRunner, bucket: int, episodes: int, rng: np.random.Generator) -> bool:
+    """Switch every session's prompt after 12 frames; within 4 frames the model's mean colour
+    must be nearer the renderer's new-scene frames than its old-scene frames."""
+    worlds = make_worlds(episodes, bucket, rng, 100)
+    drv = Driver(runner, bucket)
+    old = [w.scene for w in worlds]
+    new = [sample_scene(rng) for _ in worlds]
+    for i in range(episodes):  # make sure the look really changes
+        while new[i].to_prompt() == old[i].to_prompt():
+            new[i] = sample_scene(rng)
+    drv.open(np.stack([w.render(bucket) for w in worlds]), [s.to_prompt() for s in old], seed=2)
+    actions = np.zeros((episodes, ACTION_DIM), np.float32)
+    actions[:, 3] = 1.0  # move right the whole time
+    for _ in range(12):
+        drv.step(actions)
+        for w in worlds:
+            w.step(actions[0])
+    drv.scene([s.to_prompt() for s in new])
+    ok = []
+    for _ in range(4):
+        frames = drv.step(actions)
+        for w in worlds:
+            w.step(actions[0])
+        old_look, new_look = [], []
+        for i, w in enumerate(worlds):
+            w.set_scene(old[i])
+            old_look.append(w.render(bucket).reshape(-1, 3).mean(0))
+            w.set_scene(new[i])
+            new_look.append(w.render(bucket).reshape(-1, 3).mean(0))
+        got = frames.reshape(episodes, -1, 3).mean(1)
+        ok = [np.linalg.norm(got[i] - new_look[i]) < np.linalg.norm(got[i] - old_look[i]) for i in range(episodes)]
+    drv.close()
+    return float(np.mean(ok)) >= 0.75
+
+
+def long_rollout(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> dict[str, float]:
+    """Move 200 frames, idle 50, repeat; compare health and sharpness with the renderer."""
+    worlds = make_worlds(episodes, bucket, rng, 200)
+    drv = Driver(runner, bucket)
+    drv.open(np.stack([w.render(bucket) for w in worlds]), [w.scene.to_prompt() for w in worlds], seed=3)
+    policy = mixed_policy(length, rng).astype(np.float32)
+    moving = np.ones(length, bool)
+    for t in range(length):
+        if t % 250 >= 200:
+            policy[t] = 0.0
+            moving[t] = False
+    late = int(length * 0.8)
+    m_con, r_con, m_sharp, r_sharp = [], [], [], []
+    diff_move, diff_idle = [], []
+    finite = True
+    prev = None
+    for t in range(1, length):
+        frames = drv.step(np.repeat(policy[t][None], episodes, 0))
+        for w in worlds:
+            w.step(policy[t])
+        if t % 10 == 0 or t >= late:
+            truth = [w.render(bucket) for w in worlds]
+            m_con.append(np.mean([contrast(f) for f in frames]))
+            r_con.append(np.mean([contrast(f) for f in truth]))
+            if t >= late:
+                m_sharp.append(np.mean([sharpness(f) for f in frames]))
+                r_sharp.append(np.mean([sharpness(f) for f in truth]))
+        if prev is not None:
+            d = float(np.abs(frames.astype(np.int16) - prev.astype(np.int16)).mean())
+            (diff_move if moving[t] else diff_idle).append(d)
+        prev = frames
+    for sid in drv.ids:
+        finite &= bool(torch.isfinite(runner.sessions[sid].prev).all())
+    drv.close()
+    ratio = float(np.mean(m_con) / max(np.mean(r_con), 1e-6))
+    return {
+        "finite": float(finite),
+        "contrast_ratio": ratio,
+        "contrast_min_ratio": float(np.min(np.asarray(m_con) / np.maximum(np.asarray(r_con), 1e-6))),
+        "moving_diff": float(np.mean(diff_move)),
+        "idle_diff": float(np.mean(diff_idle)) if diff_idle else 0.0,
+        "sharpness_late": float(np.mean(m_sharp) / max(np.mean(r_sharp), 1e-6)),
+    }
+
+
+def save_strips(roll: Rollouts, out: Path, bucket: int, n: int = 3, frames: tuple[int, ...] = (0, 1, 4, 8, 16, 24, 31)) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(min(n, roll.truth.shape[0])):
+        rows.append(np.concatenate([roll.truth[i, t] for t in frames], 1))
+        rows.append(np.concatenate([roll.model[i, t] for t in frames], 1))
+    img = np.concatenate(rows, 0)
+    scale = max(1, 128 // bucket)
+    Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST).save(out / f"strip_{bucket}.png")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Model rollouts against the renderer on held-out worlds.")
+    ap.add_argument("--quick", action="store_true", help="fewer episodes and a 1,000-frame long rollout")
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    ap.add_argument("--out", type=Path, default=Path("docs/quality"))
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args(argv)
+    runner = ModelRunner.from_pretrained(args.weights, threads=args.threads, max_sessions=16)
+    episodes = 4 if args.quick else 12
+    long_len = 1000 if args.quick else 5000
+    summary: dict[str, float] = {}
+    for bucket in runner.buckets:
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([args.seed, bucket])
+        roll = short_rollouts(runner, bucket, episodes, max(HORIZONS) + 1, rng)
+        save_strips(roll, args.out, bucket)
+        res = {}
+        for h in HORIZONS:
+            res[f"psnr_h{h}"] = float(np.mean([psnr(roll.model[i, h], roll.truth[i, h]) for i in range(episodes)]))
+            res[f"psnr_h{h}_repeat"] = float(np.mean([psnr(roll.truth[i, 0], roll.truth[i, h]) for i in range(episodes)]))
+        model_ok, truth_ok = [], []
+        for i in range(episodes):
+            for t in range(1, roll.truth.shape[1]):
+                m = motion_ok(roll.model[i, t - 1], roll.model[i, t], roll.actions[i, t], bucket)
+                r = motion_ok(roll.truth[i, t - 1], roll.truth[i, t], roll.actions[i, t], bucket)
+                if m is not None:
+                    model_ok.append(m)
+                    truth_ok.append(bool(r))
+        res["control_acc"] = float(np.mean(model_ok)) if model_ok else float("nan")
+        res["control_acc_renderer"] = float(np.mean(truth_ok)) if truth_ok else float("nan")
+        res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
+        if bucket == runner.buckets[0] or not args.quick:
+            long = long_rollout(runner, bucket, min(episodes, 4), long_len if bucket == runner.buckets[0] else long_len // 5, rng)
+            res.update(long)
+            res["long_ok"] = float(
+                long["finite"] == 1.0 and 0.7 <= long["contrast_ratio"] <= 1.5
+                and long["moving_diff"] > 2 * long["idle_diff"]
+            )
+        print(f"bucket {bucket} ({time.perf_counter() - t0:.0f} s)")
+        for k, v in res.items():
+            print(f"  {k:<22} {v:8.3f}")
+        if bucket == runner.buckets[0]:
+            summary = res
+    s = summary
+    print(
+        f"quality psnr_h8={s['psnr_h8']:.2f} psnr_h8_repeat={s['psnr_h8_repeat']:.2f} "
+        f"psnr_h32={s['psnr_h32']:.2f} psnr_h32_repeat={s['psnr_h32_repeat']:.2f} "
+        f"control_acc={s['control_acc']:.3f} sharpness_late={s['sharpness_late']:.3f} "
+        f"scene_ok={int(s['scene_ok'])} long_ok={int(s['long_ok'])}"
+    )
+
+
+if __name__ == "__main__":
+    main()

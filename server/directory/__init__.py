@@ -1,0 +1,35 @@
+"""The session directory shared by workers and a router (DESIGN.md §7).
+
+``open_directory(None)`` is the embedded in-memory one; ``open_directory("redis://...")``
+is shared through Redis. See ``base`` for the contract both keep.
+"""
+
+from server.directory.base import (
+    Directory,
+    DirectoryError,
+    DirectoryUnavailable,
+    NoWorkerAvailable,
+    SessionRecord,
+    SessionState,
+    UnknownSession,
+    UnknownWorker,
+    WorkerInfo,
+    WorkerState,
+)
+from server.directory.factory import open_directory
+from server.directory.memory import MemoryDirectory
+
+__all__ = [
+    "Directory",
+    "DirectoryError",
+    "DirectoryUnavailable",
+    "MemoryDirectory",
+    "NoWorkerAvailable",
+    "SessionRecord",
+    "SessionState",
+    "UnknownSession",
+    "UnknownWorker",
+    "WorkerInfo",
+    "WorkerState",
+    "open_directory",
+]

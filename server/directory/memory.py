@@ -1,0 +1,217 @@
+"""``MemoryDirectory``: the directory of one process (the embedded default; no Redis).
+
+Plain dicts owned by the event loop. No method awaits anything before it is done, so each
+one is atomic with respect to the others, which is what the Redis implementation gets from
+Lua. TTLs are deadlines on the injected clock, checked when read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from server.directory.base import (
+    Clock,
+    NoWorkerAvailable,
+    SessionRecord,
+    SessionState,
+    UnknownSession,
+    UnknownWorker,
+    WorkerInfo,
+    WorkerState,
+    check_heartbeat,
+    check_threshold,
+    check_ttl,
+)
+
+_HOLDS_SLOT = (SessionState.ACTIVE, SessionState.MIGRATING)
+
+
+@dataclasses.dataclass(slots=True)
+class _Worker:
+    info: WorkerInfo  # load here is the reported one
+    deadline: float  # live while clock() < deadline
+    sessions: set[str]  # placed here and holding a slot
+
+
+class MemoryDirectory:
+    def __init__(self, *, clock: Clock = time.time, retry_after_s: float = 1.0) -> None:
+        self._clock = clock
+        self._retry_after_s = retry_after_s
+        self._workers: dict[str, _Worker] = {}
+        self._sessions: dict[str, SessionRecord] = {}
+        self._snapshots: dict[str, tuple[bytes, float]] = {}  # id -> (data, deadline)
+
+    # Workers.
+
+    async def register_worker(self, info: WorkerInfo, ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        now = self._clock()
+        old = self._workers.get(info.worker_id)
+        sessions = old.sessions if old is not None else set()
+        info = dataclasses.replace(info, heartbeat=now)
+        self._workers[info.worker_id] = _Worker(info, now + ttl_s, sessions)
+
+    async def heartbeat(
+        self,
+        worker_id: str,
+        load: int,
+        utilisation: float,
+        state: WorkerState,
+        ttl_s: float,
+    ) -> None:
+        check_heartbeat(load, utilisation, state, ttl_s)
+        w = self._workers.get(worker_id)
+        if w is None:
+            raise UnknownWorker(worker_id)
+        now = self._clock()
+        w.info = dataclasses.replace(
+            w.info, load=load, utilisation=float(utilisation), state=state, heartbeat=now
+        )
+        w.deadline = now + ttl_s
+
+    async def set_worker_state(self, worker_id: str, state: WorkerState) -> None:
+        w = self._workers.get(worker_id)
+        if w is None:
+            raise UnknownWorker(worker_id)
+        w.info = dataclasses.replace(w.info, state=WorkerState(state))
+
+    async def deregister_worker(self, worker_id: str) -> list[str]:
+        orphaned = await self.orphan_sessions_of(worker_id)
+        self._workers.pop(worker_id, None)
+        return orphaned
+
+    async def get_worker(self, worker_id: str) -> WorkerInfo | None:
+        w = self._workers.get(worker_id)
+        if w is None or not self._clock() < w.deadline:
+            return None
+        return self._effective(w)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        now = self._clock()
+        return [
+            self._effective(self._workers[wid])
+            for wid in sorted(self._workers)
+            if now < self._workers[wid].deadline
+        ]
+
+    async def reap_dead_workers(self) -> dict[str, list[str]]:
+        now = self._clock()
+        dead = sorted(wid for wid, w in self._workers.items() if not now < w.deadline)
+        return {wid: await self.deregister_worker(wid) for wid in dead}
+
+    # Sessions.
+
+    async def place_session(self, session_id: str, threshold: float) -> WorkerInfo:
+        check_threshold(threshold)
+        now = self._clock()
+        live = serving = 0
+        best: tuple[float, float, str] | None = None
+        for wid in sorted(self._workers):
+            w = self._workers[wid]
+            if not now < w.deadline:
+                continue
+            live += 1
+            if w.info.state != WorkerState.SERVING:
+                continue
+            serving += 1
+            load = self._load(w)
+            if load < w.info.capacity and w.info.utilisation < threshold:
+                key = (load / w.info.capacity, w.info.utilisation, wid)
+                best = key if best is None or key < best else best
+        if best is None:
+            raise NoWorkerAvailable(self._retry_after_s, live, serving)
+        worker = self._workers[best[2]]
+        old = self._sessions.get(session_id)
+        if old is not None and old.worker_id in self._workers:
+            self._workers[old.worker_id].sessions.discard(session_id)
+        worker.sessions.add(session_id)
+        self._sessions[session_id] = SessionRecord(
+            session_id,
+            worker.info.worker_id,
+            epoch=old.epoch if old is not None else 0,
+            block_idx=old.block_idx if old is not None else 0,
+            state=SessionState.ACTIVE,
+            updated=now,
+        )
+        return self._effective(worker)
+
+    async def release_session(self, session_id: str) -> bool:
+        record = self._sessions.pop(session_id, None)
+        if record is None:
+            return False
+        if record.worker_id in self._workers:
+            self._workers[record.worker_id].sessions.discard(session_id)
+        return True
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        return self._sessions.get(session_id)
+
+    async def update_session(self, record: SessionRecord) -> SessionRecord:
+        old = self._sessions.get(record.session_id)
+        if old is None:
+            raise UnknownSession(record.session_id)
+        if record.worker_id != old.worker_id:
+            raise ValueError(
+                f"session {record.session_id!r} is on worker {old.worker_id!r}, not "
+                f"{record.worker_id!r}: move it with place_session"
+            )
+        stored = dataclasses.replace(record, updated=self._clock())
+        self._sessions[record.session_id] = stored
+        w = self._workers.get(record.worker_id)
+        if w is not None:
+            if stored.state in _HOLDS_SLOT:
+                w.sessions.add(record.session_id)
+            else:
+                w.sessions.discard(record.session_id)
+        return stored
+
+    async def orphan_sessions_of(self, worker_id: str) -> list[str]:
+        now = self._clock()
+        orphaned = []
+        for sid, record in self._sessions.items():
+            if record.worker_id == worker_id and record.state in _HOLDS_SLOT:
+                self._sessions[sid] = dataclasses.replace(
+                    record, state=SessionState.ORPHANED, updated=now
+                )
+                orphaned.append(sid)
+        if worker_id in self._workers:
+            self._workers[worker_id].sessions.clear()
+        return sorted(orphaned)
+
+    # Snapshots.
+
+    async def put_snapshot(self, session_id: str, data: bytes, ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        now = self._clock()
+        # Expired snapshots nobody reads again would stay forever: sweep them here.
+        for sid in [sid for sid, (_, deadline) in self._snapshots.items() if not now < deadline]:
+            del self._snapshots[sid]
+        self._snapshots[session_id] = (bytes(data), now + ttl_s)
+
+    async def get_snapshot(self, session_id: str) -> bytes | None:
+        entry = self._snapshots.get(session_id)
+        if entry is None:
+            return None
+        if not self._clock() < entry[1]:
+            del self._snapshots[session_id]
+            return None
+        return entry[0]
+
+    async def delete_snapshot(self, session_id: str) -> bool:
+        if await self.get_snapshot(session_id) is None:
+            return False
+        del self._snapshots[session_id]
+        return True
+
+    async def close(self) -> None:
+        """Nothing to release; the records go with the process."""
+
+    # Helpers.
+
+    @staticmethod
+    def _load(w: _Worker) -> int:
+        return max(w.info.load, len(w.sessions))
+
+    def _effective(self, w: _Worker) -> WorkerInfo:
+        return dataclasses.replace(w.info, load=self._load(w))

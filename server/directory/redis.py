@@ -1,0 +1,440 @@
+"""``RedisDirectory``: the directory shared by workers and routers on many machines.
+
+Keys (``B`` is ``{prefix}``: the braces are a Redis Cluster hash tag, so every key of one
+directory lands in one slot and the Lua scripts may touch keys they compute)::
+
+    B:workers                 set of registered worker ids
+    B:worker:<id>             hash: address state capacity load utilisation heartbeat
+    B:alive:<id>              "1" with the heartbeat TTL; the worker is live while it exists
+    B:worker-sessions:<id>    set of session ids holding a slot on the worker
+    B:session:<sid>           hash: worker_id epoch block_idx state updated
+    B:snapshot:<sid>          the snapshot bytes, with their TTL
+
+Every operation that reads and then writes is one Lua script, so it is atomic: two routers
+placing at once can never both take a worker's last slot. Numbers travel as decimal strings
+(Lua would truncate a float reply to an integer). Any Redis or socket error becomes
+``DirectoryUnavailable``; short socket timeouts make that prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
+
+from server.directory.base import (
+    Clock,
+    DirectoryUnavailable,
+    NoWorkerAvailable,
+    SessionRecord,
+    SessionState,
+    UnknownSession,
+    UnknownWorker,
+    WorkerInfo,
+    WorkerState,
+    check_heartbeat,
+    check_threshold,
+    check_ttl,
+)
+
+T = TypeVar("T")
+
+# Shared Lua helpers; ARGV[1] is always the key base.
+_PRELUDE = """
+local base = ARGV[1]
+local function wkey(id) return base .. ':worker:' .. id end
+local function akey(id) return base .. ':alive:' .. id end
+local function skey(id) return base .. ':worker-sessions:' .. id end
+local function sesskey(sid) return base .. ':session:' .. sid end
+local function orphan(id, now)
+  local out = {}
+  for _, sid in ipairs(redis.call('SMEMBERS', skey(id))) do
+    local k = sesskey(sid)
+    if redis.call('HGET', k, 'worker_id') == id then
+      redis.call('HSET', k, 'state', 'orphaned', 'updated', now)
+      out[#out + 1] = sid
+    end
+  end
+  redis.call('DEL', skey(id))
+  table.sort(out)
+  return out
+end
+local function remove_worker(id, now)
+  local out = orphan(id, now)
+  redis.call('DEL', wkey(id), akey(id))
+  redis.call('SREM', base .. ':workers', id)
+  return out
+end
+"""
+
+# ARGV: base, id, address, state, capacity, load, utilisation, now, ttl_ms
+_REGISTER = """
+local id = ARGV[2]
+redis.call('DEL', wkey(id))
+redis.call('HSET', wkey(id), 'address', ARGV[3], 'state', ARGV[4], 'capacity', ARGV[5],
+           'load', ARGV[6], 'utilisation', ARGV[7], 'heartbeat', ARGV[8])
+redis.call('SET', akey(id), '1', 'PX', ARGV[9])
+redis.call('SADD', base .. ':workers', id)
+return 1
+"""
+
+# ARGV: base, id, load, utilisation, state, now, ttl_ms -> 1, or 0 if unknown
+_HEARTBEAT = """
+local id = ARGV[2]
+if redis.call('EXISTS', wkey(id)) == 0 then return 0 end
+redis.call('HSET', wkey(id), 'load', ARGV[3], 'utilisation', ARGV[4], 'state', ARGV[5],
+           'heartbeat', ARGV[6])
+redis.call('SET', akey(id), '1', 'PX', ARGV[7])
+return 1
+"""
+
+# ARGV: base, id, state -> 1, or 0 if unknown
+_SET_STATE = """
+if redis.call('EXISTS', wkey(ARGV[2])) == 0 then return 0 end
+redis.call('HSET', wkey(ARGV[2]), 'state', ARGV[3])
+return 1
+"""
+
+# ARGV: base, id, now -> orphaned session ids
+_DEREGISTER = "return remove_worker(ARGV[2], ARGV[3])"
+_ORPHAN = "return orphan(ARGV[2], ARGV[3])"
+
+# ARGV: base, now -> {id1, {sids...}, id2, {sids...}, ...}
+_REAP = """
+local out = {}
+local ids = redis.call('SMEMBERS', base .. ':workers')
+table.sort(ids)
+for _, id in ipairs(ids) do
+  if redis.call('EXISTS', akey(id)) == 0 then
+    out[#out + 1] = id
+    out[#out + 1] = remove_worker(id, ARGV[2])
+  end
+end
+return out
+"""
+
+# ARGV: base[, id] -> {id, placed, {hash...}, ...} for live workers
+_LIST = """
+local ids
+if ARGV[2] then ids = {ARGV[2]} else ids = redis.call('SMEMBERS', base .. ':workers') end
+table.sort(ids)
+local out = {}
+for _, id in ipairs(ids) do
+  if redis.call('EXISTS', akey(id)) == 1 and redis.call('EXISTS', wkey(id)) == 1 then
+    out[#out + 1] = id
+    out[#out + 1] = redis.call('SCARD', skey(id))
+    out[#out + 1] = redis.call('HGETALL', wkey(id))
+  end
+end
+return out
+"""
+
+# ARGV: base, sid, threshold, now -> {1, id, placed, {hash...}} or {0, live, serving}
+_PLACE = """
+local sid, threshold, now = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local ids = redis.call('SMEMBERS', base .. ':workers')
+table.sort(ids)
+local best, best_frac, best_util
+local live, serving = 0, 0
+for _, id in ipairs(ids) do
+  if redis.call('EXISTS', akey(id)) == 1 then
+    live = live + 1
+    local w = redis.call('HMGET', wkey(id), 'state', 'capacity', 'load', 'utilisation')
+    if w[1] == 'serving' then
+      serving = serving + 1
+      local cap, util = tonumber(w[2]), tonumber(w[4])
+      local load = math.max(tonumber(w[3]), redis.call('SCARD', skey(id)))
+      if load < cap and util < threshold then
+        local frac = load / cap
+        if best == nil or frac < best_frac or (frac == best_frac and util < best_util) then
+          best, best_frac, best_util = id, frac, util
+        end
+      end
+    end
+  end
+end
+if best == nil then return {0, live, serving} end
+local k = sesskey(sid)
+local old = redis.call('HGET', k, 'worker_id')
+if old then redis.call('SREM', skey(old), sid) end
+redis.call('SADD', skey(best), sid)
+redis.call('HSET', k, 'worker_id', best, 'epoch', redis.call('HGET', k, 'epoch') or '0',
+           'block_idx', redis.call('HGET', k, 'block_idx') or '0', 'state', 'active',
+           'updated', now)
+return {1, best, redis.call('SCARD', skey(best)), redis.call('HGETALL', wkey(best))}
+"""
+
+# ARGV: base, sid -> 1, or 0 if unknown
+_RELEASE = """
+local k = sesskey(ARGV[2])
+local wid = redis.call('HGET', k, 'worker_id')
+if not wid then return 0 end
+redis.call('SREM', skey(wid), ARGV[2])
+redis.call('DEL', k)
+return 1
+"""
+
+# ARGV: base, sid, worker_id, epoch, block_idx, state, now -> {1} | {0} unknown | {-1, wid}
+_UPDATE = """
+local sid, k = ARGV[2], sesskey(ARGV[2])
+local wid = redis.call('HGET', k, 'worker_id')
+if not wid then return {0} end
+if wid ~= ARGV[3] then return {-1, wid} end
+redis.call('HSET', k, 'epoch', ARGV[4], 'block_idx', ARGV[5], 'state', ARGV[6],
+           'updated', ARGV[7])
+if ARGV[6] == 'orphaned' then
+  redis.call('SREM', skey(wid), sid)
+elseif redis.call('EXISTS', wkey(wid)) == 1 then
+  redis.call('SADD', skey(wid), sid)
+end
+return {1}
+"""
+
+
+class RedisDirectory:
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "worldserve",
+        *,
+        clock: Clock = time.time,
+        socket_timeout_s: float = 1.0,
+        retries: int = 1,
+        retry_after_s: float = 1.0,
+    ) -> None:
+        parts = urlsplit(url)
+        # Never put a password in an error message.
+        self._where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or 6379}{parts.path}"
+        self._base = "{" + prefix + "}"
+        self._clock = clock
+        self._retry_after_s = retry_after_s
+        self._redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=socket_timeout_s,
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), retries),
+        )
+        self._register = self._script(_REGISTER)
+        self._heartbeat = self._script(_HEARTBEAT)
+        self._set_state = self._script(_SET_STATE)
+        self._deregister = self._script(_DEREGISTER)
+        self._orphan = self._script(_ORPHAN)
+        self._reap = self._script(_REAP)
+        self._list = self._script(_LIST)
+        self._place = self._script(_PLACE)
+        self._release = self._script(_RELEASE)
+        self._update = self._script(_UPDATE)
+
+    # Workers.
+
+    async def register_worker(self, info: WorkerInfo, ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        await self._call(
+            "register_worker",
+            self._register,
+            info.worker_id,
+            info.address,
+            str(WorkerState(info.state)),
+            info.capacity,
+            info.load,
+            repr(float(info.utilisation)),
+            self._now(),
+            _ms(ttl_s),
+        )
+
+    async def heartbeat(
+        self,
+        worker_id: str,
+        load: int,
+        utilisation: float,
+        state: WorkerState,
+        ttl_s: float,
+    ) -> None:
+        check_heartbeat(load, utilisation, state, ttl_s)
+        found = await self._call(
+            "heartbeat",
+            self._heartbeat,
+            worker_id,
+            load,
+            repr(float(utilisation)),
+            str(WorkerState(state)),
+            self._now(),
+            _ms(ttl_s),
+        )
+        if not found:
+            raise UnknownWorker(worker_id)
+
+    async def set_worker_state(self, worker_id: str, state: WorkerState) -> None:
+        found = await self._call(
+            "set_worker_state", self._set_state, worker_id, str(WorkerState(state))
+        )
+        if not found:
+            raise UnknownWorker(worker_id)
+
+    async def deregister_worker(self, worker_id: str) -> list[str]:
+        sids = await self._call("deregister_worker", self._deregister, worker_id, self._now())
+        return [_str(s) for s in sids]
+
+    async def get_worker(self, worker_id: str) -> WorkerInfo | None:
+        found = _workers(await self._call("get_worker", self._list, worker_id))
+        return found[0] if found else None
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return _workers(await self._call("list_workers", self._list))
+
+    async def reap_dead_workers(self) -> dict[str, list[str]]:
+        flat = await self._call("reap_dead_workers", self._reap, self._now())
+        return {_str(flat[i]): [_str(s) for s in flat[i + 1]] for i in range(0, len(flat), 2)}
+
+    # Sessions.
+
+    async def place_session(self, session_id: str, threshold: float) -> WorkerInfo:
+        check_threshold(threshold)
+        reply = await self._call(
+            "place_session",
+            self._place,
+            session_id,
+            repr(float(threshold)),
+            self._now(),
+        )
+        if reply[0] == 0:
+            raise NoWorkerAvailable(self._retry_after_s, int(reply[1]), int(reply[2]))
+        return _worker(_str(reply[1]), int(reply[2]), reply[3])
+
+    async def release_session(self, session_id: str) -> bool:
+        return bool(await self._call("release_session", self._release, session_id))
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        fields = await self._run(
+            "get_session", self._redis.hgetall(self._key("session", session_id))
+        )
+        return _session(session_id, fields) if fields else None
+
+    async def update_session(self, record: SessionRecord) -> SessionRecord:
+        now = self._now()
+        reply = await self._call(
+            "update_session",
+            self._update,
+            record.session_id,
+            record.worker_id,
+            record.epoch,
+            record.block_idx,
+            str(SessionState(record.state)),
+            now,
+        )
+        if reply[0] == 0:
+            raise UnknownSession(record.session_id)
+        if reply[0] == -1:
+            raise ValueError(
+                f"session {record.session_id!r} is on worker {_str(reply[1])!r}, not "
+                f"{record.worker_id!r}: move it with place_session"
+            )
+        return SessionRecord(
+            record.session_id,
+            record.worker_id,
+            epoch=record.epoch,
+            block_idx=record.block_idx,
+            state=SessionState(record.state),
+            updated=float(now),
+        )
+
+    async def orphan_sessions_of(self, worker_id: str) -> list[str]:
+        sids = await self._call("orphan_sessions_of", self._orphan, worker_id, self._now())
+        return [_str(s) for s in sids]
+
+    # Snapshots.
+
+    async def put_snapshot(self, session_id: str, data: bytes, ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        key = self._key("snapshot", session_id)
+        await self._run("put_snapshot", self._redis.set(key, bytes(data), px=_ms(ttl_s)))
+
+    async def get_snapshot(self, session_id: str) -> bytes | None:
+        data = await self._run("get_snapshot", self._redis.get(self._key("snapshot", session_id)))
+        if data is None or isinstance(data, bytes):
+            return data
+        raise DirectoryUnavailable(f"snapshot of {session_id!r} came back as {type(data).__name__}")
+
+    async def delete_snapshot(self, session_id: str) -> bool:
+        n = await self._run(
+            "delete_snapshot", self._redis.delete(self._key("snapshot", session_id))
+        )
+        return bool(n)
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    # Plumbing.
+
+    def _script(self, body: str) -> Any:
+        return self._redis.register_script(_PRELUDE + body)
+
+    def _key(self, kind: str, ident: str) -> str:
+        return f"{self._base}:{kind}:{ident}"
+
+    def _now(self) -> str:
+        return repr(float(self._clock()))
+
+    async def _call(self, what: str, script: Any, *args: object) -> Any:
+        return await self._run(what, script(args=[self._base, *args]))
+
+    async def _run(self, what: str, pending: Awaitable[T]) -> T:
+        try:
+            return await pending
+        except (RedisError, OSError) as exc:  # TimeoutError is an OSError
+            raise DirectoryUnavailable(
+                f"{what} failed at {self._where}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+# Decoding replies: bytes in, records out. A record that does not parse means something
+# else wrote under our prefix; refuse rather than guess.
+
+
+def _str(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _workers(flat: list[Any]) -> list[WorkerInfo]:
+    return [_worker(_str(flat[i]), int(flat[i + 1]), flat[i + 2]) for i in range(0, len(flat), 3)]
+
+
+def _worker(worker_id: str, placed: int, flat_hash: list[Any]) -> WorkerInfo:
+    h = {_str(flat_hash[i]): _str(flat_hash[i + 1]) for i in range(0, len(flat_hash), 2)}
+    try:
+        return WorkerInfo(
+            worker_id,
+            h["address"],
+            state=WorkerState(h["state"]),
+            capacity=int(h["capacity"]),
+            load=max(int(h["load"]), placed),
+            utilisation=float(h["utilisation"]),
+            heartbeat=float(h["heartbeat"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise DirectoryUnavailable(f"corrupt record for worker {worker_id!r}: {exc!r}") from exc
+
+
+def _session(session_id: str, fields: dict[Any, Any]) -> SessionRecord:
+    h = {_str(k): _str(v) for k, v in fields.items()}
+    try:
+        return SessionRecord(
+            session_id,
+            h["worker_id"],
+            epoch=int(h["epoch"]),
+            block_idx=int(h["block_idx"]),
+            state=SessionState(h["state"]),
+            updated=float(h["updated"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise DirectoryUnavailable(f"corrupt record for session {session_id!r}: {exc!r}") from exc
+
+
+def _ms(ttl_s: float) -> int:
+    return max(1, round(ttl_s * 1000))

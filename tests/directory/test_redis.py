@@ -1,0 +1,87 @@
+"""What only the Redis directory has: an unreachable server, shared records, the factory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from server.directory import (
+    Directory,
+    DirectoryUnavailable,
+    MemoryDirectory,
+    SessionRecord,
+    WorkerInfo,
+    WorkerState,
+    open_directory,
+)
+from server.directory.redis import RedisDirectory
+from tests.directory.conftest import free_port
+
+OPERATIONS: dict[str, Callable[[Directory], Awaitable[object]]] = {
+    "register_worker": lambda d: d.register_worker(WorkerInfo("w", "http://w:1"), 5.0),
+    "heartbeat": lambda d: d.heartbeat("w", 0, 0.0, WorkerState.SERVING, 5.0),
+    "list_workers": lambda d: d.list_workers(),
+    "place_session": lambda d: d.place_session("s", 1.0),
+    "get_session": lambda d: d.get_session("s"),
+    "update_session": lambda d: d.update_session(SessionRecord("s", "w")),
+    "put_snapshot": lambda d: d.put_snapshot("s", b"x", 5.0),
+    "reap_dead_workers": lambda d: d.reap_dead_workers(),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+async def test_unreachable_redis_raises_directory_unavailable_promptly(operation: str) -> None:
+    port = free_port()  # nothing listens there once the probe socket is closed
+    d = RedisDirectory(f"redis://:hunter2@127.0.0.1:{port}/0", socket_timeout_s=0.5)
+    try:
+        start = time.monotonic()
+        with pytest.raises(DirectoryUnavailable) as err:
+            await OPERATIONS[operation](d)
+        assert time.monotonic() - start < 2.0
+    finally:
+        await d.close()
+    message = str(err.value)
+    assert operation in message and f"127.0.0.1:{port}" in message
+    assert "hunter2" not in message
+    assert err.value.code == "directory_unavailable"
+
+
+async def test_a_worker_registered_by_one_client_is_placed_by_another(redis_url: str) -> None:
+    worker = RedisDirectory(redis_url, "shared-test")
+    router = RedisDirectory(redis_url, "shared-test")
+    other = RedisDirectory(redis_url, "other-prefix")
+    try:
+        await worker.register_worker(
+            WorkerInfo("w", "http://w:1", state=WorkerState.SERVING, capacity=1), 5.0
+        )
+        assert (await router.place_session("s", 1.0)).address == "http://w:1"
+        assert await other.list_workers() == []
+        assert (await worker.get_session("s")).worker_id == "w"  # type: ignore[union-attr]
+    finally:
+        for d in (worker, router, other):
+            await d.close()
+
+
+async def test_corrupt_records_raise_directory_unavailable(redis_url: str) -> None:
+    raw = aioredis.Redis.from_url(redis_url)
+    d = RedisDirectory(redis_url, "corrupt-test")
+    try:
+        await raw.hset("{corrupt-test}:session:s", mapping={"worker_id": "w", "epoch": "x"})
+        with pytest.raises(DirectoryUnavailable, match="corrupt record for session 's'"):
+            await d.get_session("s")
+    finally:
+        await d.close()
+        await raw.aclose()
+
+
+async def test_open_directory_picks_the_implementation_from_the_url() -> None:
+    assert isinstance(open_directory(None), MemoryDirectory)
+    assert isinstance(open_directory("memory://"), MemoryDirectory)
+    d = open_directory("redis://127.0.0.1:1/0")
+    assert isinstance(d, RedisDirectory)
+    await d.close()
+    with pytest.raises(ValueError, match="'http'"):
+        open_directory("http://example.test")
