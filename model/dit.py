@@ -277,8 +277,7 @@ class WorldModel(nn.Module):
         b, f = x.shape[:2]
         noise = torch.full((b, f), noise_level, device=x.device)
         tokens, c = self._embed(x, prev, noise, actions, scene)
-        rope_sp = self.rope.spatial(x.shape[-1]).to(tokens.dtype)
-        rope_sp = Rope(rope_sp.cos.repeat(f, 1), rope_sp.sin.repeat(f, 1))
+        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
         for i, blk in enumerate(self.blocks):
             tokens, _, _ = blk(tokens, c, f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask)
         return self._head(tokens, c, prev)
@@ -290,8 +289,7 @@ class WorldModel(nn.Module):
         """The clean chunk at noise 0 -> keys, values (L, B, F*T, H, D) for the cache."""
         b, f = x.shape[:2]
         tokens, c = self._embed(x, prev, torch.zeros(b, f, device=x.device), actions, scene)
-        rope_sp = self.rope.spatial(x.shape[-1]).to(tokens.dtype)
-        rope_sp = Rope(rope_sp.cos.repeat(f, 1), rope_sp.sin.repeat(f, 1))
+        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
         ks, vs = [], []
         last = len(self.blocks) - 1
         for i, blk in enumerate(self.blocks):
@@ -322,8 +320,7 @@ class WorldModel(nn.Module):
         cfg = self.cfg
         t = cfg.tokens_per_frame(h)
         tokens, c = self._embed(x, prev, noise, actions, scene)
-        sp = self.rope.spatial(h)
-        rope_sp = Rope(sp.cos.repeat(n, 1), sp.sin.repeat(n, 1)).to(tokens.dtype)
+        rope_sp = self.rope.spatial_frames(h, n, tokens.dtype)
         is_sink = frame_pos < cfg.sink_frames
         rope_tq = self.rope.time(frame_pos, torch.zeros_like(is_sink), t).to(tokens.dtype)
         rope_tk = self.rope.time(frame_pos, is_sink, t).to(tokens.dtype)

@@ -109,6 +109,10 @@ class KVCachePool:
             tok_valid = np.repeat(valid, t, axis=1)  # (B, P*T)
             full = np.concatenate((tok_valid, np.ones((b, fc * t), dtype=bool)), 1)
             mask = torch.from_numpy(full).to(self.k.device)[:, None, None, :]
+        # One-frame chunks rotate their queries by time 0, and their own keys too unless
+        # the chunk is a sink frame: known on the host, so those rotations are skipped.
+        rope_q.identity = fc == 1
+        rope_k.identity = fc == 1 and bool((own_frames >= cfg.sink_frames).all())
         return ChunkContext(
             k=k, v=v, mask=mask, rope_q=rope_q.to(k.dtype), rope_k=rope_k.to(k.dtype)
         )

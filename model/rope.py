@@ -28,17 +28,20 @@ class Rope:
 
     cos: torch.Tensor
     sin: torch.Tensor
+    identity: bool = False  # known on the host to rotate by nothing: ``apply`` is free
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` (..., N, H, D) token-wise. Tables are (N, D), shared by the batch,
         or (..., N, D), one per batch row; they broadcast over heads."""
+        if self.identity:
+            return x
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         cos, sin = self.cos.unsqueeze(-2), self.sin.unsqueeze(-2)
         return x * cos + rotated * sin
 
     def to(self, dtype: torch.dtype) -> Rope:
-        return Rope(self.cos.to(dtype), self.sin.to(dtype))
+        return Rope(self.cos.to(dtype), self.sin.to(dtype), self.identity)
 
 
 def _freqs(n_pairs: int, theta: float) -> torch.Tensor:
@@ -59,6 +62,7 @@ class RopeTables:
         self.f_y = _freqs(self.y_pairs, cfg.rope_theta)
         self.f_x = _freqs(self.x_pairs, cfg.rope_theta)
         self._spatial: dict[int, Rope] = {}
+        self._spatial_frames: dict[tuple[int, int, torch.dtype], Rope] = {}
 
     def _table(self, angles: torch.Tensor, keep: torch.Tensor | None = None) -> Rope:
         """angles (N, D/2) -> Rope; ``keep`` (N, D/2) zeroes pairs where it is 0."""
@@ -85,6 +89,14 @@ class RopeTables:
             )
             self._spatial[bucket] = self._table(angles)
         return self._spatial[bucket]
+
+    def spatial_frames(self, bucket: int, frames: int, dtype: torch.dtype) -> Rope:
+        """``spatial(bucket)`` repeated for ``frames`` frames, in ``dtype`` (cached)."""
+        key = (bucket, frames, dtype)
+        if key not in self._spatial_frames:
+            sp = self.spatial(bucket)
+            self._spatial_frames[key] = Rope(sp.cos.repeat(frames, 1), sp.sin.repeat(frames, 1)).to(dtype)
+        return self._spatial_frames[key]
 
     def time(self, times: torch.Tensor, is_sink: torch.Tensor, tokens: int) -> Rope:
         """Rotation by frame time for ``len(times)`` frames of ``tokens`` tokens each.

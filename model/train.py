@@ -282,7 +282,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=tc.lr, betas=(0.9, 0.98),
     )
-    meta = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": []}
+    meta = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": [],
+            "model": json.loads(cfg.to_json())}
     if resume and (out / "ckpt.safetensors").exists():
         meta = load_checkpoint(out, model, ema, opt)
         print(f"resumed from {out} at step {meta['step']}", file=sys.stderr)
@@ -335,6 +336,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     report = {
         "steps": step, "steps_this_run": step - step0,
         "loss_last_100": float(np.mean(losses[-100:])) if losses else None,
+        "loss_first_10_this_run": float(np.mean(losses[:10])) if losses else None,
+        "loss_last_10_this_run": float(np.mean(losses[-10:])) if losses else None,
         "cpu_seconds_total": meta["cpu_seconds"], "wall_seconds_total": meta["wall_seconds"],
         "threads": torch.get_num_threads(), "config": asdict(tc), "model": json.loads(cfg.to_json()),
     }
@@ -359,7 +362,7 @@ def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimi
 def export_checkpoint(out: Path, dest: Path) -> Path:
     """Write the EMA weights of the checkpoint in ``out`` as servable weights at ``dest``."""
     meta = json.loads((out / "ckpt.json").read_text())
-    cfg_overrides = json.loads((out / "report.json").read_text())["model"] if (out / "report.json").exists() else None
+    cfg_overrides = meta.get("model")
     tensors = load_file(str(out / "ckpt.safetensors"))
     ema_state = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
     cfg = ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()

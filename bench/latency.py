@@ -1,0 +1,143 @@
+"""Loopback latency: time to first frame and WebSocket action-to-frame latency.
+
+    python -m bench.latency [--weights PATH] [--actions 40] [--fps 24] [--bucket 64]
+
+Starts the real server in this process on a free loopback port (default weights, or
+``--weights``), opens one push session with the Python SDK and measures:
+
+- time to first frame: from sending ``start`` to receiving the first frame;
+- action to frame: from sending an action to receiving the first frame whose
+  ``action_seq`` includes it (actions alternate keys, one every ``--interval`` s).
+
+It first prints encode milliseconds per frame for each codec and bucket. The last line
+is ``latency ttff_ms=<x> ws_p50_ms=<x> ws_p99_ms=<x> rtc_p50_ms=nan rtc_p99_ms=nan``
+(WebRTC comes later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+from aiohttp import web
+
+from clients.sdk import FrameEvent, WorldClient
+from server.app import create_app
+from server.encode import measure
+from server.keys import SERVICE
+from server.logs import configure
+from server.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def encode_table(buckets: tuple[int, ...]) -> list[str]:
+    lines = []
+    for codec in ("jpeg", "raw", "h264"):
+        for bucket in buckets:
+            ms = measure(codec, bucket, frames=60)
+            lines.append(f"encode codec={codec} bucket={bucket} ms_per_frame={ms:.3f}")
+    return lines
+
+
+async def run(args: argparse.Namespace) -> str:
+    settings = Settings(
+        port=free_port(),
+        weights=args.weights,
+        threads=args.threads,
+        buckets=(args.bucket,),
+        warmup_batch_sizes=(1,),
+        capacity=2,
+    )
+    app = create_app(settings)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", settings.port)
+    await site.start()
+    try:
+        t0 = time.perf_counter()
+        while not app[SERVICE].ready:
+            if app[SERVICE].failure:
+                raise SystemExit(f"server failed: {app[SERVICE].failure}")
+            await asyncio.sleep(0.05)
+        print(f"ready in {time.perf_counter() - t0:.2f} s (model load + warm-up)")
+        url = f"ws://127.0.0.1:{settings.port}/v1/ws"
+        async with WorldClient(url, decode=False) as client:
+            t_start = time.perf_counter()
+            started = await client.start(
+                "a green forest", fps=args.fps, bucket=args.bucket, lookahead=args.lookahead
+            )
+            await client.next_frame(30)
+            ttff = (time.perf_counter() - t_start) * 1000
+            print(f"session level={started.level} fps={started.fps} steps={started.steps} "
+                  f"lookahead={started.lookahead}")
+            lat = await action_latency(client, args.actions, args.interval)
+    finally:
+        await runner.cleanup()
+    p50, p99 = (np.percentile(lat, q) if lat else float("nan") for q in (50, 99))
+    print(f"actions={len(lat)} min_ms={min(lat, default=float('nan')):.1f} "
+          f"max_ms={max(lat, default=float('nan')):.1f}")
+    return f"latency ttff_ms={ttff:.1f} ws_p50_ms={p50:.1f} ws_p99_ms={p99:.1f} rtc_p50_ms=nan rtc_p99_ms=nan"
+
+
+async def action_latency(client: WorldClient, n: int, interval: float) -> list[float]:
+    """Send ``n`` actions; for each, ms until the first frame that applied it."""
+    sent: dict[int, float] = {}
+    out: list[float] = []
+    keys = (("forward",), ("right",), ("back",), ("left",))
+    done = asyncio.Event()
+
+    async def reader() -> None:
+        while len(out) < n:
+            ev: FrameEvent = await client.next_frame(30)
+            now = time.perf_counter()
+            for seq in [s for s in sent if s <= ev.msg.action_seq]:
+                out.append((now - sent.pop(seq)) * 1000)
+        done.set()
+
+    task = asyncio.create_task(reader())
+    for i in range(n):
+        seq = await client.action(keys[i % len(keys)])
+        sent[seq] = time.perf_counter()
+        await asyncio.sleep(interval)
+    try:
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        task.cancel()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="loopback time to first frame and action latency")
+    ap.add_argument("--weights", type=Path, default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--fps", type=float, default=24.0)
+    ap.add_argument("--bucket", type=int, default=64)
+    ap.add_argument("--lookahead", type=int, default=0)
+    ap.add_argument("--actions", type=int, default=40)
+    ap.add_argument("--interval", type=float, default=0.15, help="seconds between actions")
+    ap.add_argument("--encode-buckets", type=lambda t: tuple(int(x) for x in t.split(",")),
+                    default=(64, 128, 256))
+    args = ap.parse_args(argv)
+    configure("kv", "WARNING")
+    for line in encode_table(args.encode_buckets):
+        print(line)
+    try:
+        import uvloop
+
+        line = uvloop.run(run(args))
+    except ImportError:
+        line = asyncio.run(run(args))
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
