@@ -13,7 +13,9 @@ import time
 from fractions import Fraction
 from typing import Protocol
 
+import av
 import numpy as np
+from av.video.frame import PictureType
 from PIL import Image
 
 from server.protocol import Codec
@@ -65,8 +67,6 @@ class H264Encoder:
         self._size: tuple[int, int] | None = None
 
     def _open(self, width: int, height: int) -> object:
-        import av
-
         ctx = av.CodecContext.create("libx264", "w")
         ctx.width, ctx.height = width, height
         ctx.pix_fmt = "yuv420p"
@@ -79,9 +79,6 @@ class H264Encoder:
         return ctx
 
     def encode(self, frame: np.ndarray, index: int, *, key: bool = False) -> tuple[bytes, bool]:
-        import av
-        from av.video.frame import PictureType
-
         h, w = frame.shape[:2]
         if self._ctx is None or self._size != (w, h):  # first frame or a bucket switch
             self._ctx = self._open(w, h)

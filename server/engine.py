@@ -7,6 +7,11 @@ each session's ``Outbox``: push chunks into a one-slot ``LatestFrame`` at their 
 (a chunk generated ahead is held on a timer until then), pull chunks into an ordered bounded
 queue. Every event also goes to ``on_event`` (metrics, transports, logs).
 
+``suspend(id)`` takes a session out of the schedule between two steps, so nothing of it
+is in flight: it returns the next block_idx and the runner's ``ModelState`` (exported on
+the model thread before the state is freed), enough to add the session back later with
+``first_block`` and ``SessionSpec.restore`` and continue with no gap or repeat.
+
 Loop shape, as every background loop here: ``CancelledError`` exits quietly, other
 exceptions are logged with the session ids, cleanup always runs, ``stop()`` cancels then
 awaits.
@@ -16,16 +21,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from session.admission import Admission
-from session.plan import Runner, SessionSpec, StepOutput, StepPlan
+from session.degrade import Settings
+from session.plan import ModelState, Runner, SessionSpec, StepOutput, StepPlan
 from session.scheduler import ChunkReady, Event, Mode, Scheduler
 
 log = logging.getLogger(__name__)
@@ -92,6 +100,20 @@ class Outbox:
         self.ordered.close()
 
 
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """A session taken out of the schedule by ``Engine.suspend``."""
+
+    session_id: str
+    next_block: int  # the first block it has not generated
+    state: ModelState | None  # the runner's state (None: it had none yet, or export failed)
+    level: int  # its degradation level then
+    settings: Settings  # what it ran at then
+
+
+StepHook = Callable[[StepPlan, StepOutput, float], None]  # plan, output, wall seconds
+
+
 def model_executor() -> ThreadPoolExecutor:
     """The single thread that owns the model (warm it up here, then hand it to the Engine)."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="worldserve-model")
@@ -111,6 +133,7 @@ class Engine:
         pace: bool = True,
         ordered_capacity: int = 8,
         on_event: Callable[[Event], None] | None = None,
+        on_step: StepHook | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.runner = runner
@@ -119,6 +142,8 @@ class Engine:
         self._pace = pace  # False: push chunks go to LatestFrame as soon as they are ready
         self._ordered_capacity = ordered_capacity
         self._on_event = on_event
+        self._on_step = on_step
+        self._suspends: dict[str, asyncio.Future[Suspension]] = {}
         self._outboxes: dict[str, Outbox] = {}
         self._timers: set[asyncio.TimerHandle] = set()
         self._wake = asyncio.Event()
@@ -165,6 +190,20 @@ class Engine:
         if box is not None:
             box.close()
         self.wake()
+
+    async def suspend(self, session_id: str) -> Suspension:
+        """Take a session out of the schedule between two steps and export its model
+        state; KeyError if it is not scheduled. Its outbox closes."""
+        if session_id not in self.scheduler:
+            raise KeyError(f"session {session_id!r} is not scheduled")
+        if not self.running:  # no step in flight: nothing to wait for (no state to export)
+            return self._suspend_now(session_id, None)
+        fut = self._suspends.get(session_id)
+        if fut is None:
+            fut = self._suspends[session_id] = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(_retrieve)  # a caller that gave up must not leave it unread
+            self.wake()
+        return await asyncio.shield(fut)
 
     def outbox(self, session_id: str) -> Outbox:
         return self._outboxes[session_id]
@@ -224,14 +263,23 @@ class Engine:
         try:
             while True:
                 self._wake.clear()
+                if self._suspends:
+                    await self._run_suspends()
                 now = self._clock()
                 plan = self.scheduler.schedule(now)
                 if plan.is_empty():
-                    self._dispatch(self.scheduler.take_events())
+                    # update() with the empty plan, not take_events(): it also runs the
+                    # degradation control tick. A session that skips every slot (its chunk
+                    # costs more than a chunk period) yields only empty plans, and without
+                    # the tick it would never be degraded to a rung it can make.
+                    self._dispatch(self.scheduler.update(plan, StepOutput(), now))
                     await self._idle(now)
                     continue
+                t0 = time.perf_counter()
                 out = await self._execute(plan)
                 self.steps += 1
+                if self._on_step is not None:
+                    self._call_step_hook(plan, out, time.perf_counter() - t0)
                 self._dispatch(self.scheduler.update(plan, out, self._clock()))
         except asyncio.CancelledError:
             pass
@@ -252,6 +300,46 @@ class Engine:
             ids = _session_ids(plan)
             log.exception("runner failed a plan; sessions %s", ids)
             return StepOutput(errors={sid: f"runner failed: {exc!r}" for sid in ids})
+
+    async def _run_suspends(self) -> None:
+        """Between steps (nothing in flight): export each state, then unschedule."""
+        pending, self._suspends = self._suspends, {}
+        loop = asyncio.get_running_loop()
+        try:
+            for sid, fut in pending.items():
+                if sid not in self.scheduler:
+                    if not fut.done():
+                        fut.set_exception(KeyError(f"session {sid!r} is not scheduled"))
+                    continue
+                state: ModelState | None = None
+                try:
+                    state = await loop.run_in_executor(self._executor, self.runner.export_state, sid)
+                except KeyError:
+                    pass  # never opened in the runner: it restarts from its spec
+                except Exception:
+                    log.exception("export_state failed for session %s; it resumes afresh", sid)
+                if sid in self.scheduler:
+                    result = self._suspend_now(sid, state)
+                    if not fut.done():
+                        fut.set_result(result)
+                elif not fut.done():
+                    fut.set_exception(KeyError(f"session {sid!r} was removed while suspending"))
+        finally:
+            for fut in pending.values():
+                if not fut.done():
+                    fut.set_exception(RuntimeError("engine stopped while suspending"))
+
+    def _suspend_now(self, session_id: str, state: ModelState | None) -> Suspension:
+        stats = self.scheduler.stats(session_id)
+        self.remove_session(session_id)
+        return Suspension(session_id, stats.next_block, state, stats.level, stats.settings)
+
+    def _call_step_hook(self, plan: StepPlan, out: StepOutput, seconds: float) -> None:
+        assert self._on_step is not None
+        try:
+            self._on_step(plan, out, seconds)
+        except Exception:
+            log.exception("step hook failed; sessions %s", _session_ids(plan))
 
     async def _idle(self, now: float) -> None:
         delay = self.scheduler.next_wakeup(now) - now
@@ -302,11 +390,20 @@ class Engine:
         self._timers.add(handle)
 
     def _cleanup(self) -> None:
+        pending, self._suspends = self._suspends, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(RuntimeError("engine stopped while suspending"))
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
         for box in self._outboxes.values():
             box.close()
+
+
+def _retrieve(fut: asyncio.Future[Suspension]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _session_ids(plan: StepPlan) -> list[str]:

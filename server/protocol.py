@@ -18,7 +18,7 @@ import math
 import types
 from dataclasses import MISSING, dataclass, field, fields
 from enum import IntEnum, StrEnum
-from functools import cache
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 import msgpack
@@ -540,7 +540,7 @@ def _decode(data: bytes, registry: dict[str, type[Message]]) -> Message:
 def from_wire(cls: type[Message], obj: dict[str, Any]) -> Message:
     """Build ``cls`` from a decoded map: convert every field, then run its checks."""
     kwargs: dict[str, Any] = {}
-    for name, (tp, required) in _fields(cls).items():
+    for name, (tp, required) in _FIELDS[cls].items():
         if name not in obj:
             if required:
                 raise ProtocolError("missing", name)
@@ -554,11 +554,10 @@ def from_wire(cls: type[Message], obj: dict[str, Any]) -> Message:
         raise ProtocolError(str(exc)) from None
 
 
-@cache
-def _fields(cls: type[Message]) -> dict[str, tuple[Any, bool]]:
+def _fields_of(cls: type) -> dict[str, tuple[Any, bool]]:
     hints = get_type_hints(cls)
     out = {}
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in fields(cls):
         required = f.default is MISSING and f.default_factory is MISSING
         out[f.name] = (hints[f.name], required)
     return out
@@ -626,6 +625,10 @@ def _image_from_wire(obj: dict[str, Any]) -> Image:
     shape = _convert("shape", obj.get("shape"), tuple[int, ...])
     dtype = _convert("dtype", obj.get("dtype"), str)
     return Image(fmt, data, shape, dtype)
+
+
+# Each message type's fields as (annotation, required), resolved once.
+_FIELDS = MappingProxyType({c: _fields_of(c) for c in (*CLIENT_TYPES.values(), *SERVER_TYPES.values())})
 
 
 def error_from(exc: Exception, *, fatal: bool = False, retry_after: float | None = None) -> Error:

@@ -18,7 +18,9 @@ class Settings:
     port: int = 8000
     # --- the model ---
     weights: Path | None = None  # None: model/weights/default.safetensors
-    threads: int | None = None  # torch threads of the model thread (None: torch's default)
+    # torch threads of the model thread. 1 by default: on a small shared CPU two threads
+    # can run 30x slower than one under contention (None: torch's default).
+    threads: int | None = 1
     buckets: tuple[int, ...] | None = None  # buckets served (a subset of the model's); None: all
     warmup_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes warmed and batched
     warmup_steps: tuple[int, ...] | None = None  # None: the ladder's, min_steps..max steps

@@ -12,6 +12,7 @@ import pytest
 from server.engine import Engine, FrameQueue, LatestFrame
 from session.admission import AdmissionOptions
 from session.costmodel import CostModel
+from session.degrade import DegradationChanged
 from session.fake_runner import FakeRunner, LinearCost
 from session.plan import SessionSpec
 from session.scheduler import (
@@ -205,3 +206,48 @@ async def test_an_event_handler_error_is_logged_with_the_session_id(
         await engine.stop()
     assert any("session s" in r.getMessage() for r in caplog.records)
     assert engine.failure is None
+
+
+async def test_suspend_returns_the_next_block_and_state_and_adding_back_continues_there() -> None:
+    engine, _runner, events = make()
+    await engine.start()
+    add(engine, "s")
+    got: list[int] = []
+    while len(got) < 5:
+        item = await asyncio.wait_for(engine.outbox("s").latest.get(), 1.0)
+        assert item is not None
+        got.append(item.block_idx)
+    susp = await engine.suspend("s")
+    assert "s" not in engine.scheduler  # the runner frees its state in the next plan
+    assert susp.next_block == max(chunks(events, "s")) + 1
+    assert susp.state is not None and susp.state.frame_index == susp.next_block
+    verdict = engine.add_session(
+        "s", SessionSpec("s", 64, 0, "", restore=susp.state), fps=100.0,
+        first_block=susp.next_block,
+    )
+    assert verdict.admitted
+    item = await asyncio.wait_for(engine.outbox("s").latest.get(), 1.0)
+    assert item is not None and item.block_idx >= susp.next_block
+    await engine.stop()
+    blocks = chunks(events, "s")
+    assert blocks == list(range(len(blocks)))  # no gap, no repeat across the suspension
+
+
+async def test_suspend_of_an_unscheduled_session_is_a_key_error() -> None:
+    engine, _, _ = make()
+    await engine.start()
+    with pytest.raises(KeyError):
+        await engine.suspend("nope")
+    await engine.stop()
+
+
+async def test_a_session_too_slow_for_every_slot_is_degraded_instead_of_skipping_forever() -> None:
+    # 50 ms a chunk at 4 steps against a 41.7 ms period: every slot is skipped until the
+    # ladder moves, and the control tick must run although no plan executes.
+    engine, _, events = make(per_batch=0.050)
+    await engine.start()
+    add(engine, "s", fps=24.0, lookahead=0)
+    await asyncio.sleep(2.5)
+    await engine.stop()
+    assert any(isinstance(e, DegradationChanged) for e in events)
+    assert len(chunks(events, "s")) >= 10

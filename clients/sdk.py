@@ -1,0 +1,464 @@
+"""An asyncio Python client for the worldserve WebSocket protocol (v1).
+
+    async with WorldClient("ws://127.0.0.1:8000/v1/ws") as client:
+        started = await client.start("a snowy forest at night", fps=24)
+        await client.action(["forward"])
+        async for ev in client.frames():     # FrameEvent: .msg (protocol.Frame), .image
+            ...
+
+Pull mode: ``await client.block()`` asks for the next block and returns its first frame.
+
+Messages are server/protocol.py's dataclasses. The client resumes by itself when the
+connection drops (not when the server ends the session): it reconnects with backoff and
+sends ``resume`` with the session's token and the next block_idx it has not received, so
+the stream continues with no gap and no repeat; in pull mode it asks again for blocks it
+had requested beyond what the server had accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from collections.abc import AsyncIterator, Iterable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from server.protocol import (
+    Ack,
+    Action,
+    Block,
+    ClientMessage,
+    Close,
+    CloseCode,
+    Codec,
+    Ended,
+    Error,
+    ErrorCode,
+    Frame,
+    Image,
+    Keyframe,
+    Mode,
+    Observation,
+    Ping,
+    Pong,
+    Prompt,
+    ProtocolError,
+    Resume,
+    Resumed,
+    ServerMessage,
+    Start,
+    Started,
+    decode_server,
+)
+
+log = logging.getLogger("worldserve.sdk")
+
+# Errors after which resuming cannot help.
+_FINAL = {ErrorCode.MISSING_SESSION_STATE, ErrorCode.BAD_TOKEN, ErrorCode.UNAUTHORIZED}
+
+
+@dataclass(frozen=True, slots=True)
+class FrameEvent:
+    """A received frame: the message and, when decoding is on, the RGB image."""
+
+    msg: Frame
+    image: np.ndarray | None  # (H, W, 3) uint8
+
+    @property
+    def block_idx(self) -> int:
+        return self.msg.block_idx
+
+
+Event = FrameEvent | ServerMessage
+
+
+class SessionEnded(Exception):
+    """The session is over (ended by the server, or it could not be resumed)."""
+
+
+class _Decoder:
+    """Frame bytes -> RGB array; one H.264 decoder per connection."""
+
+    def __init__(self) -> None:
+        self._h264: Any = None
+
+    def reset(self) -> None:
+        self._h264 = None
+
+    def decode(self, msg: Frame) -> np.ndarray | None:
+        if msg.codec == "raw":
+            return np.frombuffer(msg.data, np.uint8).reshape(msg.height, msg.width, 3)
+        if msg.codec == "jpeg":
+            from PIL import Image as PILImage
+
+            with PILImage.open(io.BytesIO(msg.data)) as img:
+                return np.asarray(img.convert("RGB"))
+        import av
+
+        if self._h264 is None:
+            self._h264 = av.CodecContext.create("h264", "r")
+        out = None
+        for frame in self._h264.decode(av.Packet(msg.data)):  # one access unit per message
+            out = frame.to_ndarray(format="rgb24")
+        return out
+
+
+class WorldClient:
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        reconnect: bool = True,
+        max_retries: int = 8,
+        backoff_s: float = 0.1,
+        decode: bool = True,
+        queue_size: int = 256,
+        http: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.url = url
+        self.api_key = api_key
+        self.reconnect = reconnect
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.decode = decode
+        self.started: Started | None = None
+        self.resumed: Resumed | None = None  # the last resume's reply
+        self.reconnects = 0
+        self.dropped_events = 0  # events lost because the application read too slowly
+        self._http = http
+        self._own_http = http is None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue(queue_size)
+        self._connected = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+        self._waiters: dict[tuple[str, int], asyncio.Future[ServerMessage]] = {}
+        self._reply: asyncio.Future[ServerMessage] | None = None
+        self._decoder = _Decoder()
+        self._seq = 0
+        self._ids = 0
+        self._next_block = 0  # the first block not received (resume point)
+        self._requested = -1  # pull: the highest block requested
+        self._closing = False
+        self._ended: Ended | Error | None = None
+
+    # --- lifecycle ---
+
+    async def __aenter__(self) -> WorldClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def session_id(self) -> str | None:
+        return self.started.session_id if self.started else None
+
+    @property
+    def ended(self) -> Ended | Error | None:
+        """Why the session is over (``ended`` or a final error), or None."""
+        return self._ended
+
+    async def start(
+        self,
+        prompt: str = "",
+        *,
+        seed: int = 0,
+        fps: float = 24.0,
+        bucket: int = 64,
+        codec: Codec = "jpeg",
+        mode: Mode = "push",
+        lookahead: int = 1,
+        quality: int | None = None,
+        observation: np.ndarray | None = None,
+        deadline_ms: float | None = None,
+        timeout: float = 30.0,
+    ) -> Started:
+        """Open a session; raises ``SessionEnded`` with the server's error if refused."""
+        obs = Image.from_array(observation, "png") if observation is not None else None
+        msg = Start(prompt, seed, fps, bucket, codec, mode, lookahead, quality, obs, deadline_ms,
+                    self.api_key)
+        await self._open()
+        reply = await self._request(msg, timeout)
+        if not isinstance(reply, Started):
+            raise SessionEnded(f"start refused: {reply!r}")
+        self.started = reply
+        if mode == "pull":
+            self._requested = 0
+        return reply
+
+    async def close(self) -> None:
+        """End the session (``close``), then the connection."""
+        self._closing = True
+        ws = self._ws
+        if ws is not None and not ws.closed and self.started is not None and self._ended is None:
+            with suppress(Exception):
+                await ws.send_bytes(Close().encode())
+        if ws is not None:
+            with suppress(Exception):
+                await asyncio.wait_for(ws.close(), 5.0)
+        if self._reader is not None:
+            self._reader.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._reader
+        if self._own_http and self._http is not None:
+            await self._http.close()
+
+    def simulate_drop(self) -> None:
+        """Abort the TCP connection without a close handshake (tests, drills)."""
+        ws = self._ws
+        conn = getattr(ws, "_conn", None) if ws is not None else None
+        transport = getattr(conn, "transport", None)
+        if transport is not None:
+            transport.abort()
+
+    # --- receiving ---
+
+    async def recv(self, timeout: float | None = None) -> Event:
+        """The next event (frames and every other server message, in order)."""
+        ev = await asyncio.wait_for(self._events.get(), timeout)
+        if ev is None:
+            self._events.put_nowait(None)  # keep the end marker for the next reader
+            raise SessionEnded(repr(self._ended))
+        return ev
+
+    async def next_frame(self, timeout: float | None = None) -> FrameEvent:
+        while True:
+            ev = await self.recv(timeout)
+            if isinstance(ev, FrameEvent):
+                return ev
+
+    async def frames(self) -> AsyncIterator[FrameEvent]:
+        """Frames until the session ends (other events are skipped)."""
+        while True:
+            try:
+                yield await self.next_frame()
+            except SessionEnded:
+                return
+
+    # --- sending ---
+
+    async def action(
+        self, keys: Iterable[str] = (), mouse: tuple[float, float] = (0.0, 0.0)
+    ) -> int:
+        """Send the controls now; returns the action's seq (see ``Frame.action_seq``)."""
+        self._seq += 1
+        await self._send(Action(self._seq, tuple(keys), (float(mouse[0]), float(mouse[1]))))
+        return self._seq
+
+    async def prompt(self, text: str, *, wait: bool = True, timeout: float = 10.0) -> int:
+        """Change the scene; with ``wait`` returns after the server's ack. Returns the id."""
+        self._ids += 1
+        pid = self._ids
+        if wait:
+            await self._await_ack(Prompt(text, pid), ("prompt", pid), timeout)
+        else:
+            await self._send(Prompt(text, pid))
+        return pid
+
+    async def observe(self, frame: np.ndarray, *, timeout: float = 10.0) -> int:
+        """Send a real frame that re-anchors the model; returns after the ack."""
+        self._ids += 1
+        oid = self._ids
+        await self._await_ack(Observation(Image.from_array(frame, "png"), oid), ("observation", oid), timeout)
+        return oid
+
+    async def request(self, block_idx: int | None = None, deadline_ms: float | None = None) -> int:
+        """Pull mode: ask for a block (default: the one after the last requested)."""
+        n = self._requested + 1 if block_idx is None else block_idx
+        if n == 0:  # a new epoch
+            self._next_block = 0
+        await self._send(Block(n, deadline_ms))
+        self._requested = max(self._requested, n) if n else 0
+        return n
+
+    async def block(self, block_idx: int | None = None, *, timeout: float = 30.0) -> FrameEvent:
+        """Pull mode: request a block and return its first frame (skipping other events)."""
+        n = await self.request(block_idx)
+        while True:
+            ev = await self.next_frame(timeout)
+            if ev.block_idx == n:
+                return ev
+
+    async def keyframe(self) -> None:
+        await self._send(Keyframe())
+
+    async def ping(self, timeout: float = 10.0) -> float:
+        """Round-trip time in seconds."""
+        loop = asyncio.get_running_loop()
+        self._ids += 1
+        t0 = loop.time()
+        fut = self._waiter(("pong", self._ids))
+        await self._send(Ping(self._ids))
+        await asyncio.wait_for(fut, timeout)
+        return loop.time() - t0
+
+    # --- internals ---
+
+    async def _open(self) -> None:
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+        self._ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=0)
+        self._decoder.reset()
+        self._connected.set()
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read_loop(), name="worldclient-reader")
+
+    async def _request(self, msg: ClientMessage, timeout: float) -> ServerMessage:
+        """Send a session message and wait for started/resumed or an error."""
+        fut = self._reply = _future()
+        await self._send(msg, wait_connected=False)
+        return await asyncio.wait_for(fut, timeout)
+
+    async def _request_inline(self, msg: ClientMessage, timeout: float) -> ServerMessage:
+        """``_request`` from inside the reader task: read the replies here."""
+        fut = self._reply = _future()
+        ws = self._ws
+        assert ws is not None
+        await ws.send_bytes(msg.encode())
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while not fut.done():
+            raw = await ws.receive(timeout=max(0.01, end - loop.time()))
+            if raw.type is not aiohttp.WSMsgType.BINARY:
+                raise ConnectionError(f"connection closed while resuming ({raw.type!r})")
+            self._on_message(raw.data)
+        return fut.result()
+
+    def _waiter(self, key: tuple[str, int]) -> asyncio.Future[ServerMessage]:
+        fut = self._waiters[key] = _future()
+        return fut
+
+    async def _await_ack(self, msg: ClientMessage, key: tuple[str, int], timeout: float) -> None:
+        fut = self._waiter(key)
+        await self._send(msg)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        finally:
+            self._waiters.pop(key, None)
+
+    async def _send(self, msg: ClientMessage, *, wait_connected: bool = True) -> None:
+        if self._ended is not None:
+            raise SessionEnded(repr(self._ended))
+        if wait_connected:
+            await asyncio.wait_for(self._connected.wait(), 60.0)
+        ws = self._ws
+        if ws is None:
+            raise SessionEnded("not connected")
+        with suppress(ConnectionError, RuntimeError):  # dropped: the reader resumes
+            await ws.send_bytes(msg.encode())
+
+    def _emit(self, ev: Event | None) -> None:
+        if self._events.full():
+            with suppress(asyncio.QueueEmpty):
+                self._events.get_nowait()
+                self.dropped_events += 1
+        self._events.put_nowait(ev)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                ws = self._ws
+                assert ws is not None
+                async for raw in ws:
+                    if raw.type is aiohttp.WSMsgType.BINARY:
+                        self._on_message(raw.data)
+                    elif raw.type is aiohttp.WSMsgType.ERROR:
+                        break
+                self._connected.clear()
+                if self._closing or self._ended is not None or not self._resumable(ws):
+                    break
+                if not await self._resume():
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("client reader failed")
+        finally:
+            self._connected.clear()
+            self._fail_waiters()
+            self._emit(None)
+
+    def _resumable(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
+        if not self.reconnect or self.started is None:
+            return False
+        return ws.close_code not in (CloseCode.POLICY, CloseCode.NORMAL, CloseCode.GOING_AWAY)
+
+    async def _resume(self) -> bool:
+        assert self.started is not None
+        for attempt in range(self.max_retries):
+            await asyncio.sleep(self.backoff_s * (2**attempt))
+            try:
+                await self._open()
+                reply = await self._request_inline(
+                    Resume(self.started.session_id, self.started.token, self._next_block), 10.0
+                )
+            except (aiohttp.ClientError, OSError, TimeoutError, ConnectionError) as exc:
+                log.info("resume attempt %d failed: %s", attempt + 1, exc)
+                continue
+            if isinstance(reply, Resumed):
+                self.resumed = reply
+                self.reconnects += 1
+                if self.started.mode == "pull":
+                    for n in range(max(reply.requested + 1, 1), self._requested + 1):
+                        await self._send(Block(n), wait_connected=False)
+                return True
+            if isinstance(reply, Error) and reply.code in _FINAL:
+                self._ended = reply
+                return False
+        return False
+
+    def _on_message(self, data: bytes) -> None:
+        try:
+            msg = decode_server(data)
+        except ProtocolError as exc:
+            log.warning("bad server message: %s", exc)
+            return
+        if isinstance(msg, Frame):
+            image = self._decoder.decode(msg) if self.decode else None
+            if (msg.frame + 1) % self._fpc == 0:
+                self._next_block = msg.block_idx + 1
+            self._emit(FrameEvent(msg, image))
+            return
+        if isinstance(msg, Started | Resumed | Error) and self._reply is not None and not self._reply.done():
+            if not isinstance(msg, Error) or msg.code not in (ErrorCode.RUNNER_ERROR, ErrorCode.RATE_LIMITED):
+                self._reply.set_result(msg)
+        if isinstance(msg, Ack):
+            self._resolve((msg.of, msg.id), msg)
+        elif isinstance(msg, Pong):
+            self._resolve(("pong", msg.id), msg)
+        elif isinstance(msg, Ended):
+            self._ended = msg
+        elif isinstance(msg, Error) and msg.fatal and msg.code in _FINAL:
+            self._ended = msg
+        self._emit(msg)
+
+    @property
+    def _fpc(self) -> int:
+        return self.started.chunk_frames if self.started else 1
+
+    def _resolve(self, key: tuple[str, int], msg: ServerMessage) -> None:
+        fut = self._waiters.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    def _fail_waiters(self) -> None:
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(SessionEnded("connection closed"))
+        self._waiters.clear()
+        if self._reply is not None and not self._reply.done():
+            self._reply.set_exception(SessionEnded("connection closed"))
+
+
+def _future() -> asyncio.Future[ServerMessage]:
+    """A future whose exception counts as seen even if its waiter gave up."""
+    fut: asyncio.Future[ServerMessage] = asyncio.get_running_loop().create_future()
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return fut

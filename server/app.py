@@ -1,0 +1,127 @@
+"""The aiohttp application factory.
+
+``create_app(settings)`` wires the state (typed keys in server/keys.py), the routes
+(``/v1/ws`` for the WebSocket protocol, the HTTP API in server/http_api.py) and the
+lifecycle:
+
+- ``cleanup_ctx``: load the model and warm it up on the model executor thread, in the
+  background, so ``/healthz`` answers at once and ``/readyz`` says 503 until the engine
+  runs; on exit stop the service, the engine and the model thread.
+- ``on_shutdown``: end every session (clients get ``ended: shutdown``) and close every
+  registered connection (``CLOSABLES``: WebSockets now, WebRTC peers later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+
+from aiohttp import web
+
+from server.engine import model_executor
+from server.http_api import add_routes
+from server.keys import (
+    CLOSABLES,
+    METRICS,
+    RUNNER_FACTORY,
+    SERVICE,
+    SETTINGS,
+    Closable,
+    RunnerFactory,
+)
+from server.metrics import Metrics
+from server.protocol import CloseCode
+from server.service import Service
+from server.settings import Settings
+from server.warmup import ladder_steps, warm_up, warmup_shapes
+from server.ws import websocket_handler
+from session.plan import Runner
+
+log = logging.getLogger("worldserve.app")
+
+
+def load_model_runner(settings: Settings) -> Runner:
+    """The real runner from safetensors weights. torch is imported only here, and by name:
+    server/ depends on the ``Runner`` protocol, not on model/ (which mypy does not check)."""
+    runner_mod = importlib.import_module("model.runner")
+    weights_mod = importlib.import_module("model.weights")
+    path = settings.weights or weights_mod.DEFAULT_WEIGHTS
+    slots = max(settings.capacity, max(settings.warmup_batch_sizes)) + 1
+    runner: Runner = runner_mod.ModelRunner.from_pretrained(
+        path, threads=settings.threads, max_sessions=slots
+    )
+    return runner
+
+
+def create_app(settings: Settings, *, runner_factory: RunnerFactory | None = None) -> web.Application:
+    app = web.Application()
+    metrics = Metrics()
+    app[SETTINGS] = settings
+    app[METRICS] = metrics
+    app[SERVICE] = Service(settings, metrics)
+    app[CLOSABLES] = set[Closable]()
+    app[RUNNER_FACTORY] = runner_factory or load_model_runner
+    app.router.add_get("/v1/ws", websocket_handler)
+    add_routes(app)
+    app.cleanup_ctx.append(_model_ctx)
+    app.on_shutdown.append(_close_connections)
+    return app
+
+
+async def _model_ctx(app: web.Application) -> AsyncIterator[None]:
+    service = app[SERVICE]
+    executor = model_executor()
+    loading = asyncio.create_task(_load(app, executor), name="worldserve-load")
+    yield
+    loading.cancel()
+    with suppress(asyncio.CancelledError):
+        await loading
+    await service.stop()
+    if service.engine is None:  # never handed to an engine: shut the thread down here
+        await asyncio.get_running_loop().run_in_executor(None, executor.shutdown, True)
+
+
+async def _load(app: web.Application, executor: ThreadPoolExecutor) -> None:
+    settings, service = app[SETTINGS], app[SERVICE]
+    loop = asyncio.get_running_loop()
+    try:
+        t0 = time.perf_counter()
+        runner = await loop.run_in_executor(executor, app[RUNNER_FACTORY], settings)
+        buckets = settings.buckets or tuple(runner.buckets)
+        unknown = sorted(set(buckets) - set(runner.buckets))
+        if unknown:
+            raise ValueError(f"buckets {unknown} are not the model's {list(runner.buckets)}")
+        steps = settings.warmup_steps or ladder_steps(runner.max_steps, settings.min_steps)
+        steps = tuple(s for s in steps if s <= runner.max_steps) or (runner.max_steps,)
+        shapes = warmup_shapes(buckets, steps, settings.warmup_batch_sizes)
+        t1 = time.perf_counter()
+        timings = await loop.run_in_executor(
+            executor, warm_up, runner, buckets, steps, settings.warmup_batch_sizes
+        )
+        log.info(
+            "model warmed",
+            extra={"load_s": round(t1 - t0, 3), "warmup_s": round(time.perf_counter() - t1, 3),
+                   "shapes": len(shapes), "buckets": list(buckets), "steps": list(steps),
+                   "batch_sizes": list(settings.warmup_batch_sizes)},
+        )
+        await service.start_engine(runner, executor, timings, buckets)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("the model failed to load; /readyz stays 503")
+        service.fail(f"{type(exc).__name__}: {exc}")
+
+
+async def _close_connections(app: web.Application) -> None:
+    app[SERVICE].begin_shutdown()
+    closables = app[CLOSABLES]
+    conns = list(closables)
+    if conns:
+        await asyncio.gather(
+            *(c.close(CloseCode.GOING_AWAY, "shutdown") for c in conns), return_exceptions=True
+        )

@@ -1,0 +1,67 @@
+"""HTTP endpoints: health, readiness, metrics, load for routers, session delete."""
+
+from __future__ import annotations
+
+import hmac
+
+from aiohttp import web
+
+from server.keys import METRICS, SERVICE, SETTINGS
+
+CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The process is alive and its loop answers (not that it can take sessions)."""
+    return web.json_response({"ok": True})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """200 when a new session can be taken; 503 while warming, full, draining or failed."""
+    ok, why = request.app[SERVICE].readiness()
+    return web.json_response({"ready": ok, "reason": why}, status=200 if ok else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def load(request: web.Request) -> web.Response:
+    """What a router needs to place a session: counts, capacity, utilisation, state."""
+    return web.json_response(request.app[SERVICE].load())
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    """End a session (its client is told ``ended: deleted``). Needs an API key if set."""
+    keys = request.app[SETTINGS].api_keys
+    if keys and not _authorized(request, keys):
+        return web.json_response(
+            {"error": "unauthorized", "message": "Authorization: Bearer <api key> required"},
+            status=401,
+        )
+    sid = request.match_info["session_id"]
+    if not request.app[SERVICE].close(sid, "deleted"):
+        return web.json_response(
+            {"error": "missing_session_state", "message": f"no session {sid!r}"}, status=404
+        )
+    return web.json_response({"deleted": sid})
+
+
+def _authorized(request: web.Request, keys: frozenset[str]) -> bool:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer "):
+        return False
+    key = header[7:].encode()
+    ok = False
+    for k in keys:
+        ok |= hmac.compare_digest(key, k.encode())
+    return ok
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/load", load)
+    app.router.add_delete("/v1/sessions/{session_id}", delete_session)

@@ -1,0 +1,29 @@
+"""Typed keys of the aiohttp application's state, all in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from aiohttp import web
+
+from server.metrics import Metrics
+from server.service import Service
+from server.settings import Settings
+from session.plan import Runner
+
+
+class Closable(Protocol):
+    """A live connection that shutdown must close (WebSockets now, WebRTC peers later)."""
+
+    async def close(self, code: int = ..., reason: str = ...) -> None: ...
+
+
+RunnerFactory = Callable[[Settings], Runner]
+
+SETTINGS = web.AppKey("settings", Settings)
+METRICS = web.AppKey("metrics", Metrics)
+SERVICE = web.AppKey("service", Service)
+# Every open connection registers here; on_shutdown closes them all.
+CLOSABLES = web.AppKey("closables", set[Closable])
+RUNNER_FACTORY: web.AppKey[RunnerFactory] = web.AppKey("runner_factory")

@@ -1,0 +1,145 @@
+"""Per-session server state and the types shared by the service and its transports.
+
+``Live`` is the server's view of one session (the store's ``Session`` holds its
+lifetime, the engine its generation); ``Chunk`` is a generated block as transports see
+it; ``Peer`` is what a transport implements to be attached to a session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+
+from server.engine import Suspension
+from server.limits import TokenBucket
+from server.protocol import Ended, ErrorCode, Resumed, ServerMessage, Start, Started
+from session.admission import Admission
+from session.degrade import Settings as Rung
+from session.errors import AtCapacity, SessionError
+from session.plan import ModelState
+
+
+class Phase(StrEnum):
+    WARMING = "warming"  # loading and warming the model
+    READY = "ready"
+    DRAINING = "draining"  # shutting down: no new sessions
+    FAILED = "failed"  # the model did not load or the engine died
+
+
+class NotReady(Exception):
+    """The server cannot take sessions now (warming, draining or failed)."""
+
+    code = ErrorCode.NOT_READY
+
+    def __init__(self, phase: Phase, retry_after: float) -> None:
+        self.phase = phase
+        self.retry_after = retry_after
+        super().__init__(f"server is {phase.value}; retry after {retry_after:g} s")
+
+
+class BlockUnavailable(SessionError):
+    """A resume at a block_idx the server can neither re-send nor generate next."""
+
+    code = "stale_block"
+
+    def __init__(self, session_id: str, got: int, oldest: int, next_block: int) -> None:
+        self.session_id = session_id
+        self.got = got
+        super().__init__(
+            f"cannot resume session {session_id!r} at block {got}: blocks {oldest}..{next_block} "
+            f"can be sent next (or 0 for a new epoch)"
+        )
+
+
+class ModelFull(AtCapacity):
+    """Admission refused: even at the bottom of its ladder the session would overload the
+    model (the store may have room). Same wire code as a full store: ``at_capacity``."""
+
+    def __init__(self, verdict: Admission, threshold: float, capacity: int) -> None:
+        retry = verdict.retry_after or 5.0
+        super().__init__(capacity, retry)
+        self.args = (
+            f"at capacity: the model is busy (predicted utilisation {verdict.utilisation:.2f} "
+            f"with this session at its lowest settings, limit {threshold:g}); retry after "
+            f"{retry:g} s",
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Chunk:
+    """A generated block as transports see it."""
+
+    session_id: str
+    block_idx: int
+    frames: np.ndarray  # (chunk_frames, H, W, 3) uint8
+    action_seq: int
+    first_frame: int  # epoch frame index of frames[0]
+    pts_step_us: float  # microseconds per frame on the session's nominal clock
+    t_gen: float  # wall clock when generated
+
+
+class Peer(Protocol):
+    """A transport attached to one session. Every method returns at once (no I/O wait)."""
+
+    def attached(self, reply: Started | Resumed, quality: int) -> None: ...
+
+    def send(self, msg: ServerMessage) -> None: ...
+
+    def chunk(self, chunk: Chunk, *, ordered: bool) -> None: ...
+
+    def end(self, ended: Ended, code: int) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class Live:
+    """The server's view of one session (the store's ``Session`` is the lifetime's)."""
+
+    sid: str
+    request: Start  # what the client asked for
+    scene: str
+    epoch: int
+    actions: TokenBucket
+    ring: deque[Chunk]
+    settings: Rung
+    opened_at: float
+    level: int = 0
+    peer: Peer | None = None
+    next_block: int = 0  # the first block not generated in this epoch
+    suspension: Suspension | None = None  # set while detached
+    restored: tuple[int, ModelState] | None = None  # (first_block, state) it was resumed from
+    suspending: asyncio.Future[None] | None = None
+    pump: asyncio.Task[None] | None = None
+    action: np.ndarray | None = None  # the last applied action and its seq
+    action_seq: int = 0
+    seen_seq: int = 0
+    pending: tuple[int, np.ndarray] | None = None  # the coalesced action waiting for a token
+    action_timer: asyncio.TimerHandle | None = None
+    skipped: int = 0
+    misses: int = 0
+    outbox_drops: int = 0
+    end_reason: str | None = None
+
+    @property
+    def pull(self) -> bool:
+        return self.request.mode == "pull"
+
+    def find(self, block_idx: int) -> Chunk | None:
+        for ch in reversed(self.ring):
+            if ch.block_idx == block_idx:
+                return ch
+        return None
+
+
+def rebucket(state: ModelState, bucket: int) -> ModelState:
+    """The state's frames resized to ``bucket`` (resuming at another resolution)."""
+    from PIL import Image
+
+    frames = np.stack(
+        [np.asarray(Image.fromarray(f).resize((bucket, bucket), Image.Resampling.BILINEAR)) for f in state.frames]
+    ) if len(state.frames) else np.zeros((0, bucket, bucket, 3), np.uint8)
+    return replace(state, bucket=bucket, frames=frames)

@@ -1,0 +1,435 @@
+"""The WebSocket transport: one ``Connection`` per socket, at most one session on it.
+
+A reader loop decodes and validates each message (server/protocol.py) and hands it to
+the service; a bad message gets an ``error`` and the session goes on. A writer task is
+the only one that sends. What waits for it is bounded, so a client that stops reading
+never grows server memory: control messages in a deque (oldest dropped past
+``control_queue``), pull and replayed blocks in an ordered deque (``send_queue``), push
+frames in a one-slot holder (latest wins; a replaced frame is counted as a drop).
+Frames are encoded only when sent, so a dropped frame costs nothing. While the client
+does not read, the writer waits in aiohttp's drain and everything else keeps running.
+
+Close codes: 1008 auth/policy, 1009 too big (aiohttp enforces ``max_msg_size``), 1011
+internal error, 1013 at capacity or not ready (with ``retry_after`` in the error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections import deque
+from contextlib import suppress
+
+from aiohttp import WSMsgType, web
+
+from server.encode import FrameEncoder, make_encoder
+from server.limits import TokenBucket
+from server.live import Chunk, NotReady
+from server.metrics import Metrics
+from server.protocol import (
+    Action,
+    Block,
+    Close,
+    CloseCode,
+    Ended,
+    Error,
+    ErrorCode,
+    Frame,
+    Keyframe,
+    Observation,
+    Ping,
+    Pong,
+    Prompt,
+    ProtocolError,
+    Resume,
+    Resumed,
+    ServerMessage,
+    Start,
+    Started,
+    Status,
+    decode_client,
+    error_from,
+)
+from server.service import Service
+from server.settings import Settings
+from session.errors import AtCapacity, BadToken, SessionError
+
+log = logging.getLogger("worldserve.ws")
+
+
+class Connection:
+    """One WebSocket and the session attached to it (implements ``service.Peer``)."""
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        request: web.Request,
+        service: Service,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> None:
+        self.ws = ws
+        self.request = request
+        self.service = service
+        self.settings = settings
+        self.metrics = metrics
+        self.sid: str | None = None
+        self.codec = "jpeg"
+        self._encoder: FrameEncoder | None = None
+        self._control: deque[bytes] = deque()
+        self._status: bytes | None = None  # the newest status message (latest wins)
+        self._ordered: deque[Chunk] = deque()
+        self._latest: Chunk | None = None
+        self._wake = asyncio.Event()
+        self._closing: tuple[int, str] | None = None
+        self._closed = asyncio.Event()
+        self._keyframe = False
+        self._inbound = TokenBucket(settings.max_msgs_per_s, settings.msg_burst)
+        self._last_limit_error = float("-inf")
+        self._start_at: float | None = None  # monotonic time of the start message (TTFF)
+        self._sent_window: deque[float] = deque(maxlen=512)  # send times, for the fps figure
+        self.drops = 0  # push frames replaced before they were sent (slow client)
+        self.control_drops = 0
+        self.frames_sent = 0
+
+    # --- Peer (called by the service; never waits) ---
+
+    def attached(self, reply: Started | Resumed, quality: int) -> None:
+        if self._encoder is not None:
+            self._encoder.close()
+        self.sid = reply.session_id
+        self.codec = reply.codec
+        self._encoder = make_encoder(reply.codec, quality=quality, fps=reply.fps)
+        self._keyframe = True
+        self._ordered.clear()
+        self._latest = None
+        self.send(reply)
+
+    def send(self, msg: ServerMessage) -> None:
+        self._queue_control(msg.encode())
+
+    def chunk(self, chunk: Chunk, *, ordered: bool) -> None:
+        if self._closing is not None:
+            return
+        if ordered:
+            if len(self._ordered) >= max(self.settings.send_queue, self.settings.replay_blocks):
+                self._ordered.popleft()
+                self._count_drop()
+            self._ordered.append(chunk)
+        else:
+            if self._latest is not None:
+                self._count_drop()
+            self._latest = chunk
+        self._wake.set()
+
+    def end(self, ended: Ended, code: int) -> None:
+        """The session ended: tell the client, then close the socket."""
+        if ended.session_id == self.sid:
+            self.sid = None
+        self._queue_control(ended.encode())
+        self._begin_close(code, ended.reason)
+
+    # --- public ---
+
+    @property
+    def queued(self) -> int:
+        """Frames waiting to be sent (bounded)."""
+        return len(self._ordered) + (self._latest is not None)
+
+    @property
+    def queued_control(self) -> int:
+        return len(self._control) + (self._status is not None)
+
+    async def close(self, code: int = CloseCode.GOING_AWAY, reason: str = "shutdown") -> None:
+        """Close from the server side (shutdown): flush control messages, then close."""
+        self._begin_close(code, reason)
+        try:
+            await asyncio.wait_for(self._closed.wait(), self.settings.close_timeout_s + 1.0)
+        except TimeoutError:
+            self._abort()
+
+    async def run(self) -> None:
+        """Serve the socket until it closes; then detach the session (resumable)."""
+        writer = asyncio.create_task(self._write_loop(), name="ws-writer")
+        status = asyncio.create_task(self._status_loop(), name="ws-status")
+        self.metrics.connections.inc()
+        try:
+            async for msg in self.ws:
+                if msg.type is WSMsgType.BINARY:
+                    await self._on_bytes(msg.data)
+                elif msg.type is WSMsgType.TEXT:
+                    self._error(ProtocolError("text frames are not accepted: send binary msgpack"))
+                elif msg.type is WSMsgType.ERROR:
+                    if self.ws.close_code == CloseCode.TOO_BIG:
+                        self.metrics.errors.labels(ErrorCode.TOO_BIG).inc()
+                    break
+                if self._closing is not None:
+                    break
+        finally:
+            status.cancel()
+            if self._closing is not None and not writer.done():
+                with suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(writer), self.settings.close_timeout_s)
+            writer.cancel()
+            with suppress(asyncio.CancelledError):
+                await writer
+            if not self.ws.closed:
+                with suppress(Exception):
+                    await asyncio.wait_for(self.ws.close(), self.settings.close_timeout_s)
+                if not self.ws.closed:
+                    self._abort()
+            if self.sid is not None:
+                sid, self.sid = self.sid, None
+                await self.service.disconnected(sid, self)
+            if self._encoder is not None:
+                self._encoder.close()
+            self.metrics.connections.dec()
+            self._closed.set()
+
+    # --- reading ---
+
+    async def _on_bytes(self, data: bytes) -> None:
+        if not self._inbound.take():
+            now = time.monotonic()
+            if now - self._last_limit_error >= 1.0:  # at most one such error a second
+                self._last_limit_error = now
+                self._send_error(
+                    Error(ErrorCode.RATE_LIMITED, "too many messages; some were dropped",
+                          retry_after=self._inbound.wait_time())
+                )
+            return
+        try:
+            msg = decode_client(data)
+            self.metrics.messages.labels(msg.TYPE).inc()
+            await self._dispatch(msg)
+        except ProtocolError as exc:
+            fatal = exc.code == ErrorCode.UNAUTHORIZED
+            self._error(exc, fatal=fatal, code=CloseCode.POLICY if fatal else None)
+        except NotReady as exc:
+            self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=exc.retry_after)
+        except AtCapacity as exc:
+            self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=exc.retry_after_s)
+        except BadToken as exc:
+            self._error(exc, fatal=True, code=CloseCode.POLICY)
+        except SessionError as exc:
+            self._error(exc)
+        except Exception as exc:
+            log.exception("message handler failed", extra={"sid": self.sid})
+            self._error(exc, fatal=True, code=CloseCode.INTERNAL, message="internal server error")
+
+    async def _dispatch(self, msg: object) -> None:
+        svc = self.service
+        if isinstance(msg, Start):
+            self._need_no_session()
+            self._authorize(msg.api_key)
+            self._start_at = time.monotonic()
+            svc.open(msg, self)
+        elif isinstance(msg, Resume):
+            self._need_no_session()
+            await svc.resume(msg, self)
+        elif isinstance(msg, Ping):
+            self.send(Pong(msg.id, time.time()))
+        elif isinstance(msg, Action):
+            svc.action(self._need_session(), msg)
+        elif isinstance(msg, Prompt):
+            self.send(svc.prompt(self._need_session(), msg))
+        elif isinstance(msg, Observation):
+            self.send(svc.observe(self._need_session(), msg))
+        elif isinstance(msg, Block):
+            svc.block(self._need_session(), msg)
+        elif isinstance(msg, Keyframe):
+            self._need_session()
+            self._keyframe = True
+        elif isinstance(msg, Close):
+            svc.close(self._need_session(), "client_close")
+        else:  # decode_client returns only the types above
+            raise ProtocolError(f"unhandled message {type(msg).__name__}", "type")
+
+    def _need_session(self) -> str:
+        if self.sid is None:
+            raise ProtocolError(
+                "no session on this connection: send start or resume first", "type",
+                ErrorCode.NOT_STARTED,
+            )
+        return self.sid
+
+    def _need_no_session(self) -> None:
+        if self.sid is not None:
+            raise ProtocolError(
+                f"session {self.sid} is already on this connection (one per connection)",
+                "type", ErrorCode.ALREADY_STARTED,
+            )
+
+    def _authorize(self, key: str | None) -> None:
+        keys = self.settings.api_keys
+        if not keys:
+            return
+        if key is None:
+            header = self.request.headers.get("Authorization", "")
+            key = header[7:] if header.startswith("Bearer ") else None
+        if key is None or not _key_ok(key, keys):
+            raise ProtocolError(
+                "an API key is required to start a session (api_key field or "
+                "Authorization: Bearer header)", "api_key", ErrorCode.UNAUTHORIZED,
+            )
+
+    def _error(
+        self,
+        exc: Exception,
+        *,
+        fatal: bool = False,
+        code: int | None = None,
+        retry_after: float | None = None,
+        message: str | None = None,
+    ) -> None:
+        err = error_from(exc, fatal=fatal, retry_after=retry_after)
+        if message is not None:
+            err = Error(err.code, message, err.field, err.retry_after, err.fatal)
+        self._send_error(err)
+        if fatal and code is not None:
+            self._begin_close(code, err.code)
+
+    def _send_error(self, err: Error) -> None:
+        self.metrics.errors.labels(err.code).inc()
+        self.send(err)
+
+    # --- writing ---
+
+    def _queue_control(self, data: bytes) -> None:
+        if len(self._control) >= self.settings.control_queue:
+            self._control.popleft()
+            self.control_drops += 1
+        self._control.append(data)
+        self._wake.set()
+
+    def _count_drop(self) -> None:
+        self.drops += 1
+        self.metrics.drops.labels("slow_client").inc()
+
+    def _begin_close(self, code: int, reason: str) -> None:
+        if self._closing is None:
+            self._closing = (code, reason)
+            self._ordered.clear()
+            self._latest = None
+        self._wake.set()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while True:
+                    if self._control:
+                        await self.ws.send_bytes(self._control.popleft())
+                    elif self._status is not None and self._closing is None:
+                        data, self._status = self._status, None
+                        await self.ws.send_bytes(data)
+                    elif self._closing is not None:
+                        code, reason = self._closing
+                        await asyncio.wait_for(
+                            self.ws.close(code=code, message=reason.encode()[:120]),
+                            self.settings.close_timeout_s,
+                        )
+                        return
+                    elif self._ordered:
+                        await self._send_chunk(self._ordered.popleft())
+                    elif self._latest is not None:
+                        chunk, self._latest = self._latest, None
+                        await self._send_chunk(chunk)
+                    else:
+                        break
+        except asyncio.CancelledError:
+            raise
+        except (ConnectionError, TimeoutError, RuntimeError) as exc:
+            log.info("send failed: %s", exc, extra={"sid": self.sid})
+            self._abort()
+        except Exception:
+            log.exception("writer failed", extra={"sid": self.sid})
+            self._abort()
+
+    async def _send_chunk(self, chunk: Chunk) -> None:
+        enc = self._encoder
+        if enc is None or chunk.session_id != self.sid:
+            return
+        for i, frame in enumerate(chunk.frames):
+            index = chunk.first_frame + i
+            t0 = time.perf_counter()
+            data, key = enc.encode(frame, index, key=self._keyframe)
+            self.metrics.encode_latency.labels(enc.codec).observe(time.perf_counter() - t0)
+            if key:
+                self._keyframe = False
+            h, w = frame.shape[:2]
+            now = time.time()
+            msg = Frame(
+                chunk.session_id, chunk.block_idx, index, int(index * chunk.pts_step_us),
+                chunk.action_seq, enc.codec, w, h, data, key, chunk.t_gen, now,
+            )
+            await self.ws.send_bytes(msg.encode())
+            self.frames_sent += 1
+            self._sent_window.append(time.monotonic())
+            self.metrics.frames_sent.labels(enc.codec).inc()
+            self.metrics.bytes_sent.labels(enc.codec).inc(len(data))
+            self.metrics.frame_latency.labels(enc.codec).observe(max(0.0, now - chunk.t_gen))
+            if self._start_at is not None:
+                self.metrics.ttff.observe(time.monotonic() - self._start_at)
+                self._start_at = None
+
+    async def _status_loop(self) -> None:
+        interval = self.settings.status_interval_s
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                if self.sid is not None and self._closing is None:
+                    status = self._make_status(interval)
+                    if status is not None:
+                        self._status = status.encode()
+                        self._wake.set()
+        except asyncio.CancelledError:
+            pass
+
+    def _make_status(self, interval: float) -> Status | None:
+        live = self.service.live(self.sid or "")
+        if live is None:
+            return None
+        now = time.monotonic()
+        sent = sum(1 for t in self._sent_window if now - t <= interval)
+        s = live.settings
+        return Status(
+            live.level, sent / interval, s.fps, self.queued, self.drops + live.outbox_drops,
+            live.skipped, live.misses, s.bucket, s.steps, s.lookahead,
+            round(self.service.utilisation(), 4),
+        )
+
+    def _abort(self) -> None:
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+
+
+def _key_ok(key: str, keys: frozenset[str]) -> bool:
+    ok = False
+    for k in keys:  # compare with every key, so the time does not say which one is close
+        ok |= hmac.compare_digest(key.encode(), k.encode())
+    return ok
+
+
+async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
+    from server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
+
+    app = request.app
+    settings = app[SETTINGS]
+    ws = web.WebSocketResponse(
+        max_msg_size=settings.max_msg_size,
+        heartbeat=settings.heartbeat_s,
+        compress=False,
+    )
+    await ws.prepare(request)
+    conn = Connection(ws, request, app[SERVICE], settings, app[METRICS])
+    app[CLOSABLES].add(conn)
+    try:
+        await conn.run()
+    finally:
+        app[CLOSABLES].discard(conn)
+    return ws
