@@ -218,6 +218,12 @@ class WorldModel(nn.Module):
         self.heads = nn.ModuleDict(
             {f"b{b}": nn.Linear(w, c * p * p + 2 * (2 * cfg.radius(b) + 1)) for b in cfg.buckets}
         )
+        # The action's direct say in the motion kernels: a linear map from the action to the
+        # kernel logits can place a peak at the shift the action causes (logits quadratic in
+        # the offset, linear in the action), so the camera motion is learned in a few steps.
+        self.motion_prior = nn.ModuleDict(
+            {f"b{b}": nn.Linear(cfg.action_dim, 2 * (2 * cfg.radius(b) + 1)) for b in cfg.buckets}
+        )
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -231,8 +237,8 @@ class WorldModel(nn.Module):
             nn.init.zeros_(blk.ada.bias)
         nn.init.zeros_(self.final_ada.weight)
         nn.init.zeros_(self.final_ada.bias)
-        for head in self.heads.values():  # start as "copy the previous frame"
-            nn.init.zeros_(head.weight)
+        for head in [*self.heads.values(), *self.motion_prior.values()]:
+            nn.init.zeros_(head.weight)  # start as "copy the previous frame"
             nn.init.zeros_(head.bias)
 
     # --- pieces shared by every path ---
@@ -254,7 +260,9 @@ class WorldModel(nn.Module):
         c = self.noise_embed(noise) + self.action_cond(actions) + self.scene_cond(scene)[:, None]
         return tokens, F.silu(c)
 
-    def _head(self, x: torch.Tensor, c: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    def _head(
+        self, x: torch.Tensor, c: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor
+    ) -> torch.Tensor:
         """Final tokens -> clean-frame guess (B, F, C, H, W)."""
         b, f, ch, h, w = prev.shape
         cfg, p = self.cfg, self.cfg.patch
@@ -263,7 +271,9 @@ class WorldModel(nn.Module):
         out = self.heads[f"b{h}"](modulate(self.final_norm(x), shift, scale, f))  # (B, F*T, O)
         resid = unpatchify(out[..., : ch * p * p], f, ch, p, g)
         taps = 2 * r + 1
-        kern = out[..., ch * p * p :].reshape(b * f, g, g, 2, taps).float().softmax(-1)
+        logits = out[..., ch * p * p :].reshape(b * f, g, g, 2, taps)
+        prior = self.motion_prior[f"b{h}"](actions).reshape(b * f, 1, 1, 2, taps)
+        kern = (logits + prior).float().softmax(-1)
         moved = shift_warp(prev.reshape(b * f, ch, h, w).float(), kern[..., 0, :], kern[..., 1, :], r, p)
         return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
@@ -280,7 +290,7 @@ class WorldModel(nn.Module):
         rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
         for i, blk in enumerate(self.blocks):
             tokens, _, _ = blk(tokens, c, f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask)
-        return self._head(tokens, c, prev)
+        return self._head(tokens, c, prev, actions)
 
     def commit_chunk(
         self, x: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor, scene: torch.Tensor,
@@ -332,7 +342,7 @@ class WorldModel(nn.Module):
             if return_kv:
                 ks.append(k)
                 vs.append(v)
-        out = self._head(tokens, c, prev)
+        out = self._head(tokens, c, prev, actions)
         return out, ((torch.stack(ks), torch.stack(vs)) if return_kv else None)
 
     @staticmethod

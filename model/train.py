@@ -42,6 +42,7 @@ from model.world import DEFAULT_MAP_SIZE, World, record_episode, sample_scene
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
 TRAIN_SEED_BASE = 10_000
+NEW_MODULES = ("motion_prior.",)  # may be missing from older checkpoints
 
 
 @dataclass
@@ -237,11 +238,14 @@ def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.op
 def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer) -> dict:
     tensors = load_file(str(out / "ckpt.safetensors"))
     part = lambda pre: {k[len(pre):]: v for k, v in tensors.items() if k.startswith(pre)}  # noqa: E731
-    load_state(model, part("model."), "checkpoint model")
-    load_state(ema, part("ema."), "checkpoint ema")
+    # modules added since the checkpoint was written start from their initial values
+    load_state(model, part("model."), "checkpoint model", allow_missing=NEW_MODULES)
+    load_state(ema, part("ema."), "checkpoint ema", allow_missing=NEW_MODULES)
     names = dict(model.named_parameters())
     for key, val in part("opt.").items():
         pname, skey = key.rsplit(".", 1)
+        if pname not in names:
+            continue
         state = opt.state[names[pname]]
         state[skey] = val.reshape(()) if skey == "step" else val
     return json.loads((out / "ckpt.json").read_text())

@@ -34,9 +34,13 @@ def save_model(model: WorldModel, path: str | Path, metadata: dict[str, str] | N
     return path
 
 
-def load_state(model: WorldModel, state: dict[str, torch.Tensor], source: str) -> None:
+def load_state(
+    model: WorldModel, state: dict[str, torch.Tensor], source: str, allow_missing: tuple[str, ...] = ()
+) -> None:
+    """Load ``state`` strictly; keys under an ``allow_missing`` prefix may be absent (a
+    checkpoint from before a module was added) and keep the model's initial values."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
+    missing = sorted(k for k in set(expected) - set(state) if not k.startswith(allow_missing))
     if missing:
         raise WeightsError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing)")
     unexpected = sorted(set(state) - set(expected))
@@ -48,7 +52,7 @@ def load_state(model: WorldModel, state: dict[str, torch.Tensor], source: str) -
                 f"{source}: key {key!r} has shape {tuple(tensor.shape)}, "
                 f"the config expects {tuple(expected[key].shape)}"
             )
-    model.load_state_dict(state)
+    model.load_state_dict(state, strict=False)
 
 
 def load_model(path: str | Path = DEFAULT_WEIGHTS) -> WorldModel:
