@@ -371,7 +371,7 @@ def export_checkpoint(out: Path, dest: Path) -> Path:
     ema_state = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
     cfg = ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()
     model = WorldModel(cfg)
-    load_state(model, ema_state, f"{out} ema")
+    load_state(model, ema_state, f"{out} ema", allow_missing=NEW_MODULES)
     return save_model(model, dest, metadata={"steps": str(meta["step"])})
 
 

@@ -389,7 +389,7 @@ class Scheduler:
                 self._skip(rec, clk.slot_at(now + c1 + o.margin + 1e-6), now)
                 hard = clk.display(rec.slot) - o.margin
             due = hard - clk.lookahead * period
-            release = now + o.release_ahead * period
+            release = now + max(o.release_ahead * period, c1)
             if due <= release + window:
                 target = due if due >= now + c1 else hard
                 groups.setdefault(key, []).append(_Item(due, target, due <= release, rec))
@@ -503,10 +503,14 @@ class Scheduler:
 
     def _set_release(self, rec: _Record) -> None:
         """Cache when the push session's next chunk may start: ``release_ahead`` chunk
-        periods before it is due. Call after anything that moves its slot or clock."""
+        periods before it is due, or earlier when one chunk alone takes longer than that
+        (otherwise a session slower than its frame period would skip every slot forever).
+        Call after anything that moves its slot or clock."""
         clk = rec.clock
         o = self.options
-        rec.release = clk.due(rec.slot) - o.margin - o.release_ahead * clk.chunk_period
+        s = rec.ladder.settings
+        ahead = max(o.release_ahead * clk.chunk_period, self.cost.predict(s.bucket, s.steps, 1))
+        rec.release = clk.due(rec.slot) - o.margin - ahead
 
     def _demand_of(self, s: Settings) -> Demand:
         return Demand(s.bucket, s.steps, self.info.frames_per_chunk / s.fps)

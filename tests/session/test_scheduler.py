@@ -450,3 +450,16 @@ def test_a_session_whose_open_failed_is_freed_and_opened_again() -> None:
     sim.run_until(sim.clock() + 0.5)
     blocks = [c.block_idx for c in sim.chunks("s")]
     assert len(blocks) >= 10 and blocks == list(range(len(blocks)))
+
+
+@pytest.mark.parametrize("lookahead", [0, 1, 2])
+def test_a_session_slower_than_its_frame_period_still_streams(lookahead: int) -> None:
+    # one chunk takes 3.5 frame periods: the session must run late and skip slots, never
+    # skip every slot forever (with degradation off, nothing else would rescue it)
+    sim = Sim(LinearCost({64: (3.5 * PERIOD, 0.0), 128: (7 * PERIOD, 0.0)}))
+    sim.add("slow", lookahead=lookahead)
+    sim.run_until(sim.clock() + 3.0)
+    chunks = sim.chunks("slow")
+    assert len(chunks) >= 15  # about one chunk per 3.5 periods over 72 periods
+    assert [c.block_idx for c in chunks] == list(range(len(chunks)))
+    assert sim.of(FrameSkipped, "slow")

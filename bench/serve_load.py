@@ -1,0 +1,209 @@
+"""Serving load: the real default model behind the engine, in-process, no network.
+
+    python -m bench.serve_load [--quick] [--seconds S] [--threads N] [--weights PATH]
+
+Push-mode sessions at the smallest bucket ask for 24 fps at full quality; a consumer task per
+session drains its latest-frame holder, as a transport would. Reports:
+
+- sessions_at_24fps: the most sessions held for ``--seconds`` (60 by default) with a
+  deadline-miss rate (misses + skipped frames over frames due) below 1%, degradation off;
+- the same with cross-session batching off (each session stepped alone): batching_gain;
+- overhead at saturation: 1 - (frames/s the engine delivers / frames/s the runner alone
+  reaches on the same batch size, measured in this run);
+- overload: twice sessions_at_24fps with degradation on: every session's share of its expected
+  frames (overload_min_share = the lowest) and the histogram of ladder levels over time.
+
+Last line: ``serve_load sessions_at_24fps=<n> miss_rate=<x> overhead=<x> batching_gain=<x> overload_min_share=<x>``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.runner import ModelRunner
+from model.weights import DEFAULT_WEIGHTS
+from server.engine import Engine, model_executor
+from server.warmup import warm_up
+from session.admission import AdmissionOptions
+from session.costmodel import CostModel
+from session.degrade import DegradationChanged, DegradeOptions
+from session.plan import ACTION_DIM, BatchTiming, ChunkWork, SessionSpec, StepPlan
+from session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
+
+BATCH_SIZES = (1, 2, 4, 8)
+NEVER = DegradeOptions(high=1e9, low=1e8, miss_threshold=10**9)
+
+
+@dataclass
+class LoadResult:
+    sessions: int
+    seconds: float
+    frames: list[int]  # delivered per session
+    expected: float  # frames per session at the requested fps
+    miss_rate: float
+    levels: Counter[int] = field(default_factory=Counter)
+    ladder: list[tuple[str, ...]] = field(default_factory=list)
+
+    @property
+    def delivered_fps(self) -> float:
+        return sum(self.frames) / self.seconds
+
+    @property
+    def min_share(self) -> float:
+        return min(self.frames) / self.expected if self.frames else 0.0
+
+
+async def run_load(
+    runner: ModelRunner, timings: list[BatchTiming], sessions: int, seconds: float, *,
+    fps: float = 24.0, batching: bool = True, degrade: bool = False,
+) -> LoadResult:
+    bucket = runner.buckets[0]
+    info = RunnerInfo(runner.buckets, runner.frames_per_chunk, runner.max_steps, BATCH_SIZES)
+    opts = SchedulerOptions(
+        batching=batching, degrade=DegradeOptions() if degrade else NEVER,
+        admission=AdmissionOptions(threshold=1e9),  # the bench decides the load
+    )
+    scheduler = Scheduler(info, CostModel(timings), time.monotonic, opts)
+    changes: list[DegradationChanged] = []
+    engine = Engine(  # a fresh model thread per run; stop() shuts it down
+        scheduler, runner, executor=model_executor(), batching=batching,
+        on_event=lambda e: changes.append(e) if isinstance(e, DegradationChanged) else None,
+    )
+    ids = [f"load{i}" for i in range(sessions)]
+    counts = dict.fromkeys(ids, 0)
+    levels: Counter[int] = Counter()
+    stop = asyncio.Event()
+
+    async def consume(sid: str) -> None:
+        box = engine.outbox(sid)
+        while not stop.is_set():
+            item = await box.latest.get()
+            if item is None:
+                return
+            counts[sid] += 1
+
+    async def steer() -> None:
+        rng = np.random.default_rng(0)
+        seq = 0
+        while not stop.is_set():
+            for sid in ids:
+                a = np.zeros(ACTION_DIM, np.float32)
+                a[int(rng.integers(4))] = 1.0
+                seq += 1
+                engine.set_action(sid, a, seq)
+            for sid in ids:
+                levels[scheduler.stats(sid).level] += 1
+            await asyncio.sleep(0.25)
+
+    await engine.start()
+    try:
+        for i, sid in enumerate(ids):
+            verdict = engine.add_session(sid, SessionSpec(sid, bucket, seed=i, scene=""), fps=fps,
+                                         lookahead=1, mode=Mode.PUSH)
+            if not verdict.admitted:
+                raise RuntimeError(f"{sid} refused: {verdict}")
+        tasks = [asyncio.create_task(consume(s)) for s in ids] + [asyncio.create_task(steer())]
+        t0 = time.monotonic()
+        await asyncio.sleep(seconds)
+        elapsed = time.monotonic() - t0
+        stop.set()
+        stats = [scheduler.stats(s) for s in ids]
+        due = sum(s.frames_due for s in stats)
+        missed = sum(s.frames_skipped + s.deadline_misses for s in stats)
+        frames = [counts[s] for s in ids]
+        for sid in ids:
+            engine.remove_session(sid)
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await engine.stop()
+    return LoadResult(sessions, elapsed, frames, elapsed * fps, missed / max(due, 1), levels,
+                      [c.changes for c in changes])
+
+
+def runner_alone_fps(runner: ModelRunner, batch: int, seconds: float) -> float:
+    """Frames/s the runner reaches stepping ``batch`` sessions back to back, no engine."""
+    bucket = runner.buckets[0]
+    ids = [f"alone{i}" for i in range(batch)]
+    runner.execute(StepPlan(new_sessions=[SessionSpec(s, bucket, seed=i, scene="") for i, s in enumerate(ids)]))
+    a = np.zeros((runner.frames_per_chunk, ACTION_DIM), np.float32)
+    items = [ChunkWork(s, 0, a) for s in ids]
+    with torch.inference_mode():
+        runner._run_chunk(bucket, runner.max_steps, items)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            runner._run_chunk(bucket, runner.max_steps, items)
+            n += 1
+        fps = n * batch * runner.frames_per_chunk / (time.perf_counter() - t0)
+    runner.execute(StepPlan(freed=ids))
+    return fps
+
+
+async def capacity(
+    runner: ModelRunner, timings: list[BatchTiming], seconds: float, batching: bool, limit: int
+) -> tuple[int, float, list[LoadResult]]:
+    """The most sessions held at 24 fps with < 1% misses (stepping up one at a time)."""
+    best, best_miss, results = 0, float("nan"), []
+    for n in range(1, limit + 1):
+        res = await run_load(runner, timings, n, seconds, batching=batching)
+        results.append(res)
+        print(f"  batching={'on ' if batching else 'off'} sessions={n:2d} delivered={res.delivered_fps:6.1f} fps "
+              f"miss_rate={res.miss_rate:.3f} min_share={res.min_share:.2f}", flush=True)
+        if res.miss_rate >= 0.01:
+            break
+        best, best_miss = n, res.miss_rate
+    return best, best_miss, results
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=64)
+    steps = tuple(range(2, runner.max_steps + 1))
+    timings = warm_up(runner, runner.buckets[:1], steps, BATCH_SIZES)  # the bench may block
+    seconds = args.seconds
+    print(f"weights {args.weights}, {args.threads} thread(s), bucket {runner.buckets[0]}, "
+          f"{runner.max_steps} steps, {seconds:.0f} s per load level")
+    n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit)
+    n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit)
+    sat = max(BATCH_SIZES[-1], n_on + 1)
+    res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0)
+    alone = runner_alone_fps(runner, sat, min(seconds, 10))
+    overhead = 1 - res.delivered_fps / alone
+    print(f"  saturation: {sat} sessions, engine {res.delivered_fps:.1f} frames/s, runner alone {alone:.1f} frames/s")
+    over = await run_load(runner, timings, max(2, 2 * n_on), seconds, degrade=True)
+    hist = " ".join(f"L{k}:{v}" for k, v in sorted(over.levels.items()))
+    firsts: list[str] = []
+    for ch in over.ladder:
+        for c in ch:
+            knob = c.split()[0]
+            if knob not in firsts:
+                firsts.append(knob)
+    print(f"  overload: {over.sessions} sessions, min share {over.min_share:.2f}, levels {hist}, "
+          f"ladder order seen: {' -> '.join(firsts) or 'none'}")
+    gain = n_on / n_off if n_off else float("inf")
+    print(f"serve_load sessions_at_24fps={n_on} miss_rate={miss_on:.4f} overhead={overhead:.3f} "
+          f"batching_gain={gain:.2f} overload_min_share={over.min_share:.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Serving load on the real default model, in-process.")
+    ap.add_argument("--quick", action="store_true", help="10 s per load level instead of 60")
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--limit", type=int, default=12, help="most sessions to try")
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    args = ap.parse_args(argv)
+    if args.seconds is None:
+        args.seconds = 10.0 if args.quick else 60.0
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
