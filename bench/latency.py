@@ -8,10 +8,13 @@ Starts the real server in this process on a free loopback port (default weights,
 - time to first frame: from sending ``start`` to receiving the first frame;
 - action to frame: from sending an action to receiving the first frame whose
   ``action_seq`` includes it (actions alternate keys, one every ``--interval`` s).
+- the same over WebRTC (server/rtc/client.py, an aiortc peer on loopback): the action
+  goes on the ``actions`` data channel; it ends at the first decoded video frame that
+  arrives after the status saying the frame carrying it was sent.
 
-It first prints encode milliseconds per frame for each codec and bucket. The last line
-is ``latency ttff_ms=<x> ws_p50_ms=<x> ws_p99_ms=<x> rtc_p50_ms=nan rtc_p99_ms=nan``
-(WebRTC comes later).
+It first prints encode milliseconds per frame for each codec and bucket (the WebRTC
+encoders as ``rtc-h264`` / ``rtc-vp8``). The last line is
+``latency ttff_ms=<x> ws_p50_ms=<x> ws_p99_ms=<x> rtc_p50_ms=<x> rtc_p99_ms=<x>``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from server.app import create_app
 from server.encode import measure
 from server.keys import SERVICE
 from server.logs import configure
+from server.protocol import Status
+from server.rtc.client import RtcClient
+from server.rtc.encoder import measure as rtc_measure
 from server.settings import Settings
 
 
@@ -45,6 +51,10 @@ def encode_table(buckets: tuple[int, ...]) -> list[str]:
         for bucket in buckets:
             ms = measure(codec, bucket, frames=60)
             lines.append(f"encode codec={codec} bucket={bucket} ms_per_frame={ms:.3f}")
+    for rtc_codec in ("H264", "VP8"):
+        for bucket in buckets:
+            ms = rtc_measure(rtc_codec, bucket, frames=60)
+            lines.append(f"encode codec=rtc-{rtc_codec.lower()} bucket={bucket} ms_per_frame={ms:.3f}")
     return lines
 
 
@@ -80,12 +90,17 @@ async def run(args: argparse.Namespace) -> str:
             print(f"session level={started.level} fps={started.fps} steps={started.steps} "
                   f"lookahead={started.lookahead}")
             lat = await action_latency(client, args.actions, args.interval)
+        rtc = await rtc_action_latency(f"http://127.0.0.1:{settings.port}", args)
     finally:
         await runner.cleanup()
     p50, p99 = (np.percentile(lat, q) if lat else float("nan") for q in (50, 99))
     print(f"actions={len(lat)} min_ms={min(lat, default=float('nan')):.1f} "
           f"max_ms={max(lat, default=float('nan')):.1f}")
-    return f"latency ttff_ms={ttff:.1f} ws_p50_ms={p50:.1f} ws_p99_ms={p99:.1f} rtc_p50_ms=nan rtc_p99_ms=nan"
+    r50, r99 = (np.percentile(rtc, q) if rtc else float("nan") for q in (50, 99))
+    print(f"rtc_actions={len(rtc)} min_ms={min(rtc, default=float('nan')):.1f} "
+          f"max_ms={max(rtc, default=float('nan')):.1f}")
+    return (f"latency ttff_ms={ttff:.1f} ws_p50_ms={p50:.1f} ws_p99_ms={p99:.1f} "
+            f"rtc_p50_ms={r50:.1f} rtc_p99_ms={r99:.1f}")
 
 
 async def action_latency(client: WorldClient, n: int, interval: float) -> list[float]:
@@ -112,6 +127,33 @@ async def action_latency(client: WorldClient, n: int, interval: float) -> list[f
         await asyncio.wait_for(done.wait(), 30)
     finally:
         task.cancel()
+    return out
+
+
+async def rtc_action_latency(base_url: str, args: argparse.Namespace) -> list[float]:
+    """Over WebRTC: ms from an action on the data channel to the first decoded frame that
+    arrives after the status naming the frame that carries it."""
+    keys = (("forward",), ("right",), ("back",), ("left",))
+    out: list[float] = []
+    async with RtcClient(base_url) as c:
+        await c.connect(start={"prompt": "a green forest", "fps": args.fps, "bucket": args.bucket,
+                               "lookahead": args.lookahead})
+        await c.next_frame(30)
+        for i in range(args.actions):
+            t0 = time.monotonic()
+            seq = c.action(keys[i % len(keys)])
+            try:
+                while True:
+                    _, wire = await c.message(Status, 5)
+                    if wire.get("action_seq", 0) >= seq:
+                        break
+                c.frames.clear()
+                t_frame, _ = await c.next_frame(5)
+                out.append((t_frame - t0) * 1000)
+            except TimeoutError:
+                pass
+            await asyncio.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
+        await c.close()
     return out
 
 

@@ -6,7 +6,8 @@ set -euo pipefail
 
 # One package a line; add new ones here (e.g. chromium for the browser tests).
 PACKAGES=(
-    redis-server  # tests/directory: a real Redis for RedisDirectory
+    redis-server  # tests/directory, tests/scaleout, `worldserve drill`: a real Redis
+    chromium  # tests/browser: headless Chromium for the browser client (Playwright)
 )
 
 missing=()

@@ -1,0 +1,151 @@
+"""The server's video track: a session's frames as an aiortc ``MediaStreamTrack``.
+
+The transport (``RtcPeer.chunk``) puts each finished chunk into a one-slot ``LatestFrame``
+holder (a newer chunk replaces one not yet taken, and the replaced one is counted as a
+drop; nothing queues). ``recv()`` is aiortc's pull: it awaits the holder, never does model
+work, and paces on ``time.monotonic()``: the frames of one chunk go out one frame period
+apart, and a chunk that arrives right behind the last frame (a catch-up burst) waits at
+least half a period, so the receiver's jitter buffer sees a steady stream. A newer chunk
+that arrives while the frames of an older one are still going out wins: the rest of
+the older one is dropped.
+
+Timestamps: ``pts`` count the frame index on a 90 kHz clock (``time_base`` 1/90000):
+the first frame's pts is ``round(index * 90000 / fps)`` and each next one adds
+``(index - last index) * 90000 / fps``, so a skipped frame leaves a gap and the receiver
+keeps real time. ``fps`` is the session's current rate (``set_rate`` on a degradation), so
+a rate change does not make the timestamps jump; a new epoch or a resume (the index back
+at or below the last one) advances one frame: RTP timestamps never go backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from fractions import Fraction
+
+import numpy as np
+from aiortc import MediaStreamTrack
+from aiortc.mediastreams import MediaStreamError
+from av import VideoFrame
+
+from server.engine import LatestFrame
+from server.service import Chunk
+
+VIDEO_CLOCK_RATE = 90_000
+TIME_BASE = Fraction(1, VIDEO_CLOCK_RATE)
+
+
+class SessionVideoTrack(MediaStreamTrack):
+    """One session's video; see the module docstring."""
+
+    kind = "video"
+
+    def __init__(
+        self,
+        fps: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_frame: Callable[[Chunk, int], None] | None = None,
+    ) -> None:
+        super().__init__()
+        if not fps > 0:
+            raise ValueError(f"fps must be > 0, got {fps!r}")
+        self.fps = fps
+        self._clock = clock
+        self._sleep = sleep
+        self.on_frame = on_frame  # (chunk, frame index) just before it is returned
+        self._holder: LatestFrame[Chunk] = LatestFrame()
+        self._chunk: Chunk | None = None
+        self._next = 0  # index into self._chunk.frames of the next frame to send
+        self._last_sent: float | None = None  # monotonic time of the last frame returned
+        self._last_index: int | None = None
+        self._last_pts = 0
+        self._held_frames = 0  # frames of the chunk in the holder (0: empty)
+        self.frames_sent = 0
+        self.dropped = 0  # frames that a newer chunk replaced before they were sent
+
+    # --- producer side (the event loop, from RtcPeer) ---
+
+    def put(self, chunk: Chunk) -> None:
+        """Hand over a finished chunk (latest wins)."""
+        if len(self._holder):  # replaced before recv() took it
+            self.dropped += self._held_frames
+        self._held_frames = len(chunk.frames)
+        self._holder.put(chunk)
+
+    def set_rate(self, fps: float) -> None:
+        """The session's frame rate changed (degradation or a resume)."""
+        if fps > 0:
+            self.fps = fps
+
+    @property
+    def queued(self) -> int:
+        """Frames waiting to be sent (at most one chunk's)."""
+        pending = self._held_frames if len(self._holder) else 0
+        if self._chunk is not None:
+            pending += len(self._chunk.frames) - self._next
+        return pending
+
+    # --- MediaStreamTrack ---
+
+    async def recv(self) -> VideoFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        chunk, i = await self._next_frame()
+        index = chunk.first_frame + i
+        pts = self._pts(index)
+        frame = VideoFrame.from_ndarray(np.ascontiguousarray(chunk.frames[i]), format="rgb24")
+        frame.pts = pts
+        frame.time_base = TIME_BASE
+        self.frames_sent += 1
+        if self.on_frame is not None:
+            self.on_frame(chunk, index)
+        return frame
+
+    def _pts(self, index: int) -> int:
+        step = VIDEO_CLOCK_RATE / self.fps
+        last = self._last_index
+        if last is None:
+            pts = round(index * step)
+        elif index > last:
+            pts = self._last_pts + round((index - last) * step)
+        else:  # a new epoch or a resume: one frame on, never back
+            pts = self._last_pts + round(step)
+        self._last_index, self._last_pts = index, pts
+        return pts
+
+    def stop(self) -> None:
+        self._holder.close()
+        super().stop()
+
+    # --- internals ---
+
+    async def _next_frame(self) -> tuple[Chunk, int]:
+        """The next (chunk, frame) to send, at its time on the monotonic clock."""
+        period = 1.0 / self.fps
+        while True:
+            if self._chunk is not None and self._next < len(self._chunk.frames) and not len(self._holder):
+                due = (self._last_sent or self._clock()) + period  # the rest of this chunk
+            else:
+                if self._chunk is not None and self._next < len(self._chunk.frames):
+                    self.dropped += len(self._chunk.frames) - self._next  # a newer one is here
+                chunk = await self._holder.get()
+                if chunk is None:
+                    raise MediaStreamError
+                self._held_frames = 0
+                self._chunk, self._next = chunk, 0
+                due = self._clock() if self._last_sent is None else self._last_sent + period / 2
+            wait = due - self._clock()
+            if wait > 0:
+                await self._sleep(wait)
+                if len(self._holder) and self._next > 0:
+                    continue  # a newer chunk came while we waited: it wins
+            if self.readyState != "live":
+                raise MediaStreamError
+            assert self._chunk is not None
+            i = self._next
+            self._next += 1
+            self._last_sent = max(self._clock(), due)
+            return self._chunk, i

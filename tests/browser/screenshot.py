@@ -1,0 +1,52 @@
+"""Screenshot of the browser client while it streams (docs/browser.png).
+
+    python -m tests.browser.screenshot [--weights PATH] [--out docs/browser.png]
+
+Starts the server on the default weights (or ``--weights``), opens the page in headless
+Chromium over WebRTC, steers for a moment so the latency figure is live, and saves a
+screenshot of the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from tests.browser.browser import chromium
+from tests.rtc.harness import model_settings, serve_rtc
+
+
+async def shoot(weights: Path, out: Path, prompt: str, seed: int, bucket: int) -> None:
+    async with serve_rtc(**model_settings(weights, bucket, capacity=2)) as (_, url), chromium(
+        viewport={"width": 760, "height": 860}, device_scale_factor=1
+    ) as ctx:
+        page = await ctx.new_page()
+        await page.goto(f"{url}/?prompt={prompt}&seed={seed}&bucket={bucket}")
+        await page.wait_for_function("window.worldserve.framesShown > 24", timeout=60000)
+        for key in ("w", "d", "w"):
+            await page.keyboard.down(key)
+            await page.wait_for_timeout(700)
+            await page.keyboard.up(key)
+        await page.wait_for_function("window.worldserve.latencies.length > 0", timeout=15000)
+        await page.wait_for_timeout(800)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(out))
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    from model.weights import DEFAULT_WEIGHTS
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    ap.add_argument("--out", type=Path, default=Path("docs/browser.png"))
+    ap.add_argument("--prompt", default="a green forest with a village")
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--bucket", type=int, default=64)
+    args = ap.parse_args()
+    asyncio.run(shoot(args.weights, args.out, args.prompt, args.seed, args.bucket))
+
+
+if __name__ == "__main__":
+    main()
