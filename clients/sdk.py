@@ -13,6 +13,14 @@ connection drops (not when the server ends the session): it reconnects with back
 sends ``resume`` with the session's token and the next block_idx it has not received, so
 the stream continues with no gap and no repeat; in pull mode it asks again for blocks it
 had requested beyond what the server had accepted.
+
+Several workers behind a router (docs/operations.md): ``WorldClient(router="http://...")``
+asks the router for a worker and a reservation before ``start`` and, when its worker
+cannot be reached, where to resume (a worker that died is replaced by one that restores
+the session's last checkpoint: ``resumed.gap_blocks`` says how many blocks that cost).
+A draining worker sends ``migrate``: the client follows it to the target and resumes
+there, with no block lost or repeated. ``migrations``, ``gaps`` and ``url`` tell what
+happened.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from server.protocol import (
     Frame,
     Image,
     Keyframe,
+    Migrate,
     Mode,
     Observation,
     Ping,
@@ -81,6 +90,10 @@ class SessionEnded(Exception):
     """The session is over (ended by the server, or it could not be resumed)."""
 
 
+class _Unreachable(Exception):
+    """The router has no worker for us now: try again later."""
+
+
 class _Decoder:
     """Frame bytes -> RGB array; one H.264 decoder per connection."""
 
@@ -111,8 +124,9 @@ class _Decoder:
 class WorldClient:
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        router: str | None = None,
         api_key: str | None = None,
         reconnect: bool = True,
         max_retries: int = 8,
@@ -121,7 +135,10 @@ class WorldClient:
         queue_size: int = 256,
         http: aiohttp.ClientSession | None = None,
     ) -> None:
-        self.url = url
+        if url is None and router is None:
+            raise ValueError("give a worker url (ws://host:port/v1/ws) or a router (http://host:port)")
+        self.url = url or ""  # the worker now serving the session
+        self.router = router.rstrip("/") if router else None
         self.api_key = api_key
         self.reconnect = reconnect
         self.max_retries = max_retries
@@ -130,6 +147,8 @@ class WorldClient:
         self.started: Started | None = None
         self.resumed: Resumed | None = None  # the last resume's reply
         self.reconnects = 0
+        self.migrations = 0  # migrate messages followed
+        self.gaps: list[Resumed] = []  # resumes from a snapshot that cost blocks
         self.dropped_events = 0  # events lost because the application read too slowly
         self._http = http
         self._own_http = http is None
@@ -146,6 +165,8 @@ class WorldClient:
         self._requested = -1  # pull: the highest block requested
         self._closing = False
         self._ended: Ended | Error | None = None
+        self._migrate: Migrate | None = None  # where a draining worker sent us
+        self._last_action: tuple[tuple[str, ...], tuple[float, float]] | None = None
 
     # --- lifecycle ---
 
@@ -181,8 +202,9 @@ class WorldClient:
     ) -> Started:
         """Open a session; raises ``SessionEnded`` with the server's error if refused."""
         obs = Image.from_array(observation, "png") if observation is not None else None
+        reservation = await self._place(timeout) if self.router else None
         msg = Start(prompt, seed, fps, bucket, codec, mode, lookahead, quality, obs, deadline_ms,
-                    self.api_key)
+                    self.api_key, reservation)
         await self._open()
         reply = await self._request(msg, timeout)
         if not isinstance(reply, Started):
@@ -248,7 +270,9 @@ class WorldClient:
     ) -> int:
         """Send the controls now; returns the action's seq (see ``Frame.action_seq``)."""
         self._seq += 1
-        await self._send(Action(self._seq, tuple(keys), (float(mouse[0]), float(mouse[1]))))
+        msg = Action(self._seq, tuple(keys), (float(mouse[0]), float(mouse[1])))
+        self._last_action = (msg.keys, (msg.mouse[0], msg.mouse[1]))
+        await self._send(msg)
         return self._seq
 
     async def prompt(self, text: str, *, wait: bool = True, timeout: float = 10.0) -> int:
@@ -303,6 +327,10 @@ class WorldClient:
     async def _open(self) -> None:
         if self._http is None:
             self._http = aiohttp.ClientSession()
+        old, self._ws = self._ws, None
+        if old is not None and not old.closed:
+            with suppress(Exception):
+                await asyncio.wait_for(old.close(), 1.0)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
         self._ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=0)
         self._decoder.reset()
@@ -372,7 +400,9 @@ class WorldClient:
                     elif raw.type is aiohttp.WSMsgType.ERROR:
                         break
                 self._connected.clear()
-                if self._closing or self._ended is not None or not self._resumable(ws):
+                if self._closing or self._ended is not None:
+                    break
+                if self._migrate is None and not self._resumable(ws):
                     break
                 if not await self._resume():
                     break
@@ -393,26 +423,80 @@ class WorldClient:
     async def _resume(self) -> bool:
         assert self.started is not None
         for attempt in range(self.max_retries):
-            await asyncio.sleep(self.backoff_s * (2**attempt))
+            if attempt or self._migrate is None:
+                await asyncio.sleep(self.backoff_s * (2**attempt))
             try:
+                await self._locate()
                 await self._open()
                 reply = await self._request_inline(
                     Resume(self.started.session_id, self.started.token, self._next_block), 10.0
                 )
-            except (aiohttp.ClientError, OSError, TimeoutError, ConnectionError) as exc:
+            except (aiohttp.ClientError, OSError, TimeoutError, ConnectionError, _Unreachable) as exc:
                 log.info("resume attempt %d failed: %s", attempt + 1, exc)
                 continue
+            except SessionEnded as exc:
+                log.info("session cannot be resumed: %s", exc)
+                return False
             if isinstance(reply, Resumed):
                 self.resumed = reply
                 self.reconnects += 1
+                self._next_block = reply.block_idx
+                if reply.gap_blocks:
+                    self.gaps.append(reply)
                 if self.started.mode == "pull":
                     for n in range(max(reply.requested + 1, 1), self._requested + 1):
                         await self._send(Block(n), wait_connected=False)
+                if self._last_action is not None:  # the newest controls win on the new worker too
+                    self._seq += 1
+                    keys, mouse = self._last_action
+                    await self._send(Action(self._seq, keys, mouse), wait_connected=False)
                 return True
             if isinstance(reply, Error) and reply.code in _FINAL:
                 self._ended = reply
                 return False
         return False
+
+    async def _locate(self) -> None:
+        """Point ``self.url`` at the worker to resume on: a migrate's target first, else
+        what the router says (it replaces a dead worker), else the same worker again."""
+        m, self._migrate = self._migrate, None
+        if m is not None and m.url:
+            self.url = m.url
+            self.migrations += 1
+            return
+        if m is not None and m.retry_after:
+            await asyncio.sleep(m.retry_after)
+        if self.router is None:
+            return
+        assert self.started is not None and self._http is not None
+        body = {"session_id": self.started.session_id}
+        async with self._http.post(f"{self.router}/v1/resume", json=body) as resp:
+            answer = await resp.json(content_type=None)
+        if resp.status == 200:
+            self.url = answer["url"]
+            return
+        if resp.status == 404:
+            self._ended = Error(ErrorCode.MISSING_SESSION_STATE, str(answer.get("message")))
+            raise SessionEnded(answer.get("message"))
+        raise _Unreachable(f"router answered {resp.status}: {answer.get('message')}")
+
+    async def _place(self, timeout: float) -> str:
+        """Ask the router for a worker and a reservation; sets ``self.url``."""
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            async with self._http.post(f"{self.router}/v1/place", headers=headers) as resp:
+                answer = await resp.json(content_type=None)
+            if resp.status == 200:
+                self.url = answer["url"]
+                return str(answer["session_id"])
+            wait = float(answer.get("retry_after") or 0) if resp.status == 503 else 0.0
+            if not wait or loop.time() + wait > end:
+                raise SessionEnded(f"the router cannot place a session: {answer}")
+            await asyncio.sleep(wait)
 
     def _on_message(self, data: bytes) -> None:
         try:
@@ -433,7 +517,9 @@ class WorldClient:
             self._resolve((msg.of, msg.id), msg)
         elif isinstance(msg, Pong):
             self._resolve(("pong", msg.id), msg)
-        elif isinstance(msg, Ended):
+        elif isinstance(msg, Migrate):
+            self._migrate = msg  # followed once the socket closes
+        elif isinstance(msg, Ended) and not (msg.reason == "migrated" and self._migrate):
             self._ended = msg
         elif isinstance(msg, Error) and msg.fatal and msg.code in _FINAL:
             self._ended = msg

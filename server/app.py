@@ -9,6 +9,9 @@ lifecycle:
   runs; on exit stop the service, the engine and the model thread.
 - ``on_shutdown``: end every session (clients get ``ended: shutdown``) and close every
   registered connection (``CLOSABLES``: WebSockets now, WebRTC peers later).
+- ``cleanup_ctx``: the ``WorkerAgent`` (server/cluster.py) registers the worker in the
+  session directory (Redis with ``directory_url``, else an in-memory one), heartbeats,
+  checkpoints and drains; it leaves the directory on exit.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ from contextlib import suppress
 
 from aiohttp import web
 
+from server.cluster import WorkerAgent
+from server.directory import Directory, open_directory
 from server.engine import model_executor
 from server.http_api import add_routes
 from server.keys import (
+    AGENT,
     CLOSABLES,
     METRICS,
     RUNNER_FACTORY,
@@ -36,6 +42,7 @@ from server.keys import (
 )
 from server.metrics import Metrics
 from server.protocol import CloseCode
+from server.rtc import setup_rtc
 from server.service import Service
 from server.settings import Settings
 from server.warmup import ladder_steps, warm_up, warmup_shapes
@@ -58,19 +65,39 @@ def load_model_runner(settings: Settings) -> Runner:
     return runner
 
 
-def create_app(settings: Settings, *, runner_factory: RunnerFactory | None = None) -> web.Application:
+def create_app(
+    settings: Settings,
+    *,
+    runner_factory: RunnerFactory | None = None,
+    directory: Directory | None = None,
+) -> web.Application:
+    """The worker app. ``directory`` overrides the one ``settings.directory_url`` names
+    (tests share one ``MemoryDirectory`` between in-process workers)."""
     app = web.Application()
     metrics = Metrics()
     app[SETTINGS] = settings
     app[METRICS] = metrics
-    app[SERVICE] = Service(settings, metrics)
+    service = app[SERVICE] = Service(settings, metrics)
+    shared = directory is not None or settings.directory_url is not None
+    if directory is None:
+        directory = open_directory(settings.directory_url, prefix=settings.directory_prefix)
+    app[AGENT] = WorkerAgent(settings, service, metrics, directory, shared=shared)
     app[CLOSABLES] = set[Closable]()
     app[RUNNER_FACTORY] = runner_factory or load_model_runner
     app.router.add_get("/v1/ws", websocket_handler)
     add_routes(app)
+    setup_rtc(app)  # WebRTC offers and the browser client (server/rtc/)
     app.cleanup_ctx.append(_model_ctx)
+    app.cleanup_ctx.append(_agent_ctx)
     app.on_shutdown.append(_close_connections)
     return app
+
+
+async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
+    agent = app[AGENT]
+    await agent.start()
+    yield
+    await agent.stop()
 
 
 async def _model_ctx(app: web.Application) -> AsyncIterator[None]:

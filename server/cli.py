@@ -1,4 +1,10 @@
-"""The ``worldserve`` command: ``serve`` runs the server, ``train`` trains the model."""
+"""The ``worldserve`` command: ``serve`` runs a worker, ``router`` places sessions on
+workers, ``soak`` and ``drill`` test a deployment, ``train`` trains the model.
+
+``serve`` handles signals itself: SIGINT ends every session and exits (as before); SIGTERM
+drains (hands every session to another worker when there is a shared directory, else ends
+them) and exits once drained, as ``POST /admin/drain`` does.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,16 @@ import asyncio
 import importlib
 import logging
 import os
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from server.settings import Settings
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -48,6 +60,28 @@ def serve_parser(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--jpeg-quality", type=int, default=d.jpeg_quality)
     ap.add_argument("--log-format", choices=("kv", "json"), default=d.log_format)
     ap.add_argument("--log-level", default=d.log_level)
+    g = ap.add_argument_group("scale-out (docs/operations.md)")
+    g.add_argument("--directory", default=os.environ.get("WORLDSERVE_DIRECTORY"),
+                   help="shared session directory, e.g. redis://127.0.0.1:6379/0 (default: "
+                        "none, the embedded single worker; also WORLDSERVE_DIRECTORY)")
+    g.add_argument("--directory-prefix", default=d.directory_prefix,
+                   help="key prefix in the directory: one per deployment")
+    g.add_argument("--advertise", default=None,
+                   help="http base URL clients reach this worker at (default http://HOST:PORT)")
+    g.add_argument("--worker-id", default=None, help="default: from the advertised address")
+    g.add_argument("--admin-key", default=os.environ.get("WORLDSERVE_ADMIN_KEY"),
+                   help="bearer key of POST /admin/drain (also WORLDSERVE_ADMIN_KEY); "
+                        "default: the admin API is off")
+    g.add_argument("--heartbeat", type=float, default=d.worker_heartbeat_s,
+                   help="seconds between directory heartbeats")
+    g.add_argument("--worker-ttl", type=float, default=d.worker_ttl_s,
+                   help="seconds without a heartbeat before this worker counts as dead")
+    g.add_argument("--snapshot-interval", type=float, default=d.snapshot_interval_s,
+                   help="seconds between crash-recovery checkpoints of each session (0: off)")
+    g.add_argument("--drain-timeout", type=float, default=d.drain_timeout_s,
+                   help="seconds a drain waits before ending the sessions left")
+    g.add_argument("--placement-threshold", type=float, default=d.placement_threshold,
+                   help="a drain moves sessions only to workers below this utilisation")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -75,45 +109,144 @@ def settings_from(args: argparse.Namespace) -> Settings:
         jpeg_quality=args.jpeg_quality,
         log_format=args.log_format,
         log_level=args.log_level,
+        directory_url=args.directory,
+        directory_prefix=args.directory_prefix,
+        advertise=args.advertise,
+        worker_id=args.worker_id,
+        admin_key=args.admin_key,
+        worker_heartbeat_s=args.heartbeat,
+        worker_ttl_s=args.worker_ttl,
+        snapshot_interval_s=args.snapshot_interval,
+        drain_timeout_s=args.drain_timeout,
+        placement_threshold=args.placement_threshold,
     )
 
 
-def serve(settings: Settings) -> None:
-    from aiohttp import web
+def router_parser(ap: argparse.ArgumentParser) -> None:
+    from server.router import RouterSettings
 
-    from server.app import create_app
-    from server.logs import configure
+    d = RouterSettings()
+    ap.add_argument("--host", default=d.host)
+    ap.add_argument("--port", type=int, default=d.port)
+    ap.add_argument("--directory", default=os.environ.get("WORLDSERVE_DIRECTORY", d.directory_url),
+                    help="the workers' session directory (redis://...)")
+    ap.add_argument("--directory-prefix", default=d.directory_prefix)
+    ap.add_argument("--threshold", type=float, default=d.threshold,
+                    help="place sessions only on workers below this utilisation")
+    ap.add_argument("--api-key", action="append", default=[],
+                    help="an API key for /v1/place (repeat; also WORLDSERVE_API_KEYS=a,b)")
+    ap.add_argument("--reservation-ttl", type=float, default=d.reservation_ttl_s)
+    ap.add_argument("--log-format", choices=("kv", "json"), default=d.log_format)
+    ap.add_argument("--log-level", default=d.log_level)
 
-    configure(settings.log_format, settings.log_level)
-    loop: asyncio.AbstractEventLoop
+
+def _new_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
 
-        loop = uvloop.new_event_loop()
+        return uvloop.new_event_loop()
     except ImportError:
-        loop = asyncio.new_event_loop()
+        return asyncio.new_event_loop()
+
+
+async def _run_site(
+    app: web.Application,
+    host: str,
+    port: int,
+    drained: asyncio.Event | None = None,
+    drain: Callable[[], object] | None = None,
+) -> None:
+    """Serve ``app`` until SIGINT (or ``drained`` is set); SIGTERM calls ``drain``."""
+
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=10.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, drain if drain is not None else stop.set)
+        waits = [asyncio.ensure_future(stop.wait())]
+        if drained is not None:
+            waits.append(asyncio.ensure_future(drained.wait()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+    finally:
+        await runner.cleanup()
+
+
+def serve(settings: Settings) -> None:
+    from server.app import create_app
+    from server.keys import AGENT
+    from server.logs import configure
+
+    configure(settings.log_format, settings.log_level)
+    loop = _new_loop()
     log = logging.getLogger("worldserve.cli")
     log.info("serving", extra={"host": settings.host, "port": settings.port,
-                               "loop": type(loop).__module__})
-    web.run_app(
-        create_app(settings), host=settings.host, port=settings.port, loop=loop,
-        print=None, access_log=None, shutdown_timeout=10.0,
+                               "loop": type(loop).__module__,
+                               "directory": "shared" if settings.directory_url else "embedded"})
+    app = create_app(settings)
+    agent = app[AGENT]
+    try:
+        loop.run_until_complete(
+            _run_site(app, settings.host, settings.port, agent.drained, agent.begin_drain)
+        )
+    finally:
+        loop.close()
+
+
+def route(args: argparse.Namespace) -> None:
+    from server.logs import configure
+    from server.router import RouterSettings, create_router
+
+    keys = set(args.api_key)
+    keys.update(k for k in os.environ.get("WORLDSERVE_API_KEYS", "").split(",") if k)
+    settings = RouterSettings(
+        host=args.host, port=args.port, directory_url=args.directory,
+        directory_prefix=args.directory_prefix, threshold=args.threshold,
+        api_keys=frozenset(keys), reservation_ttl_s=args.reservation_ttl,
+        log_format=args.log_format, log_level=args.log_level,
     )
+    configure(settings.log_format, settings.log_level)
+    logging.getLogger("worldserve.cli").info(
+        "routing", extra={"host": settings.host, "port": settings.port}
+    )
+    loop = _new_loop()
+    try:
+        loop.run_until_complete(_run_site(create_router(settings), settings.host, settings.port))
+    finally:
+        loop.close()
+
+
+# Subcommands whose options belong to another module: everything after the name is theirs.
+_DELEGATED = {"train": "model.train", "soak": "clients.soak", "drill": "clients.drill"}
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="worldserve", description=__doc__)
+    ap = argparse.ArgumentParser(prog="worldserve", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    serve_parser(sub.add_parser("serve", help="run the session server"))
+    serve_parser(sub.add_parser("serve", help="run a worker (the session server)"))
+    router_parser(sub.add_parser("router", help="place sessions on workers (signaling only)"))
     sub.add_parser("train", help="train the world model (model.train's options follow)",
                    add_help=False)
-    if argv[:1] == ["train"]:
-        importlib.import_module("model.train").main(argv[1:])
+    sub.add_parser("soak", help="N sessions for a while: latency, drops, RSS (clients.soak)",
+                   add_help=False)
+    sub.add_parser("drill", help="drain a worker under load and check every session "
+                                 "(clients.drill)", add_help=False)
+    if argv[:1] and argv[0] in _DELEGATED:
+        importlib.import_module(_DELEGATED[argv[0]]).main(argv[1:])
         return
     args = ap.parse_args(argv)
     if args.command == "serve":
         serve(settings_from(args))
+    elif args.command == "router":
+        route(args)
 
 
 if __name__ == "__main__":

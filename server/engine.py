@@ -11,6 +11,8 @@ queue. Every event also goes to ``on_event`` (metrics, transports, logs).
 is in flight: it returns the next block_idx and the runner's ``ModelState`` (exported on
 the model thread before the state is freed), enough to add the session back later with
 ``first_block`` and ``SessionSpec.restore`` and continue with no gap or repeat.
+``export(id)`` is the same between-steps export with the session left running (periodic
+snapshots for crash recovery).
 
 Loop shape, as every background loop here: ``CancelledError`` exits quietly, other
 exceptions are logged with the session ids, cleanup always runs, ``stop()`` cancels then
@@ -20,6 +22,7 @@ awaits.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -144,6 +147,7 @@ class Engine:
         self._on_event = on_event
         self._on_step = on_step
         self._suspends: dict[str, asyncio.Future[Suspension]] = {}
+        self._exports: dict[str, asyncio.Future[Suspension]] = {}
         self._outboxes: dict[str, Outbox] = {}
         self._timers: set[asyncio.TimerHandle] = set()
         self._wake = asyncio.Event()
@@ -205,6 +209,20 @@ class Engine:
             self.wake()
         return await asyncio.shield(fut)
 
+    async def export(self, session_id: str) -> Suspension:
+        """``suspend`` without the removal: the session's next block_idx and model state,
+        read between two steps; it keeps running. KeyError if it is not scheduled."""
+        if session_id not in self.scheduler:
+            raise KeyError(f"session {session_id!r} is not scheduled")
+        if not self.running:
+            return self._stats(session_id, None)
+        fut = self._exports.get(session_id)
+        if fut is None:
+            fut = self._exports[session_id] = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(_retrieve)
+            self.wake()
+        return await asyncio.shield(fut)
+
     def outbox(self, session_id: str) -> Outbox:
         return self._outboxes[session_id]
 
@@ -263,7 +281,7 @@ class Engine:
         try:
             while True:
                 self._wake.clear()
-                if self._suspends:
+                if self._suspends or self._exports:
                     await self._run_suspends()
                 now = self._clock()
                 plan = self.scheduler.schedule(now)
@@ -302,22 +320,27 @@ class Engine:
             return StepOutput(errors={sid: f"runner failed: {exc!r}" for sid in ids})
 
     async def _run_suspends(self) -> None:
-        """Between steps (nothing in flight): export each state, then unschedule."""
+        """Between steps (nothing in flight): export each state; unschedule the suspends."""
+        exports, self._exports = self._exports, {}
         pending, self._suspends = self._suspends, {}
-        loop = asyncio.get_running_loop()
         try:
+            for sid, fut in exports.items():
+                if sid in pending:  # the suspend answers it too
+                    pending[sid].add_done_callback(functools.partial(_chain, dst=fut))
+                    continue
+                state = await self._export_state(sid) if sid in self.scheduler else None
+                if fut.done():
+                    continue
+                if sid in self.scheduler:
+                    fut.set_result(self._stats(sid, state))
+                else:
+                    fut.set_exception(KeyError(f"session {sid!r} is not scheduled"))
             for sid, fut in pending.items():
                 if sid not in self.scheduler:
                     if not fut.done():
                         fut.set_exception(KeyError(f"session {sid!r} is not scheduled"))
                     continue
-                state: ModelState | None = None
-                try:
-                    state = await loop.run_in_executor(self._executor, self.runner.export_state, sid)
-                except KeyError:
-                    pass  # never opened in the runner: it restarts from its spec
-                except Exception:
-                    log.exception("export_state failed for session %s; it resumes afresh", sid)
+                state = await self._export_state(sid)
                 if sid in self.scheduler:
                     result = self._suspend_now(sid, state)
                     if not fut.done():
@@ -325,14 +348,29 @@ class Engine:
                 elif not fut.done():
                     fut.set_exception(KeyError(f"session {sid!r} was removed while suspending"))
         finally:
-            for fut in pending.values():
+            for fut in (*exports.values(), *pending.values()):
                 if not fut.done():
                     fut.set_exception(RuntimeError("engine stopped while suspending"))
 
-    def _suspend_now(self, session_id: str, state: ModelState | None) -> Suspension:
+    async def _export_state(self, sid: str) -> ModelState | None:
+        """The runner's state of ``sid``, read on the model thread; None if it has none."""
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self.runner.export_state, sid)
+        except KeyError:
+            return None  # never opened in the runner: it restarts from its spec
+        except Exception:
+            log.exception("export_state failed for session %s; it resumes afresh", sid)
+            return None
+
+    def _stats(self, session_id: str, state: ModelState | None) -> Suspension:
         stats = self.scheduler.stats(session_id)
-        self.remove_session(session_id)
         return Suspension(session_id, stats.next_block, state, stats.level, stats.settings)
+
+    def _suspend_now(self, session_id: str, state: ModelState | None) -> Suspension:
+        result = self._stats(session_id, state)
+        self.remove_session(session_id)
+        return result
 
     def _call_step_hook(self, plan: StepPlan, out: StepOutput, seconds: float) -> None:
         assert self._on_step is not None
@@ -391,7 +429,8 @@ class Engine:
 
     def _cleanup(self) -> None:
         pending, self._suspends = self._suspends, {}
-        for fut in pending.values():
+        exports, self._exports = self._exports, {}
+        for fut in (*pending.values(), *exports.values()):
             if not fut.done():
                 fut.set_exception(RuntimeError("engine stopped while suspending"))
         for handle in self._timers:
@@ -404,6 +443,18 @@ class Engine:
 def _retrieve(fut: asyncio.Future[Suspension]) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+def _chain(src: asyncio.Future[Suspension], dst: asyncio.Future[Suspension]) -> None:
+    """Answer ``dst`` as ``src`` was answered."""
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.set_exception(RuntimeError("suspend cancelled"))
+    elif (exc := src.exception()) is not None:
+        dst.set_exception(exc)
+    else:
+        dst.set_result(src.result())
 
 
 def _session_ids(plan: StepPlan) -> list[str]:

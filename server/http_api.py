@@ -1,4 +1,4 @@
-"""HTTP endpoints: health, readiness, metrics, load for routers, session delete."""
+"""HTTP endpoints: health, readiness, metrics, load for routers, session delete, drain."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hmac
 
 from aiohttp import web
 
-from server.keys import METRICS, SERVICE, SETTINGS
+from server.keys import AGENT, METRICS, SERVICE, SETTINGS
 
 CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -48,6 +48,28 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"deleted": sid})
 
 
+async def drain(request: web.Request) -> web.Response:
+    """Start draining (hand every session to another worker, then exit). Needs
+    ``Authorization: Bearer <admin key>``; 404 when no admin key is configured."""
+    key = request.app[SETTINGS].admin_key
+    if key is None:
+        return web.json_response(
+            {"error": "not_found", "message": "the admin API is off (start with --admin-key)"},
+            status=404,
+        )
+    if not _authorized(request, frozenset({key})):
+        return web.json_response(
+            {"error": "unauthorized", "message": "Authorization: Bearer <admin key> required"},
+            status=401,
+        )
+    agent = request.app[AGENT]
+    agent.begin_drain()
+    sessions = len(request.app[SERVICE].sessions())
+    return web.json_response(
+        {"draining": True, "worker_id": agent.worker_id, "sessions": sessions}, status=202
+    )
+
+
 def _authorized(request: web.Request, keys: frozenset[str]) -> bool:
     header = request.headers.get("Authorization", "")
     if not header.startswith("Bearer "):
@@ -65,3 +87,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/load", load)
     app.router.add_delete("/v1/sessions/{session_id}", delete_session)
+    app.router.add_post("/admin/drain", drain)

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from server.cluster import WorkerAgent
 from server.metrics import Metrics
 from server.service import Service
 from server.settings import Settings
@@ -27,3 +28,4 @@ SERVICE = web.AppKey("service", Service)
 # Every open connection registers here; on_shutdown closes them all.
 CLOSABLES = web.AppKey("closables", set[Closable])
 RUNNER_FACTORY: web.AppKey[RunnerFactory] = web.AppKey("runner_factory")
+AGENT = web.AppKey("agent", WorkerAgent)  # this worker in the session directory

@@ -11,13 +11,16 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from server.engine import Suspension
 from server.limits import TokenBucket
 from server.protocol import Ended, ErrorCode, Resumed, ServerMessage, Start, Started
+
+if TYPE_CHECKING:
+    from server.handoff import Handoff
 from session.admission import Admission
 from session.degrade import Settings as Rung
 from session.errors import AtCapacity, SessionError
@@ -54,6 +57,49 @@ class BlockUnavailable(SessionError):
             f"cannot resume session {session_id!r} at block {got}: blocks {oldest}..{next_block} "
             f"can be sent next (or 0 for a new epoch)"
         )
+
+
+class PlacementRequired(Exception):
+    """Multi-worker mode: a ``start`` without a reservation this worker holds."""
+
+    code = ErrorCode.PLACEMENT_REQUIRED
+
+
+class SessionMoved(SessionError):
+    """A resume at a worker that does not hold the session: ask the router where it is."""
+
+    code = ErrorCode.SESSION_MOVED
+
+    def __init__(self, session_id: str, worker_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} is on worker {worker_id!r}, not this one: ask the "
+            f"router (POST /v1/resume) where to resume it"
+        )
+
+
+class Remote(Protocol):
+    """The shared session directory as the service sees it (server/cluster.py's
+    ``WorkerAgent``); absent in the embedded single-worker mode."""
+
+    def unhealthy(self) -> str | None:
+        """Why new sessions cannot be taken now (e.g. the directory is down), or None."""
+        ...
+
+    async def admit(self, reservation: str | None) -> None:
+        """Check a ``start``'s reservation; raises PlacementRequired or DirectoryError."""
+        ...
+
+    async def fetch(self, session_id: str) -> Handoff | None:
+        """The handoff of a session placed on this worker (None: no record at all);
+        raises SessionMoved, SessionStateMissing (no snapshot) or DirectoryError."""
+        ...
+
+    def opened(self, session_id: str, epoch: int) -> None: ...
+
+    def resumed(self, session_id: str, epoch: int, next_block: int) -> None: ...
+
+    def ended(self, session_id: str, reason: str) -> None: ...
 
 
 class ModelFull(AtCapacity):
@@ -123,6 +169,8 @@ class Live:
     misses: int = 0
     outbox_drops: int = 0
     end_reason: str | None = None
+    adopted: int | None = None  # restored from another worker's handoff at this block
+    handing_off: bool = False  # suspended for a migration: no more generation here
 
     @property
     def pull(self) -> bool:

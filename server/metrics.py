@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -46,6 +53,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
+        # process_resident_memory_bytes, cpu seconds, open fds (Linux /proc; soak tests)
+        ProcessCollector(registry=r)
         self.frame_latency = Histogram(
             "worldserve_frame_latency_seconds",
             "From a block being generated to its frame being sent",
@@ -123,6 +132,19 @@ class Metrics:
         self.utilisation = Gauge(
             "worldserve_predicted_utilisation", "Predicted model utilisation (1 = always busy)",
             registry=r,
+        )
+        self.migrations = Counter(
+            "worldserve_migrations",
+            "Sessions moved between workers: handed_off (sent away by a drain), adopted "
+            "(taken in from a handoff), restored (resumed from one), failed",
+            ["result"], registry=r,
+        )
+        self.snapshots = Counter(
+            "worldserve_snapshots", "Checkpoints written to the directory, by result", ["result"],
+            registry=r,
+        )
+        self.directory_up = Gauge(
+            "worldserve_directory_up", "1 while the session directory answers, else 0", registry=r
         )
         self.connections = Gauge(
             "worldserve_websocket_connections", "Open WebSocket connections", registry=r

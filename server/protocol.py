@@ -63,6 +63,10 @@ class ErrorCode(StrEnum):
     AT_CAPACITY = "at_capacity"  # (closes 1013, with retry_after)
     ILLEGAL_TRANSITION = "illegal_transition"
     BAD_TOKEN = "bad_token"  # (closes 1008)
+    # Scale-out (several workers sharing a session directory):
+    PLACEMENT_REQUIRED = "placement_required"  # start without a valid router reservation
+    DIRECTORY_UNAVAILABLE = "directory_unavailable"  # the shared directory cannot be reached
+    SESSION_MOVED = "session_moved"  # resume at a worker that does not hold the session
 
 
 class CloseCode(IntEnum):
@@ -232,6 +236,7 @@ class Start(Message):
     observation: Image | None = None  # a real first frame to anchor the model on
     deadline_ms: float | None = None  # pull: deadline of block 0
     api_key: str | None = None  # when the server requires one (or send an Authorization header)
+    session_id: str | None = None  # multi-worker: the reservation the router handed out
 
     def __post_init__(self) -> None:
         _check_text("prompt", self.prompt, MAX_PROMPT_CHARS)
@@ -245,6 +250,12 @@ class Start(Message):
             _check_float("deadline_ms", self.deadline_ms, 0.0, MAX_DEADLINE_MS, lo_open=True)
         if self.api_key is not None:
             _check_text("api_key", self.api_key, 256)
+        if self.session_id is not None:
+            _require(
+                SESSION_ID_RE.fullmatch(self.session_id) is not None,
+                "session_id",
+                f"must match {SESSION_ID_RE.pattern}",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +405,25 @@ class Resumed(Message):
     height: int
     chunk_frames: int
     level: int
+    # Restored from a snapshot another worker left (a migration or a crash): the block the
+    # restored model state continues at (-1: not restored) and the blocks the stream is off
+    # by. With block_idx N asked and K restored: N > K after a crash means blocks K..N-1
+    # were shown but are not in the model's memory (numbering goes on at N); N < K means
+    # blocks N..K-1 were generated but never delivered (numbering goes on at K).
+    restored_from: int = -1
+    gap_blocks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate(Message):
+    """The worker is draining: resume this session at ``url`` (its state is there)."""
+
+    TYPE: ClassVar[str] = "migrate"
+    session_id: str
+    url: str  # the target worker's WebSocket URL; "" when none is free: ask the router
+    block_idx: int  # the next block the target generates (resend what you lack from it)
+    worker: str = ""  # the target worker's id
+    retry_after: float | None = None  # url "": seconds before asking the router
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,7 +500,7 @@ class Error(Message):
 class Ended(Message):
     TYPE: ClassVar[str] = "ended"
     session_id: str
-    reason: str  # client_close, deleted, expired, evicted, replaced, shutdown, failed
+    reason: str  # client_close, deleted, expired, evicted, replaced, shutdown, failed, migrated
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,7 +511,17 @@ class Pong(Message):
 
 
 ServerMessage = (
-    Started | Resumed | Frame | Status | Degradation | Skipped | Ack | Error | Ended | Pong
+    Started
+    | Resumed
+    | Frame
+    | Status
+    | Degradation
+    | Skipped
+    | Ack
+    | Error
+    | Ended
+    | Pong
+    | Migrate
 )
 
 CLIENT_TYPES: dict[str, type[Message]] = {
@@ -489,7 +529,7 @@ CLIENT_TYPES: dict[str, type[Message]] = {
 }
 SERVER_TYPES: dict[str, type[Message]] = {
     c.TYPE: c
-    for c in (Started, Resumed, Frame, Status, Degradation, Skipped, Ack, Error, Ended, Pong)
+    for c in (Started, Resumed, Frame, Status, Degradation, Skipped, Ack, Error, Ended, Pong, Migrate)
 }
 
 

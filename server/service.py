@@ -21,12 +21,22 @@ re-sends the buffered blocks N..K-1 (K: the first block not generated), then add
 session back to the engine at block K from the exported state: no gap, no repeat. An N
 outside that range is refused (``stale_block``), N = 0 starts a new epoch. A resume while
 another connection holds the session takes it over (the old one is told ``replaced``).
+
+Scale-out (DESIGN.md §7; the directory side lives in server/cluster.py, reached through
+``self.remote``). ``checkpoint`` packages a running session (``Engine.export`` between two
+steps, the session goes on) for crash recovery; ``hand_off`` suspends it at a block
+boundary and packages it with its last blocks for a migration; ``migrated`` tells its
+client where to go and ends it here. A resume of a session this worker does not hold is
+answered from the directory: the handoff is ``adopt``ed (installed DETACHED with its
+suspension) and the normal resume path runs, except that a resume point the handoff
+cannot serve continues with an honest gap (``resumed.gap_blocks``) instead of failing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -37,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from server.engine import Engine, Outbox, Suspension
+from server.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from server.limits import TokenBucket
 from server.live import (
     BlockUnavailable,
@@ -46,6 +57,8 @@ from server.live import (
     NotReady,
     Peer,
     Phase,
+    PlacementRequired,
+    Remote,
     rebucket,
 )
 from server.metrics import Metrics
@@ -58,6 +71,7 @@ from server.protocol import (
     Ended,
     Error,
     ErrorCode,
+    Migrate,
     Observation,
     Prompt,
     ProtocolError,
@@ -97,7 +111,8 @@ from session.scheduler import (
     RunnerInfo,
     Scheduler,
 )
-from session.session import SessionConfig, SessionStatus
+from session.session import Session, SessionConfig, SessionStatus, hash_token
+from session.snapshot import snapshot
 
 # Session types live in server/live.py; re-exported here for the transports.
 __all__ = [
@@ -141,6 +156,8 @@ class Service:
         self._live: dict[str, Live] = {}
         self._evicted_seen = 0
         self._reaper: asyncio.Task[None] | None = None
+        self.remote: Remote | None = None  # the shared directory (server/cluster.py), if any
+        self.draining = False  # handing sessions over: no new sessions or resumes here
         metrics.track_sessions(self.counts)
 
     # --- lifecycle ---
@@ -200,6 +217,11 @@ class Service:
             return False, "failed: engine loop died"
         if self.phase is not Phase.READY:
             return False, self.phase.value + (f": {self.failure}" if self.failure else "")
+        if self.draining:
+            return False, "draining"
+        problem = self.remote.unhealthy() if self.remote is not None else None
+        if problem is not None:
+            return False, problem
         if self.store.active_count >= self.store.capacity:
             return False, "full"
         return True, "ready"
@@ -212,9 +234,31 @@ class Service:
 
     # --- session start, resume, detach, end ---
 
-    def open(self, req: Start, peer: Peer) -> Started:
-        """A new session from a ``start`` message, attached to ``peer``."""
+    async def start(self, req: Start, peer: Peer) -> Started:
+        """``open`` behind the directory: in multi-worker mode the ``start`` must carry a
+        reservation the router made on this worker (refused otherwise, and refused while
+        the directory cannot be reached rather than serving a session nobody can find)."""
+        self._require_ready()
+        if self.draining:
+            raise NotReady(Phase.DRAINING, 1.0)
+        if self.remote is None:
+            return self.open(req, peer)
+        await self.remote.admit(req.session_id)
+        try:
+            started = self.open(req, peer, session_id=req.session_id)
+        except BaseException:
+            if req.session_id is not None and req.session_id not in self._live:
+                self.remote.ended(req.session_id, "refused")  # give the reservation back
+            raise
+        self.remote.opened(started.session_id, started.epoch)
+        return started
+
+    def open(self, req: Start, peer: Peer, *, session_id: str | None = None) -> Started:
+        """A new session from a ``start`` message, attached to ``peer`` (with the given id:
+        a router's reservation; else a fresh one)."""
         engine = self._require_ready()
+        if self.draining:
+            raise NotReady(Phase.DRAINING, 1.0)
         if req.bucket not in self.buckets:
             raise ProtocolError(f"bucket {req.bucket} is not served; served: {list(self.buckets)}", "bucket")
         observation = None
@@ -232,14 +276,24 @@ class Service:
             mode=req.mode,
             seed=req.seed,
         )
-        decision = self.store.open_block(None, 0, config=config, scene=req.prompt, frames=self.chunk_frames)
-        sid = decision.session_id
+        if session_id is None:
+            decision = self.store.open_block(None, 0, config=config, scene=req.prompt, frames=self.chunk_frames)
+            sid, token, epoch = decision.session_id, decision.token or "", decision.epoch
+        else:
+            if session_id in self.store:
+                raise PlacementRequired(f"reservation {session_id!r} is already in use")
+            token = secrets.token_urlsafe(24)
+            session = Session(config, hash_token(token), session_id=session_id, scene=req.prompt,
+                              clock=self.clock)
+            session.accept_block(0, self.chunk_frames)
+            self.store.install(session)
+            sid, epoch = session_id, session.epoch
         s = self.settings
         live = Live(
             sid,
             req,
             req.prompt,
-            decision.epoch,
+            epoch,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             deque(maxlen=s.replay_blocks),
             Rung(req.fps, config.lookahead, self.max_steps, req.bucket),
@@ -252,7 +306,7 @@ class Service:
         self._live[sid] = live
         started = Started(
             sid,
-            decision.token or "",
+            token,
             1,
             req.mode,
             req.codec,
@@ -281,7 +335,13 @@ class Service:
     async def resume(self, msg: Resume, peer: Peer) -> Resumed:
         """Re-attach a detached session at the client's next block (see the docstring)."""
         self._require_ready()
+        if self.draining:  # the router knows where its sessions go next
+            raise NotReady(Phase.DRAINING, 0.5)
         sid = msg.session_id
+        if self.remote is not None and sid not in self._live:
+            handoff = await self.remote.fetch(sid)
+            if handoff is not None and sid not in self._live:
+                self._adopt(handoff, msg)
         live = self._checked(sid, msg)
         if live.peer is not None and live.peer is not peer:  # take over from a stale connection
             old = live.peer
@@ -304,10 +364,14 @@ class Service:
             self.metrics.resumes.labels("new_epoch").inc()
             return reply
         replay = [ch for ch in live.ring if n <= ch.block_idx < k]
+        gap = 0
         if n > k or (n < k and (not replay or replay[0].block_idx != n)):
-            oldest = live.ring[0].block_idx if live.ring else k
-            self.metrics.resumes.labels("unavailable").inc()
-            raise BlockUnavailable(sid, n, oldest, k)
+            if live.adopted is None:
+                oldest = live.ring[0].block_idx if live.ring else k
+                self.metrics.resumes.labels("unavailable").inc()
+                raise BlockUnavailable(sid, n, oldest, k)
+            # A snapshot from another worker that cannot serve n: go on with a gap.
+            gap, replay, k = abs(n - k), [], max(n, k)
         self.store.resume(sid, msg.token)
         state = susp.state
         verdict = self._schedule(engine, live, k, restore=state)
@@ -316,15 +380,21 @@ class Service:
             self.metrics.resumes.labels("refused").inc()
             raise self._model_full(verdict)
         live.suspension = None
+        live.next_block = k
         live.restored = (k, state) if state is not None else None
         if live.pull:  # requests accepted before the drop and not generated: ask again
             session = self.store.get(sid)
             for b in range(k, session.last_block_idx + 1):
                 engine.request_block(sid, b)
-        reply = self._resumed(live, n, len(replay))
+        restored_from, live.adopted = (-1 if live.adopted is None else live.adopted), None
+        reply = self._resumed(live, k if gap else n, len(replay), restored_from, gap)
         self._attach(engine, live, peer, reply, replay)
-        self.metrics.resumes.labels("ok").inc()
-        log.info("session resumed", extra={"sid": sid, "block_idx": n, "replayed": len(replay)})
+        self.metrics.resumes.labels("ok" if restored_from < 0 else "restored").inc()
+        if restored_from >= 0 and self.remote is not None:
+            self.remote.resumed(sid, live.epoch, k)
+        log.info("session resumed", extra={"sid": sid, "block_idx": reply.block_idx,
+                                           "replayed": len(replay), "restored_from": restored_from,
+                                           "gap_blocks": gap})
         return reply
 
     def _checked(self, sid: str, msg: Resume) -> Live:
@@ -338,7 +408,9 @@ class Service:
             raise BadToken(sid)
         return live
 
-    def _resumed(self, live: Live, block_idx: int, replayed: int) -> Resumed:
+    def _resumed(
+        self, live: Live, block_idx: int, replayed: int, restored_from: int = -1, gap: int = 0
+    ) -> Resumed:
         requested = -1
         if live.pull:
             session = self.store.peek(live.sid)
@@ -347,7 +419,7 @@ class Service:
         side = live.settings.bucket
         return Resumed(
             live.sid, block_idx, live.epoch, requested, replayed, r.mode, r.codec, r.fps,
-            side, side, self.chunk_frames, live.level,
+            side, side, self.chunk_frames, live.level, restored_from, gap,
         )
 
     async def disconnected(self, sid: str, peer: Peer) -> None:
@@ -364,6 +436,8 @@ class Service:
             return
         if session.status is SessionStatus.ACTIVE:
             self.store.detach(sid)
+        if live.suspension is not None:  # suspended already (a hand-off is packaging it)
+            return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         live.suspending = fut
         susp = Suspension(sid, live.next_block, None, live.level, live.settings)
@@ -388,6 +462,139 @@ class Service:
         if live is not None and live.end_reason is None:
             live.end_reason = reason
         return self.store.close(sid)
+
+    # --- scale-out: checkpoints, hand-offs, adoption ---
+
+    def sessions(self) -> list[str]:
+        """Ids of the sessions held here (attached or detached)."""
+        return list(self._live)
+
+    async def checkpoint(self, sid: str) -> Handoff | None:
+        """A running session packaged for crash recovery, read between two engine steps
+        (it keeps running); None if it is not running here now."""
+        live, engine = self._live.get(sid), self.engine
+        if live is None or live.handing_off or engine is None or sid not in engine.scheduler:
+            return None
+        try:
+            susp = await engine.export(sid)
+        except (KeyError, RuntimeError):  # ended or suspended meanwhile
+            return None
+        if self._live.get(sid) is not live or live.handing_off:
+            return None
+        return self._package(live, self._with_restored(live, susp), "checkpoint", 0)
+
+    async def hand_off(self, sid: str) -> Handoff | None:
+        """Stop generating the session at a block boundary and package it, with its last
+        ``migrate_replay_blocks`` blocks, for another worker; None if it ended. Its client
+        stays attached until ``migrated``. Idempotent."""
+        live = self._live.get(sid)
+        if live is None:
+            return None
+        if live.suspending is not None:
+            await asyncio.shield(live.suspending)
+        if live.suspension is None:
+            susp = Suspension(sid, live.next_block, None, live.level, live.settings)
+            engine = self.engine
+            if engine is not None and sid in engine.scheduler:
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                live.suspending = fut
+                try:
+                    susp = await engine.suspend(sid)
+                except (KeyError, RuntimeError) as exc:
+                    log.warning("suspend for hand-off failed: %s", exc, extra={"sid": sid})
+                finally:
+                    live.suspending = None
+                    fut.set_result(None)
+            if self._live.get(sid) is not live:
+                return None
+            live.suspension = self._with_restored(live, susp)
+            live.level, live.settings = susp.level, susp.settings
+        live.handing_off = True
+        return self._package(live, live.suspension, "migration", self.settings.migrate_replay_blocks)
+
+    def migrated(self, sid: str, msg: Migrate) -> None:
+        """Tell the session's client where it continues, then end it here."""
+        live = self._live.get(sid)
+        if live is None:
+            return
+        if live.peer is not None:
+            live.peer.send(msg)
+        self.metrics.migrations.labels("handed_off").inc()
+        self.close(sid, "migrated")
+
+    def _with_restored(self, live: Live, susp: Suspension) -> Suspension:
+        """A session resumed from a state and not reopened in the runner yet still has it."""
+        if susp.state is None and live.restored is not None and live.restored[0] == susp.next_block:
+            return replace(susp, state=live.restored[1])
+        return susp
+
+    def _package(self, live: Live, susp: Suspension, kind: Kind, replay: int) -> Handoff:
+        session = self.store.peek(live.sid)
+        if session is None:
+            raise SessionStateMissing(live.sid)
+        state = susp.state
+        if state is None:  # never ran in the runner: the target starts it from its spec
+            b = susp.settings.bucket
+            state = ModelState(b, np.zeros((0, b, b, 3), np.uint8), 0, 0, np.zeros(0, np.uint8), live.scene)
+        blocks = [ch for ch in live.ring if ch.block_idx < susp.next_block][-replay:] if replay else []
+        return Handoff(
+            kind,
+            live.sid,
+            live.epoch,
+            susp.next_block,
+            susp.level,
+            replace(live.request, observation=None, api_key=None, session_id=None),
+            live.action,
+            live.action_seq,
+            live.seen_seq,
+            tuple(ReplayBlock(ch.block_idx, ch.action_seq, ch.frames) for ch in blocks),
+            snapshot(session, state),
+            time.time(),
+        )
+
+    def _adopt(self, h: Handoff, msg: Resume) -> None:
+        """Install another worker's handoff as a DETACHED session with its suspension."""
+        sid = msg.session_id
+        try:
+            session, state = h.restore(self.clock)
+        except HandoffError as exc:
+            log.warning("unusable handoff: %s", exc, extra={"sid": sid})
+            self.metrics.migrations.labels("failed").inc()
+            raise SessionStateMissing(sid, msg.block_idx) from exc
+        if not session.check_token(msg.token):
+            self.metrics.resumes.labels("bad_token").inc()
+            raise BadToken(sid)
+        k, fpc = h.next_block, self.chunk_frames
+        if session.config.mode == "pull" and msg.block_idx > k:
+            # A crash rewound the model: the store's numbering goes on at the client's block.
+            n = msg.block_idx
+            session = Session(
+                session.config, session.token_hash, session_id=sid, scene=session.scene,
+                epoch=session.epoch, status=SessionStatus.DETACHED, clock=self.clock,
+                controls=session.controls, log=session.log, blocks_committed=n,
+                last_block_idx=n - 1, frames_due=n * fpc, frames_committed=n * fpc,
+            )
+        self.store.install(session)
+        s, req = self.settings, h.request
+        rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.max_steps, state.bucket)
+        step_us = 1e6 / req.fps
+        ring = deque(
+            (Chunk(sid, r.block_idx, r.frames, r.action_seq, r.block_idx * fpc, step_us, h.created)
+             for r in h.replay),
+            maxlen=max(s.replay_blocks, len(h.replay)),
+        )
+        live = Live(
+            sid, req, session.scene, h.epoch,
+            TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
+            ring, rung, self.clock(), level=h.level,
+        )
+        live.suspension = Suspension(sid, k, state, h.level, rung)
+        live.next_block, live.adopted = k, k
+        live.action, live.action_seq, live.seen_seq = h.action, h.action_seq, h.seen_seq
+        self._live[sid] = live
+        self.metrics.migrations.labels("adopted").inc()
+        log.info("session adopted", extra={"sid": sid, "kind": h.kind, "next_block": k,
+                                          "replay": len(h.replay)})
 
     # --- inputs ---
 
@@ -493,7 +700,7 @@ class Service:
         ok, why = self.readiness()
         cap = self.store.capacity
         return {
-            "state": self.phase.value,
+            "state": "draining" if self.draining else self.phase.value,
             "ready": ok,
             "reason": why,
             "sessions": len(self.store),
@@ -686,8 +893,10 @@ class Service:
         if self.engine is not None and sid in self.engine.scheduler:
             self.engine.remove_session(sid)
         if peer is not None:
-            code = CloseCode.GOING_AWAY if reason == "shutdown" else CloseCode.NORMAL
+            code = CloseCode.GOING_AWAY if reason in ("shutdown", "migrated") else CloseCode.NORMAL
             peer.end(Ended(sid, reason), code)
+        if self.remote is not None:
+            self.remote.ended(sid, reason)
         self.metrics.sessions_ended.labels(reason).inc()
         log.info("session ended", extra={"sid": sid, "reason": reason})
 

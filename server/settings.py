@@ -52,6 +52,21 @@ class Settings:
     heartbeat_s: float = 15.0  # WebSocket ping interval (detects dead peers)
     close_timeout_s: float = 5.0  # a closing connection that does not drain is aborted
     max_image_pixels: int = 1024 * 1024  # observations larger than this are refused
+    # --- scale-out (DESIGN.md §7; docs/operations.md) ---
+    # None: the embedded single worker (an in-memory directory); "redis://host:port/db":
+    # one of several workers sharing a directory (sessions come through a router).
+    directory_url: str | None = None
+    directory_prefix: str = "worldserve"  # key prefix in Redis: one per deployment
+    advertise: str | None = None  # http base URL others reach this worker at; None: host:port
+    worker_id: str | None = None  # None: derived from the advertised address
+    admin_key: str | None = None  # bearer key of POST /admin/drain; None: admin API off
+    worker_heartbeat_s: float = 1.0  # seconds between directory heartbeats
+    worker_ttl_s: float = 5.0  # a worker without a heartbeat this long is dead
+    snapshot_interval_s: float = 2.0  # checkpoint every running session this often (0: off)
+    snapshot_ttl_s: float = 600.0  # checkpoints and handoffs expire from the directory
+    drain_timeout_s: float = 30.0  # a drain ends the sessions not handed over by then
+    placement_threshold: float = 0.9  # a drain's target must have utilisation below this
+    migrate_replay_blocks: int = 8  # recent blocks carried by a migration handoff
     # --- logs ---
     log_format: Literal["kv", "json"] = "kv"
     log_level: str = "INFO"
@@ -74,10 +89,19 @@ class Settings:
         )
         need(self.capacity >= 1, f"capacity {self.capacity!r} must be >= 1")
         for name in ("detached_ttl_s", "pull_deadline_s", "status_interval_s", "heartbeat_s",
-                     "close_timeout_s", "admission_retry_after_s"):
+                     "close_timeout_s", "admission_retry_after_s", "worker_heartbeat_s",
+                     "worker_ttl_s", "snapshot_ttl_s", "drain_timeout_s", "placement_threshold"):
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
         need(self.replay_blocks >= 1, f"replay_blocks {self.replay_blocks!r} must be >= 1")
+        need(0 <= self.migrate_replay_blocks <= 64,
+             f"migrate_replay_blocks {self.migrate_replay_blocks!r} must be in [0, 64]")
+        need(math.isfinite(self.snapshot_interval_s) and self.snapshot_interval_s >= 0,
+             f"snapshot_interval_s {self.snapshot_interval_s!r} must be finite and >= 0")
+        need(self.worker_ttl_s > self.worker_heartbeat_s,
+             f"worker_ttl_s {self.worker_ttl_s!r} must exceed worker_heartbeat_s "
+             f"{self.worker_heartbeat_s!r}")
+        need(self.admin_key is None or len(self.admin_key) >= 8, "admin_key must be >= 8 chars")
         need(1 <= self.jpeg_quality <= 95, f"jpeg_quality {self.jpeg_quality!r} must be in [1, 95]")
         need(self.max_msg_size >= 1024, f"max_msg_size {self.max_msg_size!r} must be >= 1024")
         for name in ("max_msgs_per_s", "max_actions_per_s"):

@@ -24,9 +24,10 @@ from contextlib import suppress
 
 from aiohttp import WSMsgType, web
 
+from server.directory import DirectoryUnavailable
 from server.encode import FrameEncoder, make_encoder
 from server.limits import TokenBucket
-from server.live import Chunk, NotReady
+from server.live import Chunk, NotReady, PlacementRequired
 from server.metrics import Metrics
 from server.protocol import (
     Action,
@@ -209,6 +210,10 @@ class Connection:
             self._error(exc, fatal=fatal, code=CloseCode.POLICY if fatal else None)
         except NotReady as exc:
             self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=exc.retry_after)
+        except DirectoryUnavailable as exc:  # multi-worker: refuse rather than misplace
+            self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=1.0)
+        except PlacementRequired as exc:
+            self._error(exc, fatal=True, code=CloseCode.POLICY)
         except AtCapacity as exc:
             self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=exc.retry_after_s)
         except BadToken as exc:
@@ -225,7 +230,7 @@ class Connection:
             self._need_no_session()
             self._authorize(msg.api_key)
             self._start_at = time.monotonic()
-            svc.open(msg, self)
+            await svc.start(msg, self)
         elif isinstance(msg, Resume):
             self._need_no_session()
             await svc.resume(msg, self)

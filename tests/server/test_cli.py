@@ -45,3 +45,31 @@ def test_train_delegates_to_model_train(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(model.train, "main", lambda argv=None: seen.append(argv))
     cli.main(["train", "--minutes", "1", "--out", "x"])
     assert seen == [["--minutes", "1", "--out", "x"]]
+
+
+def test_scale_out_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLDSERVE_DIRECTORY", raising=False)
+    assert cli.settings_from(parse()).directory_url is None  # the embedded default
+    s = cli.settings_from(parse(
+        "--directory", "redis://127.0.0.1:6390/0", "--advertise", "http://10.0.0.7:8001",
+        "--worker-id", "w7", "--admin-key", "k" * 12, "--heartbeat", "0.5", "--worker-ttl", "2",
+        "--snapshot-interval", "1.5", "--drain-timeout", "9", "--placement-threshold", "0.8",
+    ))
+    assert (s.directory_url, s.advertise, s.worker_id) == (
+        "redis://127.0.0.1:6390/0", "http://10.0.0.7:8001", "w7")
+    assert (s.admin_key, s.worker_heartbeat_s, s.worker_ttl_s) == ("k" * 12, 0.5, 2.0)
+    assert (s.snapshot_interval_s, s.drain_timeout_s, s.placement_threshold) == (1.5, 9.0, 0.8)
+    with pytest.raises(ValueError, match="worker_ttl_s"):
+        cli.settings_from(parse("--heartbeat", "3", "--worker-ttl", "2"))
+
+
+def test_soak_and_drill_delegate_their_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    import clients.drill
+    import clients.soak
+
+    seen: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(clients.soak, "main", lambda argv=None: seen.append(("soak", argv)))
+    monkeypatch.setattr(clients.drill, "main", lambda argv=None: seen.append(("drill", argv)))
+    cli.main(["soak", "--url", "ws://x/v1/ws"])
+    cli.main(["drill", "--quick"])
+    assert seen == [("soak", ["--url", "ws://x/v1/ws"]), ("drill", ["--quick"])]

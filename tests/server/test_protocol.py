@@ -23,6 +23,7 @@ from server.protocol import (
     Frame,
     Image,
     Keyframe,
+    Migrate,
     Observation,
     Ping,
     Pong,
@@ -56,6 +57,7 @@ CLIENT_EXAMPLES = [
 SERVER_EXAMPLES = [
     Started("s1", "tok", 1, "push", "jpeg", 24.0, 64, 64, 64, 1, 0, 4, 1, 0, (64, 128)),
     Resumed("s1", 12, 0, -1, 3, "push", "raw", 24.0, 64, 64, 1, 0),
+    Resumed("s1", 12, 0, -1, 0, "push", "raw", 24.0, 64, 64, 1, 0, restored_from=9, gap_blocks=3),
     Frame("s1", 3, 3, 125000, 2, "raw", 6, 4, RGB.tobytes(), True, 1.5, 1.6),
     Status(1, 23.5, 24.0, 0, 2, 1, 0, 64, 3, 0, 0.7),
     Degradation(0, 1, ("lookahead 1->0",), 24.0, 64, 4, 0),
@@ -64,6 +66,7 @@ SERVER_EXAMPLES = [
     Error("bad_message", "seq: must be an integer", "seq"),
     Ended("s1", "client_close"),
     Pong(5, 1.0),
+    Migrate("s1", "ws://10.0.0.8:8000/v1/ws", 12, "w2"),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TypeVar
 
 import numpy as np
@@ -232,7 +233,7 @@ def test_batches_run_earliest_deadline_first(requests: list[tuple[int, int, floa
     for b in plan.batches:  # members are in deadline order
         dues = [requests[int(w.session_id[1:])][2] for w in b.items]
         # EDF up to float rounding: deadlines within 1e-9 may tie-break either way
-        assert all(x <= y + 1e-9 for x, y in zip(dues, dues[1:], strict=False))
+        assert all(x <= y + 1e-9 for x, y in pairwise(dues))
 
 
 def test_batching_off_steps_every_session_alone() -> None:

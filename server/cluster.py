@@ -1,0 +1,380 @@
+"""The worker's side of scale-out: registration, heartbeats, checkpoints and drain.
+
+``WorkerAgent`` is this worker in the session directory (server/directory/), next to the
+``Service`` (server/service.py) that holds its sessions:
+
+- Registration: the worker registers (``starting`` while the model loads, then
+  ``serving``, ``draining`` once a drain begins) and heartbeats its load, capacity and
+  utilisation every ``worker_heartbeat_s`` with a TTL of ``worker_ttl_s``. A heartbeat
+  after the worker was reaped re-registers it.
+- Multi-worker mode (``directory_url`` set, ``shared``): the agent is the service's
+  ``Remote``. A ``start`` must carry a reservation the router placed on this worker; a
+  resume of a session this worker does not hold is answered from the handoff in the
+  directory; every ``snapshot_interval_s`` each running session is checkpointed (its
+  handoff written to the directory, its record's block_idx updated) so that a worker
+  killed without draining loses at most that much. While the directory cannot be reached
+  the worker refuses new sessions (``directory_unavailable``, readyz 503) and keeps
+  serving the ones it has.
+- Embedded mode (no URL): a ``MemoryDirectory`` no one else reads; sessions start
+  without a reservation, there are no checkpoints, and a drain ends the sessions.
+- Drain (SIGTERM or ``POST /admin/drain``): stop admitting, then for each session: suspend
+  it at a block boundary (``Service.hand_off``), place it on another worker
+  (``place_session``), write the handoff, mark it ``migrating`` and send its client
+  ``migrate`` with the target's URL. With no worker free the client is told to ask the
+  router later. Sessions not handed over by ``drain_timeout_s`` end (``shutdown``); then
+  the worker deregisters and ``drained`` is set (the CLI exits on it).
+
+Background loops have the house shape: ``CancelledError`` exits quietly, other errors are
+logged, ``stop()`` cancels then awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Coroutine
+from contextlib import suppress
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from server.directory import (
+    Directory,
+    DirectoryError,
+    DirectoryUnavailable,
+    NoWorkerAvailable,
+    SessionRecord,
+    SessionState,
+    UnknownSession,
+    UnknownWorker,
+    WorkerInfo,
+    WorkerState,
+)
+from server.handoff import Handoff, HandoffError, decode
+from server.live import PlacementRequired, SessionMoved
+from server.metrics import Metrics
+from server.protocol import Migrate
+from server.service import Service
+from server.settings import Settings
+from session.errors import SessionStateMissing
+
+log = logging.getLogger("worldserve.cluster")
+
+T = TypeVar("T")
+
+# Ends after which the session is gone for good: its client was told ``ended`` (release
+# its record and snapshot). A migrated session's record has moved on to its target.
+_FINAL_ENDS = frozenset(
+    {"client_close", "deleted", "expired", "evicted", "refused", "failed", "shutdown"}
+)
+
+
+def ws_url(address: str) -> str:
+    """A worker's WebSocket URL from its advertised http(s) base URL."""
+    parts = urlsplit(address)
+    scheme = {"https": "wss", "http": "ws"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + "/v1/ws", "", ""))
+
+
+class WorkerAgent:
+    """This worker in the session directory; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        service: Service,
+        metrics: Metrics,
+        directory: Directory,
+        *,
+        shared: bool,
+    ) -> None:
+        self.settings = settings
+        self.service = service
+        self.metrics = metrics
+        self.directory = directory
+        self.shared = shared
+        self.address = settings.advertise or f"http://{settings.host}:{settings.port}"
+        self.worker_id = settings.worker_id or _worker_id(self.address)
+        self.drained = asyncio.Event()  # set once a drain has handed over or ended everything
+        self.directory_ok = True
+        self._why = ""
+        self._registered = False
+        self._draining = False
+        self._loops: list[asyncio.Task[None]] = []
+        self._drain: asyncio.Task[None] | None = None
+        self._spawned: set[asyncio.Task[None]] = set()
+        if shared:
+            service.remote = self
+
+    # --- lifecycle ---
+
+    @property
+    def state(self) -> WorkerState:
+        if self._draining:
+            return WorkerState.DRAINING
+        return WorkerState.SERVING if self.service.ready else WorkerState.STARTING
+
+    async def start(self) -> None:
+        self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="worker-heartbeat"))
+        if self.shared and self.settings.snapshot_interval_s > 0:
+            self._loops.append(asyncio.create_task(self._checkpoint_loop(), name="worker-checkpoints"))
+
+    async def stop(self) -> None:
+        """Stop the loops and leave the directory (sessions still on this worker are
+        orphaned there: resumable elsewhere from their last checkpoint)."""
+        await self._stop_loops()
+        if self._drain is not None and not self._drain.done():
+            self._drain.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._drain
+        if self._spawned:
+            await asyncio.wait(list(self._spawned), timeout=2.0)
+        if self._registered:
+            with suppress(DirectoryError):
+                await self.directory.deregister_worker(self.worker_id)
+            self._registered = False
+        await self.directory.close()
+
+    async def _stop_loops(self, name: str | None = None) -> None:
+        stopping = [t for t in self._loops if name is None or t.get_name() == name]
+        self._loops = [t for t in self._loops if t not in stopping]
+        for task in stopping:
+            task.cancel()
+        for task in stopping:
+            with suppress(asyncio.CancelledError):
+                await task
+
+    # --- the service's Remote ---
+
+    def unhealthy(self) -> str | None:
+        return None if self.directory_ok else f"directory unavailable: {self._why}"
+
+    async def admit(self, reservation: str | None) -> None:
+        if reservation is None:
+            raise PlacementRequired(
+                "this worker is one of several: ask the router for a worker and a "
+                "reservation (POST /v1/place) and start with its session_id"
+            )
+        rec = await self._call(self.directory.get_session(reservation))
+        if rec is None or rec.worker_id != self.worker_id or rec.state is not SessionState.ACTIVE:
+            where = "unknown" if rec is None else f"{rec.state.value} on worker {rec.worker_id!r}"
+            raise PlacementRequired(
+                f"reservation {reservation!r} is not held by this worker ({where}): ask the "
+                f"router for a new one"
+            )
+
+    async def fetch(self, session_id: str) -> Handoff | None:
+        rec = await self._call(self.directory.get_session(session_id))
+        if rec is None:
+            return None
+        if rec.worker_id != self.worker_id:
+            raise SessionMoved(session_id, rec.worker_id)
+        data = await self._call(self.directory.get_snapshot(session_id))
+        if data is None:
+            raise SessionStateMissing(session_id)
+        try:
+            return decode(data)
+        except HandoffError as exc:
+            log.warning("unusable handoff in the directory: %s", exc, extra={"sid": session_id})
+            raise SessionStateMissing(session_id) from exc
+
+    def opened(self, session_id: str, epoch: int) -> None:
+        self._spawn(self._record(session_id, epoch, 0), session_id)
+
+    def resumed(self, session_id: str, epoch: int, next_block: int) -> None:
+        self._spawn(self._record(session_id, epoch, next_block), session_id)
+
+    def ended(self, session_id: str, reason: str) -> None:
+        if reason in _FINAL_ENDS:
+            self._spawn(self._forget(session_id), session_id)
+
+    # --- drain ---
+
+    def begin_drain(self) -> asyncio.Task[None]:
+        """Start draining (idempotent); the task ends when every session is handed over
+        or ended and the worker has left the directory."""
+        if self._drain is None:
+            self._draining = True
+            self.service.draining = True
+            self._drain = asyncio.create_task(self._drain_all(), name="worker-drain")
+        return self._drain
+
+    async def _drain_all(self) -> None:
+        t0 = time.monotonic()
+        deadline = t0 + self.settings.drain_timeout_s
+        log.info("draining", extra={"sessions": len(self.service.sessions())})
+        try:
+            with suppress(DirectoryError):
+                await self._call(self.directory.set_worker_state(self.worker_id, WorkerState.DRAINING))
+            await self._stop_loops("worker-checkpoints")  # it must not overwrite a handoff
+            while sids := self.service.sessions():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    for sid in sids:
+                        self.service.close(sid, "shutdown")
+                    log.warning("drain timed out; ended %d sessions", len(sids))
+                    break
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        asyncio.gather(*(self._migrate(sid) for sid in sids)), left
+                    )
+                if self.service.sessions():
+                    await asyncio.sleep(0.25)
+            await self._stop_loops()  # no heartbeat may register it again
+            with suppress(DirectoryError):
+                await self._call(self.directory.deregister_worker(self.worker_id))
+                self._registered = False
+            log.info("drained", extra={"seconds": round(time.monotonic() - t0, 3)})
+        except Exception:
+            log.exception("drain failed")
+        finally:
+            self.drained.set()
+
+    async def _migrate(self, sid: str) -> None:
+        """Hand one session over; errors are logged and the drain loop tries again."""
+        try:
+            handoff = await self.service.hand_off(sid)
+            if handoff is None:
+                return
+            if not self.shared:  # nobody else can take it
+                self.service.close(sid, "shutdown")
+                return
+            target: WorkerInfo | None = None
+            retry_after: float | None = None
+            try:
+                target = await self._call(
+                    self.directory.place_session(sid, self.settings.placement_threshold)
+                )
+            except NoWorkerAvailable as exc:
+                retry_after = exc.retry_after_s
+            await self._call(
+                self.directory.put_snapshot(sid, handoff.encode(), self.settings.snapshot_ttl_s)
+            )
+            holder = target.worker_id if target is not None else self.worker_id
+            record = SessionRecord(sid, holder, handoff.epoch, handoff.next_block, SessionState.MIGRATING)
+            await self._call(self.directory.update_session(record))
+            url = ws_url(target.address) if target is not None else ""
+            self.service.migrated(sid, Migrate(sid, url, handoff.next_block, holder if target else "", retry_after))
+            log.info("session handed over", extra={"sid": sid, "target": holder if target else "",
+                                                   "next_block": handoff.next_block})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.metrics.migrations.labels("failed").inc()
+            log.warning("hand-over failed: %s: %s", type(exc).__name__, exc, extra={"sid": sid})
+
+    # --- loops ---
+
+    async def _heartbeat_loop(self) -> None:
+        try:
+            while True:
+                await self._beat()
+                await asyncio.sleep(self.settings.worker_heartbeat_s)
+        except asyncio.CancelledError:
+            pass
+
+    async def _beat(self) -> None:
+        svc, s = self.service, self.settings
+        load, util = len(svc.store), max(0.0, float(svc.utilisation()))
+        try:
+            if self._registered:
+                try:
+                    await self._call(self.directory.heartbeat(
+                        self.worker_id, load, util, self.state, s.worker_ttl_s
+                    ))
+                    return
+                except UnknownWorker:
+                    log.warning("the directory forgot this worker; registering again")
+                    self._registered = False
+            info = WorkerInfo(self.worker_id, self.address, self.state, s.capacity, load, util)
+            await self._call(self.directory.register_worker(info, s.worker_ttl_s))
+            self._registered = True
+            log.info("registered", extra={"worker_id": self.worker_id, "address": self.address,
+                                          "state": self.state.value})
+        except DirectoryError:
+            pass  # counted and logged by _call; the next beat tries again
+        except Exception:
+            log.exception("heartbeat failed")
+
+    async def _checkpoint_loop(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.settings.snapshot_interval_s)
+                sids = self.service.sessions()
+                handoffs = await asyncio.gather(*(self.service.checkpoint(sid) for sid in sids),
+                                                return_exceptions=True)
+                for h in handoffs:
+                    if isinstance(h, Handoff):
+                        await self._store_checkpoint(h)
+                    elif isinstance(h, BaseException):
+                        log.warning("checkpoint failed: %r", h)
+        except asyncio.CancelledError:
+            pass
+
+    async def _store_checkpoint(self, h: Handoff) -> None:
+        rec = SessionRecord(h.session_id, self.worker_id, h.epoch, h.next_block, SessionState.ACTIVE)
+        try:
+            # The record first: it refuses if the session moved on, before its snapshot
+            # could be overwritten.
+            await self._call(self.directory.update_session(rec))
+            await self._call(self.directory.put_snapshot(h.session_id, h.encode(),
+                                                         self.settings.snapshot_ttl_s))
+            self.metrics.snapshots.labels("ok").inc()
+        except (DirectoryError, ValueError) as exc:
+            self.metrics.snapshots.labels("failed").inc()
+            if not isinstance(exc, DirectoryUnavailable):
+                log.info("checkpoint not stored: %s", exc, extra={"sid": h.session_id})
+
+    # --- helpers ---
+
+    async def _record(self, sid: str, epoch: int, next_block: int) -> None:
+        rec = SessionRecord(sid, self.worker_id, epoch, next_block, SessionState.ACTIVE)
+        with suppress(DirectoryError, ValueError):
+            await self._call(self.directory.update_session(rec))
+
+    async def _forget(self, sid: str) -> None:
+        with suppress(DirectoryError):
+            rec = await self._call(self.directory.get_session(sid))
+            if rec is not None and rec.worker_id == self.worker_id:
+                await self._call(self.directory.release_session(sid))
+                await self._call(self.directory.delete_snapshot(sid))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], sid: str) -> None:
+        task = asyncio.create_task(coro)
+        self._spawned.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._spawned.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("directory update failed: %r", t.exception(), extra={"sid": sid})
+
+        task.add_done_callback(done)
+
+    async def _call(self, pending: Awaitable[T]) -> T:
+        """Await a directory call, keeping track of whether the directory answers."""
+        try:
+            result = await pending
+        except DirectoryUnavailable as exc:
+            if self.directory_ok:
+                log.warning("session directory unavailable: %s", exc.reason)
+            self.directory_ok, self._why = False, exc.reason
+            self.metrics.directory_up.set(0)
+            raise
+        except (UnknownSession, UnknownWorker, NoWorkerAvailable):
+            self._up()
+            raise
+        self._up()
+        return result
+
+    def _up(self) -> None:
+        if not self.directory_ok:
+            log.info("session directory reachable again")
+        self.directory_ok, self._why = True, ""
+        self.metrics.directory_up.set(1)
+
+
+def _worker_id(address: str) -> str:
+    """A readable id from the address: ``127.0.0.1-8001``."""
+    parts = urlsplit(address)
+    host = (parts.hostname or "worker").replace(":", "-")
+    return f"{host}-{parts.port or (443 if parts.scheme == 'https' else 80)}"

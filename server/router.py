@@ -1,0 +1,268 @@
+"""``worldserve router``: where a session should run, and where it continues.
+
+Signaling only: a client asks the router, then talks to the worker directly; media never
+flows through here. State lives in the session directory (Redis), so routers are
+stateless and any number of them can run side by side.
+
+- ``POST /v1/place`` → ``{"session_id", "worker_id", "url", "address"}``: a reservation
+  (a fresh session id) on the least-loaded serving worker below ``threshold``, made with
+  ``Directory.place_session`` (atomic: two routers never take a worker's last slot). The
+  client connects to ``url`` and sends ``start`` with ``session_id``. 503 with
+  ``retry_after`` (and ``Retry-After``) when no worker has room or the directory is down.
+  A reservation no worker took up within ``reservation_ttl_s`` is released.
+- ``POST /v1/resume`` ``{"session_id"}`` → the same shape plus ``state``: the worker that
+  holds the session, or will restore it. A session on a dead worker (its heartbeat TTL
+  ran out) or orphaned is placed on a live worker, which restores it from its last
+  checkpoint when the client resumes there; without a snapshot it is 404.
+- ``GET /v1/workers`` (live workers), ``/healthz``, ``/readyz`` (200 while the directory
+  answers and at least one worker is serving).
+
+API keys (``api_keys``) guard ``/v1/place`` like a worker's ``start``; resume needs none
+(the session's token, checked by the worker, is what guards it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import suppress
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aiohttp import web
+
+from server.cluster import ws_url
+from server.directory import (
+    Directory,
+    DirectoryError,
+    DirectoryUnavailable,
+    NoWorkerAvailable,
+    SessionRecord,
+    SessionState,
+    WorkerInfo,
+    WorkerState,
+    open_directory,
+)
+from session.session import SESSION_ID_RE
+
+log = logging.getLogger("worldserve.router")
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    directory_url: str = "redis://127.0.0.1:6379/0"
+    directory_prefix: str = "worldserve"  # must match the workers'
+    threshold: float = 0.9  # place only on workers whose utilisation is below this
+    api_keys: frozenset[str] = frozenset()  # non-empty: /v1/place needs one of them
+    reservation_ttl_s: float = 30.0  # a reservation no worker took up is released after this
+    maintenance_s: float = 1.0  # seconds between reaping dead workers / stale reservations
+    retry_after_s: float = 1.0  # what a 503 from a directory outage says
+    log_format: str = "kv"
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"bad setting: port {self.port!r} must be in [0, 65535]")
+        for name in ("threshold", "reservation_ttl_s", "maintenance_s", "retry_after_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"bad setting: {name} {getattr(self, name)!r} must be > 0")
+
+
+class Router:
+    """Placement and resume lookups over a ``Directory``."""
+
+    def __init__(self, settings: RouterSettings, directory: Directory) -> None:
+        self.settings = settings
+        self.directory = directory
+        self._reservations: dict[str, tuple[float, float]] = {}  # sid -> (deadline, stamp)
+        self.placed = 0
+        self.refused = 0
+
+    async def place(self) -> dict[str, Any]:
+        """Reserve a slot for a new session (NoWorkerAvailable / DirectoryUnavailable)."""
+        sid = secrets.token_urlsafe(12)
+        worker = await self.directory.place_session(sid, self.settings.threshold)
+        rec = await self.directory.get_session(sid)
+        stamp = rec.updated if rec is not None else 0.0
+        self._reservations[sid] = (time.monotonic() + self.settings.reservation_ttl_s, stamp)
+        self.placed += 1
+        log.info("placed", extra={"sid": sid, "worker_id": worker.worker_id, "load": worker.load})
+        return _answer(sid, worker)
+
+    async def locate(self, sid: str) -> dict[str, Any] | None:
+        """Where ``sid`` continues; None if the directory does not know it (or its worker
+        died with no snapshot to restore it from)."""
+        rec = await self.directory.get_session(sid)
+        if rec is None:
+            return None
+        worker = await self.directory.get_worker(rec.worker_id)
+        if worker is not None and rec.state is not SessionState.ORPHANED:
+            return {**_answer(sid, worker), "state": rec.state.value}
+        if rec.state is not SessionState.ORPHANED:  # its worker died: orphan what it held
+            reaped = await self.directory.reap_dead_workers()
+            if reaped:
+                log.warning("reaped dead workers", extra={"workers": ",".join(sorted(reaped))})
+        if await self.directory.get_snapshot(sid) is None:
+            return None
+        worker = await self.directory.place_session(sid, self.settings.threshold)
+        log.info("re-placed", extra={"sid": sid, "worker_id": worker.worker_id,
+                                     "from_worker": rec.worker_id})
+        return {**_answer(sid, worker), "state": SessionState.MIGRATING.value}
+
+    async def maintain(self) -> None:
+        """Reap dead workers (their sessions become orphaned) and release reservations
+        that no worker took up."""
+        await self.directory.reap_dead_workers()
+        now = time.monotonic()
+        for sid, (deadline, stamp) in list(self._reservations.items()):
+            if now < deadline:
+                continue
+            del self._reservations[sid]
+            rec = await self.directory.get_session(sid)
+            if _untouched(rec, stamp):
+                await self.directory.release_session(sid)
+                log.info("reservation expired", extra={"sid": sid})
+
+
+def _untouched(rec: SessionRecord | None, stamp: float) -> bool:
+    return (
+        rec is not None
+        and rec.state is SessionState.ACTIVE
+        and rec.block_idx == 0
+        and rec.updated == stamp
+    )
+
+
+def _answer(sid: str, worker: WorkerInfo) -> dict[str, Any]:
+    return {
+        "session_id": sid,
+        "worker_id": worker.worker_id,
+        "url": ws_url(worker.address),
+        "address": worker.address,
+    }
+
+
+ROUTER = web.AppKey("router", Router)
+
+
+def create_router(settings: RouterSettings, *, directory: Directory | None = None) -> web.Application:
+    app = web.Application()
+    if directory is None:
+        directory = open_directory(settings.directory_url, prefix=settings.directory_prefix)
+    app[ROUTER] = Router(settings, directory)
+    app.router.add_post("/v1/place", _place)
+    app.router.add_post("/v1/resume", _resume)
+    app.router.add_get("/v1/workers", _workers)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.cleanup_ctx.append(_maintenance_ctx)
+    return app
+
+
+async def _place(request: web.Request) -> web.Response:
+    router = request.app[ROUTER]
+    keys = router.settings.api_keys
+    if keys and not _key_ok(request, keys):
+        return _error(401, "unauthorized", "Authorization: Bearer <api key> required")
+    try:
+        return web.json_response(await router.place())
+    except NoWorkerAvailable as exc:
+        router.refused += 1
+        return _error(503, exc.code, str(exc), exc.retry_after_s)
+    except DirectoryError as exc:
+        return _error(503, exc.code, str(exc), router.settings.retry_after_s)
+
+
+async def _resume(request: web.Request) -> web.Response:
+    router = request.app[ROUTER]
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = None
+    sid = body.get("session_id") if isinstance(body, dict) else None
+    if not isinstance(sid, str) or SESSION_ID_RE.fullmatch(sid) is None:
+        return _error(400, "bad_message", 'expected {"session_id": "<id>"}')
+    try:
+        found = await router.locate(sid)
+    except NoWorkerAvailable as exc:
+        return _error(503, exc.code, str(exc), exc.retry_after_s)
+    except DirectoryError as exc:
+        return _error(503, exc.code, str(exc), router.settings.retry_after_s)
+    if found is None:
+        return _error(404, "missing_session_state",
+                      f"no session {sid!r} (or its worker died with no snapshot of it)")
+    return web.json_response(found)
+
+
+async def _workers(request: web.Request) -> web.Response:
+    try:
+        workers = await request.app[ROUTER].directory.list_workers()
+    except DirectoryError as exc:
+        return _error(503, exc.code, str(exc), request.app[ROUTER].settings.retry_after_s)
+    return web.json_response({"workers": [asdict(w) for w in workers]})
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    try:
+        workers = await request.app[ROUTER].directory.list_workers()
+    except DirectoryUnavailable as exc:
+        return web.json_response({"ready": False, "reason": str(exc)}, status=503)
+    serving = sum(w.state is WorkerState.SERVING for w in workers)
+    ok = serving > 0
+    return web.json_response(
+        {"ready": ok, "reason": "ready" if ok else "no serving worker", "serving": serving},
+        status=200 if ok else 503,
+    )
+
+
+async def _maintenance_ctx(app: web.Application) -> AsyncIterator[None]:
+    router = app[ROUTER]
+
+    async def loop() -> None:
+        try:
+            while True:
+                await asyncio.sleep(router.settings.maintenance_s)
+                try:
+                    await router.maintain()
+                except DirectoryError:
+                    pass  # the next round tries again; requests report the outage
+                except Exception:
+                    log.exception("router maintenance failed")
+        except asyncio.CancelledError:
+            pass
+
+    task = asyncio.create_task(loop(), name="router-maintenance")
+    yield
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
+    await router.directory.close()
+
+
+def _error(status: int, code: str, message: str, retry_after: float | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": code, "message": message}
+    headers = {}
+    if retry_after is not None:
+        body["retry_after"] = retry_after
+        headers["Retry-After"] = str(max(1, round(retry_after)))
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _key_ok(request: web.Request, keys: frozenset[str]) -> bool:
+    header = request.headers.get("Authorization", "")
+    key = header[7:].encode() if header.startswith("Bearer ") else b""
+    ok = False
+    for k in keys:
+        ok |= hmac.compare_digest(key, k.encode())
+    return ok and bool(key)

@@ -1,0 +1,168 @@
+"""Router, registration and drain with in-process workers (fake runner) sharing a directory."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from clients.sdk import SessionEnded, WorldClient
+from server.directory import SessionState, WorkerState
+from server.keys import AGENT, SERVICE
+from server.protocol import Ended, Error, Frame, Migrate, Start, Started
+from session.fake_runner import decode_frame
+from tests.scaleout.harness import cluster
+from tests.server.harness import frames, recv, recv_type, send, serve
+
+
+async def frames_until(client: WorldClient, n: int, timeout: float = 10.0) -> list[int]:
+    return [(await client.next_frame(timeout)).block_idx for _ in range(n)]
+
+
+async def test_workers_register_and_the_router_places_on_the_least_loaded() -> None:
+    async with cluster(2) as c:
+        workers = await c.directory.list_workers()
+        assert [(w.worker_id, w.state, w.capacity) for w in workers] == [
+            ("w0", WorkerState.SERVING, 4), ("w1", WorkerState.SERVING, 4)
+        ]
+        placed = []
+        for _ in range(4):
+            async with c.http.post(f"{c.router_url}/v1/place") as resp:
+                assert resp.status == 200
+                placed.append((await resp.json())["worker_id"])
+        assert sorted(placed) == ["w0", "w0", "w1", "w1"]
+        async with c.http.get(f"{c.router_url}/readyz") as resp:
+            assert resp.status == 200
+
+
+async def test_the_router_refuses_with_retry_after_when_every_worker_is_full() -> None:
+    async with cluster(1, capacity=1) as c:
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            assert resp.status == 200
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            body = await resp.json()
+            assert resp.status == 503 and body["error"] == "no_worker_available"
+            assert body["retry_after"] > 0 and "Retry-After" in resp.headers
+
+
+async def test_a_start_needs_a_reservation_held_by_this_worker() -> None:
+    async with cluster(2) as c:
+        async with c.http.ws_connect(f"{c.worker_url(0).replace('http', 'ws')}/v1/ws") as ws:
+            await send(ws, Start())
+            err = await recv_type(ws, Error)
+            assert isinstance(err, Error) and err.code == "placement_required" and err.fatal
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            placed = await resp.json()
+        other = 1 - c.index_of(placed["worker_id"])
+        async with c.http.ws_connect(f"{c.worker_url(other).replace('http', 'ws')}/v1/ws") as ws:
+            await send(ws, Start(session_id=placed["session_id"]))
+            err = await recv_type(ws, Error)
+            assert isinstance(err, Error) and err.code == "placement_required"
+            assert "not held by this worker" in err.message
+        async with c.http.ws_connect(placed["url"]) as ws:
+            await send(ws, Start(session_id=placed["session_id"]))
+            started = await recv_type(ws, Started)
+            assert isinstance(started, Started) and started.session_id == placed["session_id"]
+
+
+async def test_an_embedded_worker_needs_no_reservation_and_no_redis() -> None:
+    async with serve() as s, WorldClient(s.ws_url, http=s.http) as client:
+        await client.start(fps=40.0, codec="raw")
+        assert await frames_until(client, 3) == [0, 1, 2]
+        assert s.app[AGENT].shared is False and s.service.remote is None
+
+
+@pytest.mark.parametrize("mode", ["push", "pull"])
+async def test_drain_moves_sessions_with_no_block_lost_or_repeated(mode: str) -> None:
+    async with cluster(2) as c:
+        clients = [WorldClient(router=c.router_url, http=c.http) for _ in range(4)]
+        try:
+            for cl in clients:
+                await cl.start(fps=30.0, codec="raw", mode=mode)  # type: ignore[arg-type]
+            got: list[list[int]] = [[] for _ in clients]
+
+            async def read(i: int, n: int) -> None:
+                cl = clients[i]
+                for _ in range(n):
+                    ev = await (cl.block(timeout=10) if mode == "pull" and got[i] else cl.next_frame(10))
+                    assert ev.image is not None and decode_frame(ev.image)[0] == ev.block_idx
+                    got[i].append(ev.block_idx)
+
+            await asyncio.gather(*(read(i, 6) for i in range(4)))
+            holders = [await c.holder(cl.session_id or "") for cl in clients]
+            assert sorted(holders) == [0, 0, 1, 1]
+            await c.drain(0)
+            await asyncio.gather(*(read(i, 14) for i in range(4)))
+            for i, cl in enumerate(clients):
+                assert got[i] == list(range(20)), (i, got[i])
+                assert cl.migrations == (1 if holders[i] == 0 else 0)
+                assert await c.holder(cl.session_id or "") == 1
+                rec = await c.directory.get_session(cl.session_id or "")
+                assert rec is not None and rec.state is SessionState.ACTIVE
+            await asyncio.wait_for(c.workers[0][AGENT].drained.wait(), 10)
+            assert [w.worker_id for w in await c.directory.list_workers()] == ["w1"]
+            assert c.workers[0][SERVICE].readiness() == (False, "draining")
+        finally:
+            for cl in clients:
+                await cl.close()
+
+
+async def test_a_migrate_message_names_the_target_and_the_next_block() -> None:
+    async with cluster(2) as c:
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            placed = await resp.json()
+        src = c.index_of(placed["worker_id"])
+        async with c.http.ws_connect(placed["url"]) as ws:
+            await send(ws, Start(session_id=placed["session_id"], fps=30.0, codec="raw"))
+            started = await recv_type(ws, Started)
+            msgs: list[object] = list(await frames(ws, 3))
+            await c.drain(src)
+            while not isinstance(msgs[-1] if msgs else None, Ended):
+                msgs.append(await recv(ws))
+            migrate = next(m for m in msgs if isinstance(m, Migrate))
+            last = max(m.block_idx for m in msgs if isinstance(m, Frame))
+        assert isinstance(started, Started)
+        assert migrate.url == c.worker_url(1 - src).replace("http", "ws") + "/v1/ws"
+        assert migrate.worker == f"w{1 - src}" and migrate.block_idx > last
+        assert msgs[-1] == Ended(placed["session_id"], "migrated")
+
+
+async def test_a_closed_session_leaves_the_directory() -> None:
+    async with cluster(2) as c:
+        async with WorldClient(router=c.router_url, http=c.http) as cl:
+            await cl.start(fps=30.0)
+            await frames_until(cl, 2)
+            sid = cl.session_id or ""
+            await asyncio.sleep(0.5)  # a checkpoint or two
+            assert await c.directory.get_snapshot(sid) is not None
+        for _ in range(50):
+            if await c.directory.get_session(sid) is None:
+                break
+            await asyncio.sleep(0.05)
+        assert await c.directory.get_session(sid) is None
+        assert await c.directory.get_snapshot(sid) is None
+
+
+async def test_an_embedded_drain_ends_the_sessions_and_finishes() -> None:
+    async with serve() as s, WorldClient(s.ws_url, http=s.http) as client:
+        await client.start(fps=40.0)
+        await frames_until(client, 2)
+        s.app[AGENT].begin_drain()
+        await asyncio.wait_for(s.app[AGENT].drained.wait(), 10)
+        with pytest.raises(SessionEnded):
+            await frames_until(client, 50)
+        assert isinstance(client.ended, Ended) and client.ended.reason == "shutdown"
+
+
+async def test_admin_drain_needs_the_admin_key() -> None:
+    async with cluster(1) as c:
+        url = f"{c.worker_url(0)}/admin/drain"
+        async with c.http.post(url) as resp:
+            assert resp.status == 401
+        async with c.http.post(url, headers={"Authorization": "Bearer nope"}) as resp:
+            assert resp.status == 401
+        assert not c.workers[0][SERVICE].draining
+    async with serve() as s, aiohttp.ClientSession() as http:
+        async with http.post(s.url("/admin/drain")) as resp:
+            assert resp.status == 404
