@@ -390,6 +390,8 @@ class Scheduler:
                 hard = clk.display(rec.slot) - o.margin
             due = hard - clk.lookahead * period
             release = now + max(o.release_ahead * period, c1)
+            if due > release:  # not eligible to lead yet; the cached release used an older
+                self._set_release(rec)  # cost estimate: refresh it so next_wakeup agrees
             if due <= release + window:
                 target = due if due >= now + c1 else hard
                 groups.setdefault(key, []).append(_Item(due, target, due <= release, rec))

@@ -50,7 +50,9 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription
 
+from server.directory import DirectoryUnavailable
 from server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
+from server.live import PlacementRequired
 from server.protocol import (
     MAX_BLOCK_IDX,
     ErrorCode,
@@ -89,8 +91,10 @@ _STATUS: dict[str, int] = {  # error code -> HTTP status
     ErrorCode.ILLEGAL_TRANSITION: 409,
     ErrorCode.TOO_BIG: 413,
     "rtc_disabled": 404,
+    ErrorCode.PLACEMENT_REQUIRED: 403,
     ErrorCode.AT_CAPACITY: 503,
     ErrorCode.NOT_READY: 503,
+    ErrorCode.DIRECTORY_UNAVAILABLE: 503,
 }
 
 
@@ -288,13 +292,17 @@ async def _open_session(
 ) -> Started | Resumed:
     try:
         if start is not None:
-            return service.open(start, peer)
+            return await service.start(start, peer)  # reservation and directory checks apply
         assert resume is not None
         if resume.block_idx == LATEST:
             resume = replace(resume, block_idx=_next_block(service, resume.session_id))
         return await service.resume(resume, peer)
     except NotReady as exc:
         raise OfferError(ErrorCode.NOT_READY, str(exc), retry_after=exc.retry_after) from None
+    except DirectoryUnavailable as exc:  # multi-worker: refuse rather than misplace
+        raise OfferError(ErrorCode.DIRECTORY_UNAVAILABLE, str(exc), retry_after=1.0) from None
+    except PlacementRequired as exc:
+        raise OfferError(exc.code, str(exc)) from None
     except AtCapacity as exc:
         raise OfferError(ErrorCode.AT_CAPACITY, str(exc), retry_after=exc.retry_after_s) from None
     except ProtocolError as exc:
