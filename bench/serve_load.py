@@ -31,12 +31,12 @@ import torch
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS
 from server.engine import Engine, model_executor
-from server.warmup import warm_up
 from session.admission import AdmissionOptions
 from session.costmodel import CostModel
 from session.degrade import DegradationChanged, DegradeOptions
 from session.plan import ACTION_DIM, BatchTiming, ChunkWork, SessionSpec, StepPlan
 from session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
+from session.warmup import warm_up
 
 BATCH_SIZES = (1, 2, 4, 8)
 NEVER = DegradeOptions(high=1e9, low=1e8, miss_threshold=10**9)

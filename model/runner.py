@@ -37,6 +37,7 @@ from session.plan import (
     StepOutput,
     StepPlan,
 )
+from session.warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -142,25 +143,9 @@ class ModelRunner:
 
     @torch.inference_mode()
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:
-        """Run every (bucket, steps, batch size) once on throwaway sessions; return timings."""
-        timings: list[BatchTiming] = []
-        a = np.zeros((self.cfg.frames_per_chunk, self.cfg.action_dim), np.float32)
-        for bucket in self.cfg.buckets:
-            for bs in batch_sizes:
-                ids = [f"__warmup_{bucket}_{i}" for i in range(bs)]
-                for sid in ids:
-                    self._open(SessionSpec(sid, bucket, seed=i_seed(sid), scene=""))
-                try:
-                    for steps in range(self.cfg.min_steps, self.cfg.denoising_steps + 1):
-                        items = [ChunkWork(sid, 0, a) for sid in ids]
-                        self._run_chunk(bucket, steps, items)  # first call pays one-off costs
-                        t0 = time.perf_counter()
-                        self._run_chunk(bucket, steps, items)
-                        timings.append(BatchTiming(bucket, steps, bs, time.perf_counter() - t0))
-                finally:
-                    for sid in ids:
-                        self.free(sid)
-        return timings
+        """Run and time every (bucket, step count, batch size) on throwaway sessions."""
+        steps = tuple(range(self.cfg.min_steps, self.cfg.denoising_steps + 1))
+        return warm_up(self, self.cfg.buckets, steps, batch_sizes)
 
     # --- session state ---
 
@@ -362,11 +347,6 @@ class ModelRunner:
             out.errors[it.session_id] = f"actions shape {it.actions.shape}, expected {want}"
             return False
         return True
-
-
-def i_seed(text: str) -> int:
-    """A stable small seed from a string (warm-up sessions)."""
-    return sum(text.encode()) % (2**31)
 
 
 def resize_frames(frames: np.ndarray, size: int) -> np.ndarray:

@@ -45,9 +45,9 @@ from server.protocol import CloseCode
 from server.rtc import setup_rtc
 from server.service import Service
 from server.settings import Settings
-from server.warmup import ladder_steps, warm_up, warmup_shapes
 from server.ws import websocket_handler
 from session.plan import Runner
+from session.warmup import ladder_steps, warm_up, warmup_shapes
 
 log = logging.getLogger("worldserve.app")
 

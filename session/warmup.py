@@ -1,8 +1,8 @@
 """Warm-up: run each shape the scheduler will use once, and time it for the cost model.
 
-Only the shapes in use are warmed: served buckets x the ladder's step counts x the
-configured batch sizes (``Runner.warmup`` warms every step count the model knows, which on
-a small CPU costs seconds for shapes nobody asks for). It drives the runner through its
+Only the shapes asked for are warmed: the server passes its served buckets x the ladder's
+step counts x the configured batch sizes; ``ModelRunner.warmup`` passes every step count the
+model knows. Torch-free, so the model and the server share it. It drives the runner through its
 public ``execute`` with throwaway sessions, so any ``Runner`` works, and it must run on
 the model thread. The first run of a shape pays one-off costs; the second is timed.
 """
