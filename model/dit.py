@@ -11,8 +11,12 @@ The head predicts the clean frame as a per-token motion kernel applied to the pr
 the shift cannot explain (new terrain at the edges, things that move on their own).
 
 Explicit steps, no whole-video API:
-- ``denoise_chunk``: one denoising forward of a chunk against its cached context -> x0 guess;
-- ``commit_chunk``: the clean chunk at noise 0 -> per-layer keys/values for the cache;
+- ``prepare_chunk``: what every step of one chunk shares, computed once (the previous frame's
+  half of the stem, the action and scene tokens, every block's adaLN modulation for each
+  noise level of the chunk, the action's motion prior);
+- ``denoise_step``: one denoising forward of a prepared chunk against its cached context ->
+  x0 guess; ``commit_step``: the clean chunk at noise 0 -> per-layer keys/values for the
+  cache; ``denoise_chunk`` / ``commit_chunk`` prepare and run one step in one call;
 - ``forward_sequence``: every frame of a sequence in one pass with the block-causal mask
   (training, re-caching after a scene/bucket change or a restore, and the equality tests);
 - ``decode``: clean frames in [-1, 1] -> uint8 pixels (the whole "decoder": a clamp).
@@ -36,29 +40,51 @@ from model.rope import Rope, RopeTables
 
 @dataclass(slots=True)
 class ChunkContext:
-    """What a chunk attends to besides itself, built once per chunk by the KV cache."""
+    """What a chunk attends to, built once per chunk by the KV cache.
 
-    k: torch.Tensor  # (L, B, Nc, H, D) cached keys, rotated in space and time
-    v: torch.Tensor  # (L, B, Nc, H, D)
+    ``k`` / ``v`` hold the cached keys/values in their first Nc tokens and leave the last Tq
+    for the chunk's own: every forward writes its keys there in place and attends over the
+    whole buffer, so no step concatenates. Inference only (no autograd through it).
+    """
+
+    k: torch.Tensor  # (L, B, Nc + Tq, H, D) cached keys rotated in space and time, own tail
+    v: torch.Tensor  # (L, B, Nc + Tq, H, D)
     mask: torch.Tensor | None  # (B, 1, 1, Nc + Tq) bool, True = attend; None = all valid
     rope_q: Rope  # time rotation of the chunk's queries, (Tq, D)
     rope_k: Rope  # time rotation of the chunk's own keys, (B, Tq, D): sink frames zeroed
+
+
+Modulation = tuple[torch.Tensor, ...]  # a block's adaLN shift/scale/gate x2, each (B, F, W)
+
+
+@dataclass(slots=True)
+class ChunkInputs:
+    """What every forward of one chunk shares (``WorldModel.prepare_chunk``)."""
+
+    prev: torch.Tensor  # (B, F, C, H, W) the previous clean frame
+    actions: torch.Tensor  # (B, F, A)
+    base: torch.Tensor  # (B, F*T, W) stem(prev half) + bias + action and scene tokens
+    levels: tuple[float, ...]  # the noise levels prepared, in order
+    mods: list[list[Modulation]]  # [level][block] adaLN modulations
+    final: list[tuple[torch.Tensor, torch.Tensor]]  # [level] head shift, scale
+    prior: torch.Tensor  # (B*F, 1, 1, 2, taps) the action's motion-kernel logits
 
 
 # ---------------------------------------------------------------------------- conditioning
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, frames: int) -> torch.Tensor:
-    """adaLN: x (B, F*T, W) with per-frame shift/scale (B, F, W)."""
+    """adaLN: x (B, F*T, W) * (1 + scale) + shift, per-frame shift/scale (B, F, W)."""
     b, n, w = x.shape
-    x = x.view(b, frames, n // frames, w)  # (B, F, T, W)
-    x = x * (1 + scale[:, :, None]) + shift[:, :, None]
+    x = torch.addcmul(shift[:, :, None], x.view(b, frames, n // frames, w), 1 + scale[:, :, None])
     return x.view(b, n, w)
 
 
-def gated(x: torch.Tensor, gate: torch.Tensor, frames: int) -> torch.Tensor:
+def gated_residual(x: torch.Tensor, h: torch.Tensor, gate: torch.Tensor, frames: int) -> torch.Tensor:
+    """x + gate * h, per-frame gate (B, F, W)."""
     b, n, w = x.shape
-    return (x.view(b, frames, n // frames, w) * gate[:, :, None]).view(b, n, w)
+    out = torch.addcmul(x.view(b, frames, n // frames, w), h.view(b, frames, n // frames, w), gate[:, :, None])
+    return out.view(b, n, w)
 
 
 class NoiseEmbed(nn.Module):
@@ -94,10 +120,12 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q (time-unrotated), k_store (rotated in space only), v; each (B, T, H, D)."""
         b, n, _ = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).unbind(2)
-        q = rope_sp.apply(self.q_norm(q))
-        k = rope_sp.apply(self.k_norm(k))
-        return q, k, v
+        qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim)
+        # q and k normalized and rotated together: half the small ops of doing them apart
+        w = torch.stack((self.q_norm.weight, self.k_norm.weight))[:, None]  # (2, 1, D)
+        qk = F.rms_norm(qkv[:, :, :2], (self.head_dim,), eps=self.q_norm.eps) * w
+        q, k = rope_sp.apply(qk, extra_dims=1).unbind(2)
+        return q, k, qkv[:, :, 2]
 
     def forward(
         self,
@@ -113,12 +141,13 @@ class Attention(nn.Module):
         q, k_store, v = self.keys_values(x, rope_sp)
         q = rope_tq.apply(q)
         k = rope_tk.apply(k_store)
-        if ctx_kv is not None:
-            k = torch.cat((ctx_kv[0], k), 1)  # (B, Nc + T, H, D)
-            v_all = torch.cat((ctx_kv[1], v), 1)
+        if ctx_kv is not None:  # the context buffer's tail is this chunk's own
+            k_all, v_all = ctx_kv
+            k_all[:, -n:] = k
+            v_all[:, -n:] = v
         else:
-            v_all = v
-        o = attend(q, k, v_all, mask)  # (B, T, H, D)
+            k_all, v_all = k, v
+        o = attend(q, k_all, v_all, mask)  # (B, T, H, D)
         return self.proj(o.reshape(b, n, w)), k_store, v
 
 
@@ -130,7 +159,7 @@ class MLP(nn.Module):
         self.fc2 = nn.Linear(hidden, cfg.width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self.fc2(F.gelu(self.fc1(x)))
 
 
 # ---------------------------------------------------------------------------- block
@@ -145,28 +174,31 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.ada = nn.Linear(cfg.width, 6 * cfg.width)  # adaLN-Zero: shift/scale/gate x2
 
+    def modulation(self, c: torch.Tensor) -> Modulation:
+        """c (..., F, W) -> shift/scale/gate for attention and MLP, each (..., F, W)."""
+        return tuple(self.ada(c).chunk(6, -1))
+
     def forward(
         self,
         x: torch.Tensor,
-        c: torch.Tensor,
+        mod: Modulation,
         frames: int,
         ropes: tuple[Rope, Rope, Rope],
         ctx_kv: tuple[torch.Tensor, torch.Tensor] | None,
         mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, F*T, W), c (B, F, W) -> x, k_store, v."""
-        sh1, sc1, g1, sh2, sc2, g2 = self.ada(c).chunk(6, -1)  # each (B, F, W)
+        """x (B, F*T, W), ``modulation(c)`` -> x, k_store, v."""
+        sh1, sc1, g1, sh2, sc2, g2 = mod
         h, k, v = self.attn(modulate(self.norm1(x), sh1, sc1, frames), *ropes, ctx_kv, mask)
-        x = x + gated(h, g1, frames)
-        x = x + gated(self.mlp(modulate(self.norm2(x), sh2, sc2, frames)), g2, frames)
+        x = gated_residual(x, h, g1, frames)
+        x = gated_residual(x, self.mlp(modulate(self.norm2(x), sh2, sc2, frames)), g2, frames)
         return x, k, v
 
     def keys_values_only(
-        self, x: torch.Tensor, c: torch.Tensor, frames: int, rope_sp: Rope
+        self, x: torch.Tensor, mod: Modulation, frames: int, rope_sp: Rope
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The commit pass needs only the last block's keys/values."""
-        sh1, sc1 = self.ada(c).chunk(6, -1)[:2]
-        _, k, v = self.attn.keys_values(modulate(self.norm1(x), sh1, sc1, frames), rope_sp)
+        _, k, v = self.attn.keys_values(modulate(self.norm1(x), mod[0], mod[1], frames), rope_sp)
         return k, v
 
 
@@ -192,13 +224,24 @@ def shift_warp(prev: torch.Tensor, ky: torch.Tensor, kx: torch.Tensor, radius: i
 
     prev (N, C, H, W); ky, kx (N, gh, gw, taps) softmax weights over offsets -r..r.
     out(y, x) = sum_ij ky[j] kx[i] prev(y + j - r, x + i - r), edges replicated.
+    One multiply-add per tap over shifted views of the padded frame, the token's weight
+    broadcast over its p x p pixels: no unfold and no per-pixel gather.
     """
-    wx = kx.repeat_interleave(p, 1).repeat_interleave(p, 2)  # (N, H, W, taps)
-    wy = ky.repeat_interleave(p, 1).repeat_interleave(p, 2)
+    n, c, h, w = prev.shape
+    g = h // p
+    wx = kx.permute(3, 0, 1, 2).reshape(-1, n, 1, g, 1, g, 1)  # (taps, N, 1, gh, 1, gw, 1)
+    wy = ky.permute(3, 0, 1, 2).reshape(-1, n, 1, g, 1, g, 1)
     padded = F.pad(prev, (radius, radius, 0, 0), mode="replicate")
-    out = torch.einsum("nchwk,nhwk->nchw", padded.unfold(3, 2 * radius + 1, 1), wx)
-    padded = F.pad(out, (0, 0, radius, radius), mode="replicate")
-    return torch.einsum("nchwk,nhwk->nchw", padded.unfold(2, 2 * radius + 1, 1), wy)
+    out = _taps(padded, wx, (n, c, g, p, g, p), lambda i: (..., slice(i, i + w)))
+    padded = F.pad(out.view(n, c, h, w), (0, 0, radius, radius), mode="replicate")
+    return _taps(padded, wy, (n, c, g, p, g, p), lambda i: (..., slice(i, i + h), slice(None))).view(n, c, h, w)
+
+
+def _taps(padded: torch.Tensor, weights: torch.Tensor, shape: tuple[int, ...], window) -> torch.Tensor:
+    out = padded[window(0)].reshape(shape) * weights[0]
+    for i in range(1, weights.shape[0]):
+        out.addcmul_(padded[window(i)].reshape(shape), weights[i])
+    return out
 
 
 class WorldModel(nn.Module):
@@ -243,73 +286,132 @@ class WorldModel(nn.Module):
 
     # --- pieces shared by every path ---
 
+    def _conditioning(self, noise: torch.Tensor, actions: torch.Tensor, scene: torch.Tensor) -> torch.Tensor:
+        """silu(noise + action + scene embeddings) (..., F, W); scene (B, S) or (B, F, S)."""
+        if scene.dim() == 2:
+            scene = scene[:, None]
+        return F.silu(self.noise_embed(noise) + self.action_cond(actions) + self.scene_cond(scene))
+
+    def _frame_tokens(self, actions: torch.Tensor, scene: torch.Tensor) -> torch.Tensor:
+        """Action + scene token added to every token of a frame, (B, F, W)."""
+        if scene.dim() == 2:
+            scene = scene[:, None]
+        return self.action_token(actions) + self.scene_token(scene)
+
     def _embed(
         self, x: torch.Tensor, prev: torch.Tensor, noise: torch.Tensor, actions: torch.Tensor,
         scene: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens (B, F*T, W) and per-frame conditioning (B, F, W).
 
-        x, prev (B, F, C, H, W); noise (B, F); actions (B, F, A); scene (B, S).
+        x, prev (B, F, C, H, W); noise (B, F); actions (B, F, A); scene (B, S) for the
+        whole chunk or (B, F, S) per frame (a prompt change inside a training sequence).
         """
         b, f, _, h, _ = x.shape
-        p = self.cfg.patch
-        tokens = self.stems[f"b{h}"](patchify(torch.cat((x, prev), 2), p))  # (B, F*T, W)
-        per_frame = self.action_token(actions) + self.scene_token(scene)[:, None]  # (B, F, W)
+        tokens = self.stems[f"b{h}"](patchify(torch.cat((x, prev), 2), self.cfg.patch))  # (B, F*T, W)
         t = tokens.shape[1] // f
-        tokens = (tokens.view(b, f, t, -1) + per_frame[:, :, None]).view(b, f * t, -1)
-        c = self.noise_embed(noise) + self.action_cond(actions) + self.scene_cond(scene)[:, None]
-        return tokens, F.silu(c)
+        tokens = (tokens.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
+        return tokens, self._conditioning(noise, actions, scene)
+
+    def _prior(self, actions: torch.Tensor, h: int) -> torch.Tensor:
+        b, f = actions.shape[:2]
+        return self.motion_prior[f"b{h}"](actions).reshape(b * f, 1, 1, 2, -1)
 
     def _head(
-        self, x: torch.Tensor, c: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor
+        self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, prev: torch.Tensor,
+        prior: torch.Tensor,
     ) -> torch.Tensor:
         """Final tokens -> clean-frame guess (B, F, C, H, W)."""
         b, f, ch, h, w = prev.shape
         cfg, p = self.cfg, self.cfg.patch
         g, r = h // p, cfg.radius(h)
-        shift, scale = self.final_ada(c).chunk(2, -1)
         out = self.heads[f"b{h}"](modulate(self.final_norm(x), shift, scale, f))  # (B, F*T, O)
         resid = unpatchify(out[..., : ch * p * p], f, ch, p, g)
         taps = 2 * r + 1
         logits = out[..., ch * p * p :].reshape(b * f, g, g, 2, taps)
-        prior = self.motion_prior[f"b{h}"](actions).reshape(b * f, 1, 1, 2, taps)
         kern = (logits + prior).float().softmax(-1)
         moved = shift_warp(prev.reshape(b * f, ch, h, w).float(), kern[..., 0, :], kern[..., 1, :], r, p)
         return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
     # --- cached, chunk-by-chunk steps ---
 
+    def prepare_chunk(
+        self, prev: torch.Tensor, actions: torch.Tensor, scene: torch.Tensor,
+        levels: tuple[float, ...] | list[float],
+    ) -> ChunkInputs:
+        """Everything the forwards of one chunk share. prev (B, F, C, H, W); actions
+        (B, F, A); scene (B, S); ``levels`` the noise levels the chunk will run at (0.0 for
+        the commit pass). The stem is linear, so its previous-frame half is computed once."""
+        b, f, c, h, _ = prev.shape
+        p = self.cfg.patch
+        if scene.dim() == 2:
+            scene = scene[:, None]
+        stem = self.stems[f"b{h}"]
+        cpp = c * p * p
+        base = F.linear(patchify(prev, p), stem.weight[:, cpp:], stem.bias)  # (B, F*T, W)
+        t = base.shape[1] // f
+        base = (base.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
+        levels = tuple(float(v) for v in levels)
+        noise = torch.tensor(levels, device=prev.device)[:, None, None].expand(len(levels), b, f)
+        cond = self._conditioning(noise, actions[None], scene[None])  # (S, B, F, W)
+        per_block = [blk.modulation(cond) for blk in self.blocks]  # [block][6] (S, B, F, W)
+        mods = [[tuple(m[i] for m in blk) for blk in per_block] for i in range(len(levels))]
+        shift, scale = self.final_ada(cond).chunk(2, -1)
+        return ChunkInputs(
+            prev=prev, actions=actions, base=base, levels=levels, mods=mods,
+            final=[(shift[i], scale[i]) for i in range(len(levels))], prior=self._prior(actions, h),
+        )
+
+    def _tokens(self, x: torch.Tensor, inp: ChunkInputs) -> torch.Tensor:
+        c, p = x.shape[2], self.cfg.patch
+        stem = self.stems[f"b{x.shape[3]}"]
+        return torch.addmm(
+            inp.base.reshape(-1, inp.base.shape[-1]), patchify(x, p).flatten(0, 1), stem.weight[:, : c * p * p].t()
+        ).view_as(inp.base)
+
+    def denoise_step(self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext) -> torch.Tensor:
+        """One denoising forward: noisy chunk (B, F, C, H, W) at ``inp.levels[level]`` -> x0 guess."""
+        f = x.shape[1]
+        tokens = self._tokens(x, inp)
+        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
+        for i, blk in enumerate(self.blocks):
+            tokens, _, _ = blk(
+                tokens, inp.mods[level][i], f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask
+            )
+        return self._head(tokens, *inp.final[level], inp.prev, inp.prior)
+
+    def commit_step(self, x: torch.Tensor, inp: ChunkInputs, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clean chunk at noise 0 (``inp.levels`` must hold 0.0) -> keys, values
+        (L, B, F*T, H, D) for the cache."""
+        level = inp.levels.index(0.0)
+        f = x.shape[1]
+        tokens = self._tokens(x, inp)
+        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
+        ks, vs = [], []
+        last = len(self.blocks) - 1
+        for i, blk in enumerate(self.blocks):
+            mod = inp.mods[level][i]
+            if i == last:
+                k, v = blk.keys_values_only(tokens, mod, f, rope_sp)
+            else:
+                tokens, k, v = blk(tokens, mod, f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask)
+            ks.append(k)
+            vs.append(v)
+        return torch.stack(ks), torch.stack(vs)
+
     def denoise_chunk(
         self, x: torch.Tensor, prev: torch.Tensor, noise_level: float, actions: torch.Tensor,
         scene: torch.Tensor, ctx: ChunkContext,
     ) -> torch.Tensor:
-        """One denoising forward: noisy chunk (B, F, C, H, W) at ``noise_level`` -> x0 guess."""
-        b, f = x.shape[:2]
-        noise = torch.full((b, f), noise_level, device=x.device)
-        tokens, c = self._embed(x, prev, noise, actions, scene)
-        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
-        for i, blk in enumerate(self.blocks):
-            tokens, _, _ = blk(tokens, c, f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask)
-        return self._head(tokens, c, prev, actions)
+        """One denoising forward at ``noise_level`` in one call (prepare + step)."""
+        return self.denoise_step(x, self.prepare_chunk(prev, actions, scene, [noise_level]), 0, ctx)
 
     def commit_chunk(
         self, x: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor, scene: torch.Tensor,
         ctx: ChunkContext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The clean chunk at noise 0 -> keys, values (L, B, F*T, H, D) for the cache."""
-        b, f = x.shape[:2]
-        tokens, c = self._embed(x, prev, torch.zeros(b, f, device=x.device), actions, scene)
-        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
-        ks, vs = [], []
-        last = len(self.blocks) - 1
-        for i, blk in enumerate(self.blocks):
-            if i == last:
-                k, v = blk.keys_values_only(tokens, c, f, rope_sp)
-            else:
-                tokens, k, v = blk(tokens, c, f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask)
-            ks.append(k)
-            vs.append(v)
-        return torch.stack(ks), torch.stack(vs)
+        return self.commit_step(x, self.prepare_chunk(prev, actions, scene, [0.0]), ctx)
 
     # --- every frame at once ---
 
@@ -320,7 +422,7 @@ class WorldModel(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """All N frames of a sequence in one pass with the block-causal mask.
 
-        x, prev (B, N, C, H, W); noise (B, N); actions (B, N, A); scene (B, S);
+        x, prev (B, N, C, H, W); noise (B, N); actions (B, N, A); scene (B, S) or (B, N, S);
         frame_pos (N,) the frames' epoch indices; noisy (N,) bool — a noisy frame is a
         generation query: it sees the clean context of its chunk's window and the noisy
         frames of its own chunk, and nothing attends to it (see ``sequence_mask``).
@@ -331,18 +433,20 @@ class WorldModel(nn.Module):
         t = cfg.tokens_per_frame(h)
         tokens, c = self._embed(x, prev, noise, actions, scene)
         rope_sp = self.rope.spatial_frames(h, n, tokens.dtype)
+        mods = [blk.modulation(c) for blk in self.blocks]
         is_sink = frame_pos < cfg.sink_frames
         rope_tq = self.rope.time(frame_pos, torch.zeros_like(is_sink), t).to(tokens.dtype)
         rope_tk = self.rope.time(frame_pos, is_sink, t).to(tokens.dtype)
         fmask = sequence_mask(cfg, frame_pos, noisy)  # (N, N)
         mask = fmask.repeat_interleave(t, 0).repeat_interleave(t, 1)[None, None]  # (1,1,NT,NT)
         ks, vs = [], []
-        for blk in self.blocks:
-            tokens, k, v = blk(tokens, c, n, (rope_sp, rope_tq, rope_tk), None, mask)
+        for blk, mod in zip(self.blocks, mods, strict=True):
+            tokens, k, v = blk(tokens, mod, n, (rope_sp, rope_tq, rope_tk), None, mask)
             if return_kv:
                 ks.append(k)
                 vs.append(v)
-        out = self._head(tokens, c, prev, actions)
+        shift, scale = self.final_ada(c).chunk(2, -1)
+        out = self._head(tokens, shift, scale, prev, self._prior(actions, h))
         return out, ((torch.stack(ks), torch.stack(vs)) if return_kv else None)
 
     @staticmethod

@@ -80,19 +80,23 @@ class KVCachePool:
 
     def context(self, slots: list[int], chunk_starts: np.ndarray) -> ChunkContext:
         """Gather the slots of a batch and rotate their keys for chunks starting at
-        ``chunk_starts`` (B,) epoch frame indices. Built once per chunk, reused by every
-        denoising step and the commit pass."""
+        ``chunk_starts`` (B,) epoch frame indices, into buffers with room at the end for the
+        chunk's own keys/values. Built once per chunk, reused by every denoising step and
+        the commit pass."""
         cfg, t = self.cfg, self.cfg.tokens_per_frame(self.bucket)
         b, fc = len(slots), cfg.frames_per_chunk
         idx = torch.as_tensor(slots, device=self.k.device)
-        k, v = self.k[:, idx], self.v[:, idx]  # (L, B, P*T, H, D)
+        nc = self.k.shape[2]
+        shape = (self.k.shape[0], b, nc + fc * t, *self.k.shape[3:])  # the chunk's own keys last
+        k_all, v_all = self.k.new_empty(shape), self.v.new_empty(shape)
+        v_all[:, :, :nc] = self.v[:, idx]
         frames = self.frame_at[slots]  # (B, P)
         valid = frames >= 0
         rel = torch.from_numpy(frames - chunk_starts[:, None]).reshape(-1)
         sink = torch.from_numpy(valid & (frames < cfg.sink_frames)).reshape(-1)
         rot = self.rope.time(rel, sink, t)  # (B*P*T, D)
         rot = Rope(rot.cos.view(b, -1, rot.cos.shape[-1]), rot.sin.view(b, -1, rot.sin.shape[-1]))
-        k = rot.to(k.dtype).apply(k)
+        k_all[:, :, :nc] = rot.to(self.k.dtype).apply(self.k[:, idx])
 
         own = np.arange(fc)
         rope_q = self.rope.time(torch.from_numpy(own), torch.zeros(fc, dtype=torch.bool), t)
@@ -114,7 +118,7 @@ class KVCachePool:
         rope_q.identity = fc == 1
         rope_k.identity = fc == 1 and bool((own_frames >= cfg.sink_frames).all())
         return ChunkContext(
-            k=k, v=v, mask=mask, rope_q=rope_q.to(k.dtype), rope_k=rope_k.to(k.dtype)
+            k=k_all, v=v_all, mask=mask, rope_q=rope_q.to(k_all.dtype), rope_k=rope_k.to(k_all.dtype)
         )
 
     def commit(self, slots: list[int], frame_ids: np.ndarray, k: torch.Tensor, v: torch.Tensor) -> None:

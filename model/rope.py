@@ -30,15 +30,16 @@ class Rope:
     sin: torch.Tensor
     identity: bool = False  # known on the host to rotate by nothing: ``apply`` is free
 
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
+    def apply(self, x: torch.Tensor, extra_dims: int = 0) -> torch.Tensor:
         """Rotate ``x`` (..., N, H, D) token-wise. Tables are (N, D), shared by the batch,
-        or (..., N, D), one per batch row; they broadcast over heads."""
+        or (..., N, D), one per batch row; they broadcast over heads and over
+        ``extra_dims`` more axes between N and H (q and k stacked)."""
         if self.identity:
             return x
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        cos, sin = self.cos.unsqueeze(-2), self.sin.unsqueeze(-2)
-        return x * cos + rotated * sin
+        shape = (*self.cos.shape[:-1], *([1] * (extra_dims + 1)), self.cos.shape[-1])
+        return torch.addcmul(x * self.cos.view(shape), rotated, self.sin.view(shape))
 
     def to(self, dtype: torch.dtype) -> Rope:
         return Rope(self.cos.to(dtype), self.sin.to(dtype), self.identity)

@@ -182,8 +182,11 @@ class ModelRunner:
         if upd.bucket is not None and upd.bucket != s.bucket:
             self._switch_bucket(s, upd.bucket)
         if upd.scene is not None and upd.scene != s.scene_text:
+            # The cached frames keep the keys/values they were committed with, under the old
+            # scene, as in training: the next chunks are conditioned on the new scene and
+            # re-colour the view from there. A later re-cache (restore, bucket switch) uses
+            # the current scene for every frame.
             s.scene_text, s.scene = upd.scene, self._scene(upd.scene)
-            self._recache(s)
         if upd.observation is not None:
             self._observe(s, upd.observation)
 
@@ -274,17 +277,18 @@ class ModelRunner:
         actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
         scene = torch.stack([s.scene for s in states])
         levels = cfg.noise_levels(steps)
+        inp = model.prepare_chunk(prev, actions, scene, [*levels, 0.0])  # shared by every forward
         shape = (fc, c, bucket, bucket)
         x = self._noise(states, shape)
         x0 = x
-        for i, t in enumerate(levels):
-            x0 = model.denoise_chunk(x, prev, t, actions, scene, ctx).clamp(-1, 1)
+        for i in range(len(levels)):
+            x0 = model.denoise_step(x, inp, i, ctx).clamp(-1, 1)
             if i + 1 < len(levels):
                 nxt = levels[i + 1]
                 x = (1 - nxt) * x0 + nxt * self._noise(states, shape)
         pixels = model.decode(x0)  # (B, F, H, W, 3) uint8: what the client sees
         clean = model.encode(pixels).to(self.dtype)  # and exactly what the model conditions on
-        k, v = model.commit_chunk(clean, prev, actions, scene, ctx)
+        k, v = model.commit_step(clean, inp, ctx)
         frames = pixels.cpu().numpy()
         self._advance(states, clean, frames, k, v)
         return frames

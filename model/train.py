@@ -12,7 +12,10 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
 - self-rollout (as Self-Forcing): on a share of the steps the clean context and the previous
   frames are the model's own few-step samples (the cached inference path, no grad), while the
   targets stay the renderer's frames, so the model learns to pull a drifting rollout back
-  instead of piling up its errors.
+  instead of piling up its errors;
+- a quarter of the sequences change scene part-way (every frame carries its own scene
+  vector), so a new prompt re-colours the view the way the renderer does;
+- an image-gradient term (``edge_loss``, weighted toward low noise) charges for blur.
 
 Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``) hold model, EMA and optimizer state
 as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
@@ -60,6 +63,9 @@ class TrainConfig:
     self_rollout_after: int = 600  # steps of plain teacher forcing first
     self_rollout_share: float = 0.35
     far_sink_share: float = 0.5
+    scene_switch_share: float = 0.25  # sequences whose prompt changes part-way
+    edge_weight: float = 0.1  # image-gradient matching term against blur (0: MSE only)
+    restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
     map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
     world_refresh: int = 40
@@ -75,8 +81,10 @@ class TrainConfig:
 class WorldPool:
     """A few live worlds to record short episodes from; slowly refreshed for variety."""
 
-    def __init__(self, n: int, buckets: tuple[int, ...], rng: np.random.Generator, map_size: int):
+    def __init__(self, n: int, buckets: tuple[int, ...], rng: np.random.Generator, map_size: int,
+                 scene_switch_share: float = 0.0):
         self.rng, self.buckets, self.map_size = rng, buckets, map_size
+        self.scene_switch_share = scene_switch_share
         self.next_seed = TRAIN_SEED_BASE + int(rng.integers(0, 1_000_000))
         self.worlds = [self._new() for _ in range(n)]
 
@@ -88,27 +96,30 @@ class WorldPool:
         self.worlds[int(self.rng.integers(len(self.worlds)))] = self._new()
 
     def sequences(self, n: int, length: int, bucket: int, far: bool) -> dict[str, np.ndarray]:
-        """``n`` sequences of ``length`` frames (frames, prevs, actions, scenes); with ``far``
-        the sink frame lies well before the rest, as in a long session."""
+        """``n`` sequences of ``length`` frames (frames, prevs, actions, per-frame scenes);
+        with ``far`` the sink frame lies well before the rest, as in a long session. In a
+        share of them the scene changes part-way, as when a user types a new prompt."""
         frames, prevs, acts, scenes = [], [], [], []
         for _ in range(n):
             world = self.worlds[int(self.rng.integers(len(self.worlds)))]
             if self.rng.random() < 0.1:
                 world.set_scene(sample_scene(self.rng))
-            is_far = far
-            gap = int(self.rng.integers(8, 24)) if is_far else 0
-            ep = record_episode(world, length + gap + 1, "mixed", self.rng, buckets=(bucket,))
-            f, a = ep.frames[bucket], ep.actions
-            if is_far:  # sink = frame 0, the rest from well after it
+            gap = int(self.rng.integers(8, 24)) if far else 0
+            if far:  # sink = frame 0, the rest from well after it
                 idx = [0, *range(gap + 1, gap + length)]
                 prev_idx = [-1, *range(gap, gap + length - 1)]
             else:
                 idx = list(range(1, length + 1))
                 prev_idx = [-1, *range(1, length)]
+            switch = None
+            if self.rng.random() < self.scene_switch_share:
+                switch = (idx[int(self.rng.integers(1, length))], sample_scene(self.rng))
+            ep = record_episode(world, length + gap + 1, "mixed", self.rng, buckets=(bucket,), switch=switch)
+            f, a = ep.frames[bucket], ep.actions
             frames.append(f[idx])
             prevs.append(np.stack([f[j] if j >= 0 else np.zeros_like(f[0]) for j in prev_idx]))
             acts.append(a[idx])
-            scenes.append(ep.scene)
+            scenes.append(ep.scenes[idx])
         return {
             "frames": np.stack(frames), "prevs": np.stack(prevs), "actions": np.stack(acts),
             "scenes": np.stack(scenes), "far": np.array(far),
@@ -139,6 +150,7 @@ def self_rollout(
     model: WorldModel, x: torch.Tensor, gt_prev: torch.Tensor, actions: torch.Tensor,
     scene: torch.Tensor, pos: list[int], g: torch.Generator,
 ) -> torch.Tensor:
+    # scene: (B, N, S) per frame
     """The model's own frames for positions 1.. of each sequence (frame 0 is given), with the
     cached inference path and the full step count; returns (B, N, C, H, W) quantized. A frame
     whose position does not follow its predecessor's keeps its true previous frame."""
@@ -153,16 +165,16 @@ def self_rollout(
         if i > 0 and pos[i] != pos[i - 1] + 1:
             prev = gt_prev[:, i : i + 1]
         ctx = pool.context(slots, np.full(b, pos[i]))
-        a = actions[:, i : i + 1]
+        a, sc = actions[:, i : i + 1], scene[:, i]
         if i > 0:
             xt = torch.randn(b, 1, c, h, w, generator=g)
             x0 = xt
             for k, t in enumerate(levels):
-                x0 = model.denoise_chunk(xt, prev, t, a, scene, ctx).clamp(-1, 1)
+                x0 = model.denoise_chunk(xt, prev, t, a, sc, ctx).clamp(-1, 1)
                 if k + 1 < len(levels):
                     xt = (1 - levels[k + 1]) * x0 + levels[k + 1] * torch.randn(x0.shape, generator=g)
             out[:, i : i + 1] = WorldModel.encode(WorldModel.decode(x0))
-        kv = model.commit_chunk(out[:, i : i + 1], prev, a, scene, ctx)
+        kv = model.commit_chunk(out[:, i : i + 1], prev, a, sc, ctx)
         pool.commit(slots, np.full((b, 1), pos[i]), *kv)
         prev = out[:, i : i + 1]
     return out
@@ -171,9 +183,20 @@ def self_rollout(
 # ---------------------------------------------------------------------------- the step
 
 
+def edge_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Image-gradient matching (L1 between gradient magnitudes, along x and y), per frame
+    weighted: a clean-sample regressor that averages what it cannot know loses edges,
+    and this term charges for the lost edges where MSE barely does."""
+    total = pred.new_zeros(())
+    for dim in (-1, -2):
+        gp, gt = pred.diff(dim=dim).abs(), target.diff(dim=dim).abs()
+        total = total + ((gp - gt).abs().mean(dim=(2, 3, 4)) * weight).mean()
+    return total
+
+
 def train_step(
     model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
-    use_rollout: bool,
+    use_rollout: bool, edge_weight: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     enc = WorldModel.encode
     x = enc(torch.from_numpy(batch["frames"]))  # (B, N, C, H, W)
@@ -202,11 +225,16 @@ def train_step(
     seq_prev = torch.cat((ctx_prev, ctx_prev), 1)
     seq_noise = torch.cat((torch.zeros(b, n), t), 1)
     seq_act = torch.cat((actions, actions), 1)
+    seq_scene = torch.cat((scene, scene), 1)
     seq_pos = torch.tensor(pos + pos)
     flags = torch.cat((torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)))
-    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, scene, seq_pos, flags)
+    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags)
     pred = out[:, n:]
     loss = F.mse_loss(pred, x)
+    if edge_weight > 0:  # sharp guesses matter most at the low noise levels that make the output
+        edges = edge_loss(pred, x, 1.0 - t)
+        stats["edge"] = edges.item()
+        loss = loss + edge_weight * edges
     with torch.no_grad():
         err = ((pred - x) ** 2).mean(dim=(2, 3, 4))
         for name, lo, hi in (("lo", 0.0, 0.4), ("hi", 0.4, 1.01)):
@@ -254,7 +282,10 @@ def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.op
 # ---------------------------------------------------------------------------- loop
 
 
-def lr_at(step: int, tc: TrainConfig, total: int) -> float:
+def lr_at(step: int, tc: TrainConfig, total: int, start: int = 0) -> float:
+    """Linear warm-up then cosine to 0.1 x, over steps ``start`` .. ``total``."""
+    step -= start
+    total -= start
     if step < tc.warmup:
         return tc.lr * (step + 1) / tc.warmup
     frac = min(1.0, (step - tc.warmup) / max(1, total - tc.warmup))
@@ -291,10 +322,14 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     if resume and (out / "ckpt.safetensors").exists():
         meta = load_checkpoint(out, model, ema, opt)
         print(f"resumed from {out} at step {meta['step']}", file=sys.stderr)
+        if tc.restart_schedule:
+            meta.pop("planned_steps", None)
+            meta["schedule_start"] = meta["step"]
     step0 = meta["step"]
+    sched0 = int(meta.get("schedule_start", 0))
     rng = np.random.default_rng([tc.seed, step0])
     g = torch.Generator().manual_seed(tc.seed * 1_000_003 + step0)
-    pool = WorldPool(tc.worlds, cfg.buckets, rng, tc.map_size)
+    pool = WorldPool(tc.worlds, cfg.buckets, rng, tc.map_size, tc.scene_switch_share)
     budget = tc.minutes * 60
     t_start, cpu_start = time.perf_counter(), time.process_time()
     last_ckpt = t_start
@@ -317,8 +352,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         batch = pool.sequences(n_seq, tc.seq_frames, bucket, bool(rng.random() < tc.far_sink_share))
         use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
         for grp in opt.param_groups:
-            grp["lr"] = lr_at(step, tc, total)
-        loss, stats = train_step(model, batch, cfg, g, use_rollout)
+            grp["lr"] = lr_at(step, tc, total, sched0)
+        loss, stats = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -383,6 +418,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=TrainConfig.batch)
     ap.add_argument("--seq-frames", type=int, default=TrainConfig.seq_frames)
     ap.add_argument("--self-rollout-after", type=int, default=TrainConfig.self_rollout_after)
+    ap.add_argument("--self-rollout-share", type=float, default=TrainConfig.self_rollout_share)
+    ap.add_argument("--scene-switch-share", type=float, default=TrainConfig.scene_switch_share)
+    ap.add_argument("--edge-weight", type=float, default=TrainConfig.edge_weight)
+    ap.add_argument("--lr", type=float, default=TrainConfig.lr)
+    ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
+    ap.add_argument("--restart-schedule", action="store_true",
+                    help="on --resume: warm up again and plan a new cosine over this run")
     ap.add_argument("--worlds", type=int, default=TrainConfig.worlds)
     ap.add_argument("--seed", type=int, default=TrainConfig.seed)
     ap.add_argument("--threads", type=int, default=0)
@@ -398,7 +440,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     tc = TrainConfig(
         out=args.out, minutes=args.minutes, max_steps=args.max_steps, batch=args.batch,
-        seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after, worlds=args.worlds,
+        seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after,
+        self_rollout_share=args.self_rollout_share, scene_switch_share=args.scene_switch_share,
+        edge_weight=args.edge_weight, lr=args.lr, warmup=args.warmup,
+        restart_schedule=args.restart_schedule, worlds=args.worlds,
         seed=args.seed, threads=args.threads, model=json.loads(args.model),
     )
     train(tc, args.resume, args.export)

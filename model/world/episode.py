@@ -24,8 +24,9 @@ class Episode:
     frames: dict[int, np.ndarray]  # bucket -> (T, bucket, bucket, 3) uint8
     actions: np.ndarray  # (T, ACTION_DIM) float32; actions[t] moved frame t-1 -> t
     positions: np.ndarray  # (T, 2) float64 camera centre (y, x) per frame, world units
-    scene: np.ndarray  # (SCENE_DIM,) float32 conditioning vector
+    scene: np.ndarray  # (SCENE_DIM,) float32 conditioning vector at frame 0
     attrs: SceneAttrs
+    scenes: np.ndarray  # (T, SCENE_DIM) float32, the scene each frame was rendered in
 
     @property
     def prompt(self) -> str:
@@ -43,10 +44,16 @@ def record_episode(
     *,
     start: tuple[float, float] | None = None,
     buckets: tuple[int, ...] | None = None,
+    switch: tuple[int, SceneAttrs] | None = None,
 ) -> Episode:
-    """Reset ``world`` at ``start`` (default: a random mostly-dry spot) and roll it out."""
+    """Reset ``world`` at ``start`` (default: a random mostly-dry spot) and roll it out.
+
+    ``switch=(t, scene)`` re-colours the world for ``scene`` from frame ``t`` on, as a
+    prompt change mid-session does (the world keeps that scene afterwards)."""
     if length < 1:
         raise ValueError(f"length={length} must be >= 1")
+    if switch is not None and not 0 < switch[0] < length:
+        raise ValueError(f"switch frame {switch[0]} must lie in 1..{length - 1}")
     rng = np.random.default_rng() if rng is None else rng
     buckets = world.buckets if buckets is None else tuple(buckets)
     world.reset(world.random_position(rng) if start is None else start)
@@ -58,7 +65,12 @@ def record_episode(
     actions[0] = 0.0
     frames = {b: np.empty((length, b, b, 3), dtype=np.uint8) for b in buckets}
     positions = np.empty((length, 2), dtype=np.float64)
+    first = world.scene
+    scenes = np.empty((length, first.to_vector().shape[0]), dtype=np.float32)
     for t in range(length):
+        if switch is not None and t == switch[0]:
+            world.set_scene(switch[1])
+        scenes[t] = world.scene.to_vector()
         if t:
             world.step(actions[t])
         positions[t] = world.position
@@ -69,8 +81,9 @@ def record_episode(
         frames=frames,
         actions=actions,
         positions=positions,
-        scene=world.scene.to_vector(),
-        attrs=world.scene,
+        scene=scenes[0].copy(),
+        attrs=first,
+        scenes=scenes,
     )
 
 

@@ -96,7 +96,23 @@ def test_long_rollout_keeps_memory_flat_and_positions_bounded() -> None:
     assert rss[-1] - rss[0] < 20_000  # KiB: flat after the first quarter
 
 
-def test_scene_change_and_bucket_switch_recache_the_window() -> None:
+def test_a_scene_change_keeps_the_cache_and_conditions_the_next_chunks() -> None:
+    a, b = make_runner(), make_runner()
+    rollout(a, ["s"], chunks=5)
+    rollout(b, ["s"], chunks=5)
+    slot = a.sessions["s"].slot
+    keys = a.pools[32].k[:, slot].clone()
+    out = a.execute(StepPlan(updates=[SessionUpdate("s", scene="other")]))
+    assert not out.errors
+    # the cached frames keep the keys they were committed with (under the old scene)
+    assert torch.equal(a.pools[32].k[:, slot], keys)
+    act = np.zeros((1, ACTION_DIM), np.float32)
+    fa = a.execute(StepPlan(batches=[Batch(32, 4, [ChunkWork("s", 5, act)])])).results[0].frames
+    fb = b.execute(StepPlan(batches=[Batch(32, 4, [ChunkWork("s", 5, act)])])).results[0].frames
+    assert not np.array_equal(fa, fb)  # same noise, new scene: a different frame
+
+
+def test_a_bucket_switch_recaches_the_window() -> None:
     runner = make_runner()
     rollout(runner, ["s"], chunks=5)
     before = runner.pools[32].frame_at[runner.sessions["s"].slot].copy()
