@@ -42,6 +42,7 @@ from session.warmup import warm_up
 log = logging.getLogger(__name__)
 
 SceneEncoder = Callable[[str], np.ndarray]
+StartFrame = Callable[[str, int, int], np.ndarray]  # (scene, seed, bucket) -> (bucket, bucket, 3) uint8
 
 
 def default_scene_encoder(text: str) -> np.ndarray:
@@ -74,12 +75,17 @@ class ModelRunner:
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
         scene_encoder: SceneEncoder = default_scene_encoder,
+        start_frame: StartFrame | None = None,
     ):
+        """``start_frame``: the first frame of a session that starts with neither an
+        observation nor a snapshot (the default model renders its world's view there);
+        without one such a session starts from an all-zero previous frame."""
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
         self.dtype = dtype
         self.model = model.to(self.device, dtype).eval()
         self.scene_encoder = scene_encoder
+        self.start_frame = start_frame
         self.pools = {
             b: KVCachePool.create(self.cfg, b, max_sessions, model.rope, dtype, self.device)
             for b in self.cfg.buckets
@@ -90,8 +96,14 @@ class ModelRunner:
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None, **kw: object
     ) -> ModelRunner:
+        """Load weights; the default model (trained on ``model/world``) starts sessions
+        from its world's view unless ``start_frame`` is given (``None`` turns that off)."""
         if threads is not None:
             torch.set_num_threads(threads)
+        if "start_frame" not in kw and Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve():
+            from model.world import start_frame
+
+            kw["start_frame"] = start_frame
         return cls(load_model(path), **kw)  # type: ignore[arg-type]
 
     # --- the Runner protocol ---
@@ -173,6 +185,8 @@ class ModelRunner:
                 self._restore(s, spec.restore)
             elif spec.observation is not None:
                 self._observe(s, spec.observation)
+            elif self.start_frame is not None:
+                self._observe(s, self.start_frame(spec.scene, spec.seed, spec.bucket))
         except Exception:
             self.free(spec.session_id)
             raise

@@ -34,6 +34,7 @@ from .layout import Layout, build_layout
 from .motion import KEY_SPEED, MOUSE_SPEED, VIEW, camera_velocity, expected_shift, global_shift
 from .policy import POLICIES, ActionPolicy, mixed_policy, random_policy, scripted_policy
 from .scene import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt, sample_scene
+from .start import start_frame
 from .world import DEFAULT_MAP_SIZE, World, WorldState
 
 __all__ = [
@@ -62,4 +63,5 @@ __all__ = [
     "record_episode",
     "sample_scene",
     "scripted_policy",
+    "start_frame",
 ]

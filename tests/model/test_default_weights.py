@@ -8,7 +8,7 @@ import numpy as np
 
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS, config_path
-from model.world import World, parse_prompt
+from model.world import World, parse_prompt, start_frame
 from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
 
 
@@ -38,3 +38,22 @@ def test_default_model_generates_frames_at_every_bucket() -> None:
         # a trained model stays near the anchored scene over a few frames (random weights do not)
         err = np.abs(frames[0].astype(np.float32) - anchor.astype(np.float32)).mean()
         assert err < 40, f"bucket {bucket}: first frame is {err:.1f} levels from the anchor"
+
+
+def test_a_session_without_an_observation_starts_from_the_world_view() -> None:
+    scene, seed, bucket = "snowy forest night", 7, 64
+    start = start_frame(scene, seed, bucket)
+    a = np.zeros((1, ACTION_DIM), np.float32)
+    firsts = {}
+    for name, runner in (
+        ("world", ModelRunner.from_pretrained()),
+        ("none", ModelRunner.from_pretrained(start_frame=None)),
+    ):
+        runner.execute(StepPlan(new_sessions=[SessionSpec("s", bucket, seed=seed, scene=scene)]))
+        out = runner.execute(StepPlan(batches=[Batch(bucket, runner.max_steps, [ChunkWork("s", 0, a)])]))
+        assert not out.errors
+        firsts[name] = np.abs(out.results[0].frames[-1].astype(np.float32) - start.astype(np.float32)).mean()
+    # same seed, same place: the first frame continues the rendered view; from nothing it does not
+    assert firsts["world"] < 20 and firsts["world"] < 0.5 * firsts["none"], firsts
+    # the seed picks the place: two seeds, two views
+    assert not np.array_equal(start, start_frame(scene, seed + 1, bucket))
