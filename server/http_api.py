@@ -7,8 +7,7 @@ import hmac
 from aiohttp import web
 
 from server.keys import AGENT, METRICS, SERVICE, SETTINGS
-
-CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
+from server.metrics import CONTENT_TYPE_LATEST
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -1,4 +1,5 @@
-"""Prometheus metrics, in base units, on a registry owned by one app (no module globals).
+"""Prometheus metrics, in base units, on a registry owned by one app (no module globals):
+``Metrics`` for a worker, ``RouterMetrics`` for a router.
 
 Counters and histograms are updated where things happen; the session gauges (by state and
 by degradation level) are read from the service at scrape time, so they never drift.
@@ -23,6 +24,8 @@ from prometheus_client.registry import Collector
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0,
             2.5, 5.0, 10.0)
 _TTFF = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"  # what render() returns
 
 SessionCounts = Callable[[], tuple[Mapping[str, int], Mapping[int, int]]]  # by state, by level
 
@@ -153,6 +156,62 @@ class Metrics:
     def track_sessions(self, counts: SessionCounts) -> None:
         """Report session gauges from ``counts`` at every scrape."""
         self.registry.register(_SessionCollector(counts))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RouterMetrics:
+    """Every metric of one router (server/router.py); ``render()`` is its /metrics body.
+
+    Counters move where things happen; the worker gauges are set from the directory at
+    every scrape (``Router.scrape``) and are absent while it does not answer."""
+
+    PLACEMENTS = ("placed", "refused", "failed")
+    RESUMES = ("found", "re_placed", "missing", "refused", "failed", "bad_request")
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=r)
+        self.placements = Counter(
+            "worldserve_router_placements",
+            "Placement requests (POST /v1/place) by outcome: placed, refused (no worker had "
+            "room), failed (the directory failed)",
+            ["outcome"], registry=r,
+        )
+        self.resumes = Counter(
+            "worldserve_router_resumes",
+            "Resume lookups (POST /v1/resume) by outcome: found (on the worker that holds "
+            "it), re_placed (its worker died: placed on a live one to restore it), missing "
+            "(unknown, or no snapshot to restore from), refused (no worker had room), failed "
+            "(the directory failed), bad_request",
+            ["outcome"], registry=r,
+        )
+        self.requests = Counter(
+            "worldserve_router_requests",
+            "Signaling requests answered (/v1/place, /v1/resume, /v1/workers), by endpoint "
+            "and HTTP status",
+            ["endpoint", "status"], registry=r,
+        )
+        self.directory_errors = Counter(
+            "worldserve_router_directory_errors",
+            "Directory calls that failed (unreachable, or a record that does not parse), by "
+            "operation",
+            ["operation"], registry=r,
+        )
+        self.directory_up = Gauge(
+            "worldserve_router_directory_up",
+            "1 if the session directory answered at the last scrape, else 0", registry=r,
+        )
+        self.workers = Gauge(
+            "worldserve_router_workers",
+            "Live workers in the directory at the last scrape, by state",
+            ["state"], registry=r,
+        )
+        for outcome in self.PLACEMENTS:  # every outcome is reported from the start, at 0
+            self.placements.labels(outcome)
+        for outcome in self.RESUMES:
+            self.resumes.labels(outcome)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

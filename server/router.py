@@ -15,7 +15,9 @@ stateless and any number of them can run side by side.
   ran out) or orphaned is placed on a live worker, which restores it from its last
   checkpoint when the client resumes there; without a snapshot it is 404.
 - ``GET /v1/workers`` (live workers), ``/healthz``, ``/readyz`` (200 while the directory
-  answers and at least one worker is serving).
+  answers and at least one worker is serving), ``/metrics`` (Prometheus text: placements
+  and resume lookups by outcome, signaling requests by endpoint and status, directory
+  errors, live workers by state; server/metrics.py ``RouterMetrics``).
 
 API keys (``api_keys``) guard ``/v1/place`` like a worker's ``start``; resume needs none
 (the session's token, checked by the worker, is what guards it).
@@ -27,9 +29,11 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,6 +42,7 @@ from aiohttp import web
 
 from server.cluster import ws_url
 from server.directory import (
+    ORPHAN_TTL_S,
     Directory,
     DirectoryError,
     DirectoryUnavailable,
@@ -48,6 +53,7 @@ from server.directory import (
     WorkerState,
     open_directory,
 )
+from server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
 from session.session import SESSION_ID_RE
 
 log = logging.getLogger("worldserve.router")
@@ -64,6 +70,7 @@ class RouterSettings:
     reservation_ttl_s: float = 30.0  # a reservation no worker took up is released after this
     maintenance_s: float = 1.0  # seconds between reaping dead workers / stale reservations
     retry_after_s: float = 1.0  # what a 503 from a directory outage says
+    orphan_ttl_s: float = ORPHAN_TTL_S  # records of sessions whose worker died lapse after this
     log_format: str = "kv"
     log_level: str = "INFO"
 
@@ -73,48 +80,94 @@ class RouterSettings:
         for name in ("threshold", "reservation_ttl_s", "maintenance_s", "retry_after_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"bad setting: {name} {getattr(self, name)!r} must be > 0")
+        if not (math.isfinite(self.orphan_ttl_s) and self.orphan_ttl_s > 0):
+            raise ValueError(
+                f"bad setting: orphan_ttl_s {self.orphan_ttl_s!r} must be finite and > 0"
+            )
 
 
 class Router:
     """Placement and resume lookups over a ``Directory``."""
 
-    def __init__(self, settings: RouterSettings, directory: Directory) -> None:
+    def __init__(
+        self, settings: RouterSettings, directory: Directory, metrics: RouterMetrics | None = None
+    ) -> None:
         self.settings = settings
         self.directory = directory
+        self.metrics = metrics if metrics is not None else RouterMetrics()
         self._reservations: dict[str, tuple[float, float]] = {}  # sid -> (deadline, stamp)
-        self.placed = 0
-        self.refused = 0
 
     async def place(self) -> dict[str, Any]:
         """Reserve a slot for a new session (NoWorkerAvailable / DirectoryUnavailable)."""
         sid = secrets.token_urlsafe(12)
-        worker = await self.directory.place_session(sid, self.settings.threshold)
-        rec = await self.directory.get_session(sid)
+        try:
+            worker = await self.directory.place_session(sid, self.settings.threshold)
+            rec = await self.directory.get_session(sid)
+        except NoWorkerAvailable:
+            self.metrics.placements.labels("refused").inc()
+            raise
+        except DirectoryError:
+            self.metrics.placements.labels("failed").inc()
+            self.directory_failed("place")
+            raise
         stamp = rec.updated if rec is not None else 0.0
         self._reservations[sid] = (time.monotonic() + self.settings.reservation_ttl_s, stamp)
-        self.placed += 1
+        self.metrics.placements.labels("placed").inc()
         log.info("placed", extra={"sid": sid, "worker_id": worker.worker_id, "load": worker.load})
         return _answer(sid, worker)
 
     async def locate(self, sid: str) -> dict[str, Any] | None:
         """Where ``sid`` continues; None if the directory does not know it (or its worker
         died with no snapshot to restore it from)."""
+        try:
+            found, outcome = await self._locate(sid)
+        except NoWorkerAvailable:
+            self.metrics.resumes.labels("refused").inc()
+            raise
+        except DirectoryError:
+            self.metrics.resumes.labels("failed").inc()
+            self.directory_failed("resume")
+            raise
+        self.metrics.resumes.labels(outcome).inc()
+        return found
+
+    async def _locate(self, sid: str) -> tuple[dict[str, Any] | None, str]:
         rec = await self.directory.get_session(sid)
         if rec is None:
-            return None
+            return None, "missing"
         worker = await self.directory.get_worker(rec.worker_id)
         if worker is not None and rec.state is not SessionState.ORPHANED:
-            return {**_answer(sid, worker), "state": rec.state.value}
+            return {**_answer(sid, worker), "state": rec.state.value}, "found"
         if rec.state is not SessionState.ORPHANED:  # its worker died: orphan what it held
             reaped = await self.directory.reap_dead_workers()
             if reaped:
                 log.warning("reaped dead workers", extra={"workers": ",".join(sorted(reaped))})
         if await self.directory.get_snapshot(sid) is None:
-            return None
+            return None, "missing"
         worker = await self.directory.place_session(sid, self.settings.threshold)
         log.info("re-placed", extra={"sid": sid, "worker_id": worker.worker_id,
                                      "from_worker": rec.worker_id})
-        return {**_answer(sid, worker), "state": SessionState.MIGRATING.value}
+        return {**_answer(sid, worker), "state": SessionState.MIGRATING.value}, "re_placed"
+
+    async def scrape(self) -> bytes:
+        """The /metrics body, with the worker gauges read from the directory now."""
+        m = self.metrics
+        try:
+            workers = await self.directory.list_workers()
+        except DirectoryError:
+            self.directory_failed("metrics")
+            m.directory_up.set(0)
+            m.workers.clear()  # unknown: no series rather than stale ones
+        else:
+            m.directory_up.set(1)
+            by_state = Counter(w.state for w in workers)
+            for state in WorkerState:
+                m.workers.labels(state.value).set(by_state[state])
+        return m.render()
+
+    def directory_failed(self, operation: str) -> None:
+        """Count a directory call that failed (the caller answers 503 or retries)."""
+        self.metrics.directory_errors.labels(operation).inc()
 
     async def maintain(self) -> None:
         """Reap dead workers (their sessions become orphaned) and release reservations
@@ -151,19 +204,44 @@ def _answer(sid: str, worker: WorkerInfo) -> dict[str, Any]:
 
 ROUTER = web.AppKey("router", Router)
 
+SIGNALING = frozenset({"/v1/place", "/v1/resume", "/v1/workers"})  # counted by endpoint
+
 
 def create_router(settings: RouterSettings, *, directory: Directory | None = None) -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[_count_signaling])
     if directory is None:
-        directory = open_directory(settings.directory_url, prefix=settings.directory_prefix)
+        directory = open_directory(settings.directory_url, prefix=settings.directory_prefix,
+                                   orphan_ttl_s=settings.orphan_ttl_s)
     app[ROUTER] = Router(settings, directory)
     app.router.add_post("/v1/place", _place)
     app.router.add_post("/v1/resume", _resume)
     app.router.add_get("/v1/workers", _workers)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
     app.cleanup_ctx.append(_maintenance_ctx)
     return app
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _count_signaling(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count each signaling request by endpoint and HTTP status (errors included)."""
+    if request.path not in SIGNALING:
+        return await handler(request)
+    requests = request.app[ROUTER].metrics.requests
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        requests.labels(request.path, str(exc.status)).inc()
+        raise
+    except Exception:
+        requests.labels(request.path, "500").inc()
+        raise
+    requests.labels(request.path, str(response.status)).inc()
+    return response
 
 
 async def _place(request: web.Request) -> web.Response:
@@ -174,7 +252,6 @@ async def _place(request: web.Request) -> web.Response:
     try:
         return web.json_response(await router.place())
     except NoWorkerAvailable as exc:
-        router.refused += 1
         return _error(503, exc.code, str(exc), exc.retry_after_s)
     except DirectoryError as exc:
         return _error(503, exc.code, str(exc), router.settings.retry_after_s)
@@ -188,6 +265,7 @@ async def _resume(request: web.Request) -> web.Response:
         body = None
     sid = body.get("session_id") if isinstance(body, dict) else None
     if not isinstance(sid, str) or SESSION_ID_RE.fullmatch(sid) is None:
+        router.metrics.resumes.labels("bad_request").inc()
         return _error(400, "bad_message", 'expected {"session_id": "<id>"}')
     try:
         found = await router.locate(sid)
@@ -202,11 +280,18 @@ async def _resume(request: web.Request) -> web.Response:
 
 
 async def _workers(request: web.Request) -> web.Response:
+    router = request.app[ROUTER]
     try:
-        workers = await request.app[ROUTER].directory.list_workers()
+        workers = await router.directory.list_workers()
     except DirectoryError as exc:
-        return _error(503, exc.code, str(exc), request.app[ROUTER].settings.retry_after_s)
+        router.directory_failed("workers")
+        return _error(503, exc.code, str(exc), router.settings.retry_after_s)
     return web.json_response({"workers": [asdict(w) for w in workers]})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = await request.app[ROUTER].scrape()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -217,6 +302,7 @@ async def _readyz(request: web.Request) -> web.Response:
     try:
         workers = await request.app[ROUTER].directory.list_workers()
     except DirectoryUnavailable as exc:
+        request.app[ROUTER].directory_failed("readyz")
         return web.json_response({"ready": False, "reason": str(exc)}, status=503)
     serving = sum(w.state is WorkerState.SERVING for w in workers)
     ok = serving > 0
@@ -236,7 +322,7 @@ async def _maintenance_ctx(app: web.Application) -> AsyncIterator[None]:
                 try:
                     await router.maintain()
                 except DirectoryError:
-                    pass  # the next round tries again; requests report the outage
+                    router.directory_failed("maintain")  # the next round tries again
                 except Exception:
                     log.exception("router maintenance failed")
         except asyncio.CancelledError:

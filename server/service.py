@@ -22,14 +22,10 @@ session back to the engine at block K from the exported state: no gap, no repeat
 outside that range is refused (``stale_block``), N = 0 starts a new epoch. A resume while
 another connection holds the session takes it over (the old one is told ``replaced``).
 
-Scale-out (DESIGN.md §7; the directory side lives in server/cluster.py, reached through
-``self.remote``). ``checkpoint`` packages a running session (``Engine.export`` between two
-steps, the session goes on) for crash recovery; ``hand_off`` suspends it at a block
-boundary and packages it with its last blocks for a migration; ``migrated`` tells its
-client where to go and ends it here. A resume of a session this worker does not hold is
-answered from the directory: the handoff is ``adopt``ed (installed DETACHED with its
-suspension) and the normal resume path runs, except that a resume point the handoff
-cannot serve continues with an honest gap (``resumed.gap_blocks``) instead of failing.
+Scale-out (DESIGN.md §7): checkpoints, hand-offs, ``migrated`` and the adoption of
+another worker's handoff on resume live in server/migration.py (``MigrationMixin``, a base
+of ``Service``); the directory side lives in server/cluster.py, reached through
+``self.remote``.
 """
 
 from __future__ import annotations
@@ -47,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from server.engine import Engine, Outbox, Suspension
-from server.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from server.limits import TokenBucket
 from server.live import (
     BlockUnavailable,
@@ -62,6 +57,7 @@ from server.live import (
     rebucket,
 )
 from server.metrics import Metrics
+from server.migration import MigrationMixin
 from server.protocol import (
     Ack,
     Action,
@@ -71,7 +67,6 @@ from server.protocol import (
     Ended,
     Error,
     ErrorCode,
-    Migrate,
     Observation,
     Prompt,
     ProtocolError,
@@ -112,7 +107,6 @@ from session.scheduler import (
     Scheduler,
 )
 from session.session import Session, SessionConfig, SessionStatus, hash_token
-from session.snapshot import snapshot
 
 # Session types live in server/live.py; re-exported here for the transports.
 __all__ = [
@@ -129,7 +123,7 @@ __all__ = [
 log = logging.getLogger("worldserve.service")
 
 
-class Service:
+class Service(MigrationMixin):
     """Sessions of one worker; see the module docstring."""
 
     def __init__(
@@ -338,10 +332,7 @@ class Service:
         if self.draining:  # the router knows where its sessions go next
             raise NotReady(Phase.DRAINING, 0.5)
         sid = msg.session_id
-        if self.remote is not None and sid not in self._live:
-            handoff = await self.remote.fetch(sid)
-            if handoff is not None and sid not in self._live:
-                self._adopt(handoff, msg)
+        await self._adopt_from_directory(msg)
         live = self._checked(sid, msg)
         if live.peer is not None and live.peer is not peer:  # take over from a stale connection
             old = live.peer
@@ -462,139 +453,6 @@ class Service:
         if live is not None and live.end_reason is None:
             live.end_reason = reason
         return self.store.close(sid)
-
-    # --- scale-out: checkpoints, hand-offs, adoption ---
-
-    def sessions(self) -> list[str]:
-        """Ids of the sessions held here (attached or detached)."""
-        return list(self._live)
-
-    async def checkpoint(self, sid: str) -> Handoff | None:
-        """A running session packaged for crash recovery, read between two engine steps
-        (it keeps running); None if it is not running here now."""
-        live, engine = self._live.get(sid), self.engine
-        if live is None or live.handing_off or engine is None or sid not in engine.scheduler:
-            return None
-        try:
-            susp = await engine.export(sid)
-        except (KeyError, RuntimeError):  # ended or suspended meanwhile
-            return None
-        if self._live.get(sid) is not live or live.handing_off:
-            return None
-        return self._package(live, self._with_restored(live, susp), "checkpoint", 0)
-
-    async def hand_off(self, sid: str) -> Handoff | None:
-        """Stop generating the session at a block boundary and package it, with its last
-        ``migrate_replay_blocks`` blocks, for another worker; None if it ended. Its client
-        stays attached until ``migrated``. Idempotent."""
-        live = self._live.get(sid)
-        if live is None:
-            return None
-        if live.suspending is not None:
-            await asyncio.shield(live.suspending)
-        if live.suspension is None:
-            susp = Suspension(sid, live.next_block, None, live.level, live.settings)
-            engine = self.engine
-            if engine is not None and sid in engine.scheduler:
-                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                live.suspending = fut
-                try:
-                    susp = await engine.suspend(sid)
-                except (KeyError, RuntimeError) as exc:
-                    log.warning("suspend for hand-off failed: %s", exc, extra={"sid": sid})
-                finally:
-                    live.suspending = None
-                    fut.set_result(None)
-            if self._live.get(sid) is not live:
-                return None
-            live.suspension = self._with_restored(live, susp)
-            live.level, live.settings = susp.level, susp.settings
-        live.handing_off = True
-        return self._package(live, live.suspension, "migration", self.settings.migrate_replay_blocks)
-
-    def migrated(self, sid: str, msg: Migrate) -> None:
-        """Tell the session's client where it continues, then end it here."""
-        live = self._live.get(sid)
-        if live is None:
-            return
-        if live.peer is not None:
-            live.peer.send(msg)
-        self.metrics.migrations.labels("handed_off").inc()
-        self.close(sid, "migrated")
-
-    def _with_restored(self, live: Live, susp: Suspension) -> Suspension:
-        """A session resumed from a state and not reopened in the runner yet still has it."""
-        if susp.state is None and live.restored is not None and live.restored[0] == susp.next_block:
-            return replace(susp, state=live.restored[1])
-        return susp
-
-    def _package(self, live: Live, susp: Suspension, kind: Kind, replay: int) -> Handoff:
-        session = self.store.peek(live.sid)
-        if session is None:
-            raise SessionStateMissing(live.sid)
-        state = susp.state
-        if state is None:  # never ran in the runner: the target starts it from its spec
-            b = susp.settings.bucket
-            state = ModelState(b, np.zeros((0, b, b, 3), np.uint8), 0, 0, np.zeros(0, np.uint8), live.scene)
-        blocks = [ch for ch in live.ring if ch.block_idx < susp.next_block][-replay:] if replay else []
-        return Handoff(
-            kind,
-            live.sid,
-            live.epoch,
-            susp.next_block,
-            susp.level,
-            replace(live.request, observation=None, api_key=None, session_id=None),
-            live.action,
-            live.action_seq,
-            live.seen_seq,
-            tuple(ReplayBlock(ch.block_idx, ch.action_seq, ch.frames) for ch in blocks),
-            snapshot(session, state),
-            time.time(),
-        )
-
-    def _adopt(self, h: Handoff, msg: Resume) -> None:
-        """Install another worker's handoff as a DETACHED session with its suspension."""
-        sid = msg.session_id
-        try:
-            session, state = h.restore(self.clock)
-        except HandoffError as exc:
-            log.warning("unusable handoff: %s", exc, extra={"sid": sid})
-            self.metrics.migrations.labels("failed").inc()
-            raise SessionStateMissing(sid, msg.block_idx) from exc
-        if not session.check_token(msg.token):
-            self.metrics.resumes.labels("bad_token").inc()
-            raise BadToken(sid)
-        k, fpc = h.next_block, self.chunk_frames
-        if session.config.mode == "pull" and msg.block_idx > k:
-            # A crash rewound the model: the store's numbering goes on at the client's block.
-            n = msg.block_idx
-            session = Session(
-                session.config, session.token_hash, session_id=sid, scene=session.scene,
-                epoch=session.epoch, status=SessionStatus.DETACHED, clock=self.clock,
-                controls=session.controls, log=session.log, blocks_committed=n,
-                last_block_idx=n - 1, frames_due=n * fpc, frames_committed=n * fpc,
-            )
-        self.store.install(session)
-        s, req = self.settings, h.request
-        rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.max_steps, state.bucket)
-        step_us = 1e6 / req.fps
-        ring = deque(
-            (Chunk(sid, r.block_idx, r.frames, r.action_seq, r.block_idx * fpc, step_us, h.created)
-             for r in h.replay),
-            maxlen=max(s.replay_blocks, len(h.replay)),
-        )
-        live = Live(
-            sid, req, session.scene, h.epoch,
-            TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
-            ring, rung, self.clock(), level=h.level,
-        )
-        live.suspension = Suspension(sid, k, state, h.level, rung)
-        live.next_block, live.adopted = k, k
-        live.action, live.action_seq, live.seen_seq = h.action, h.action_seq, h.seen_seq
-        self._live[sid] = live
-        self.metrics.migrations.labels("adopted").inc()
-        log.info("session adopted", extra={"sid": sid, "kind": h.kind, "next_block": k,
-                                          "replay": len(h.replay)})
 
     # --- inputs ---
 

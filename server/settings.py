@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from server.directory.base import ORPHAN_TTL_S
 from session.admission import AdmissionOptions
-from session.scheduler import SchedulerOptions
+from session.options import SchedulerOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ class Settings:
     capacity: int = 8  # sessions held at once, active and detached
     detached_ttl_s: float = 30.0  # a detached session stays resumable this long
     replay_blocks: int = 16  # recent blocks kept per session, re-sent on resume
-    # --- scheduler knobs (session/scheduler.py SchedulerOptions) ---
+    # --- scheduler knobs (session/options.py SchedulerOptions) ---
     batching: bool = True
     batch_window_s: float = 0.010
     release_ahead: float = 1.0
@@ -64,6 +65,9 @@ class Settings:
     worker_ttl_s: float = 5.0  # a worker without a heartbeat this long is dead
     snapshot_interval_s: float = 2.0  # checkpoint every running session this often (0: off)
     snapshot_ttl_s: float = 600.0  # checkpoints and handoffs expire from the directory
+    # the directory keeps the record of a session whose worker is gone this long (>= the
+    # snapshot TTL: the record must outlive the checkpoint it is resumed from)
+    orphan_ttl_s: float = ORPHAN_TTL_S
     drain_timeout_s: float = 30.0  # a drain ends the sessions not handed over by then
     placement_threshold: float = 0.9  # a drain's target must have utilisation below this
     migrate_replay_blocks: int = 8  # recent blocks carried by a migration handoff
@@ -90,7 +94,8 @@ class Settings:
         need(self.capacity >= 1, f"capacity {self.capacity!r} must be >= 1")
         for name in ("detached_ttl_s", "pull_deadline_s", "status_interval_s", "heartbeat_s",
                      "close_timeout_s", "admission_retry_after_s", "worker_heartbeat_s",
-                     "worker_ttl_s", "snapshot_ttl_s", "drain_timeout_s", "placement_threshold"):
+                     "worker_ttl_s", "snapshot_ttl_s", "orphan_ttl_s", "drain_timeout_s",
+                     "placement_threshold"):
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
         need(self.replay_blocks >= 1, f"replay_blocks {self.replay_blocks!r} must be >= 1")
@@ -101,6 +106,9 @@ class Settings:
         need(self.worker_ttl_s > self.worker_heartbeat_s,
              f"worker_ttl_s {self.worker_ttl_s!r} must exceed worker_heartbeat_s "
              f"{self.worker_heartbeat_s!r}")
+        need(self.orphan_ttl_s >= self.snapshot_ttl_s,
+             f"orphan_ttl_s {self.orphan_ttl_s!r} must be >= snapshot_ttl_s "
+             f"{self.snapshot_ttl_s!r}: an orphaned session's record must outlive its checkpoint")
         need(self.admin_key is None or len(self.admin_key) >= 8, "admin_key must be >= 8 chars")
         need(1 <= self.jpeg_quality <= 95, f"jpeg_quality {self.jpeg_quality!r} must be in [1, 95]")
         need(self.max_msg_size >= 1024, f"max_msg_size {self.max_msg_size!r} must be >= 1024")

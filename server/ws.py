@@ -1,7 +1,8 @@
 """The WebSocket transport: one ``Connection`` per socket, at most one session on it.
 
 A reader loop decodes and validates each message (server/protocol.py) and hands it to
-the service; a bad message gets an ``error`` and the session goes on. A writer task is
+the service (server/dispatch.py, shared with WebRTC; ``start`` and ``resume`` are handled
+here); a bad message gets an ``error`` and the session goes on. A writer task is
 the only one that sends. What waits for it is bounded, so a client that stops reading
 never grows server memory: control messages in a deque (oldest dropped past
 ``control_queue``), pull and replayed blocks in an ordered deque (``send_queue``), push
@@ -25,24 +26,17 @@ from contextlib import suppress
 from aiohttp import WSMsgType, web
 
 from server.directory import DirectoryUnavailable
+from server.dispatch import Inbound, dispatch
 from server.encode import FrameEncoder, make_encoder
-from server.limits import TokenBucket
 from server.live import Chunk, NotReady, PlacementRequired
 from server.metrics import Metrics
 from server.protocol import (
-    Action,
-    Block,
-    Close,
+    ClientMessage,
     CloseCode,
     Ended,
     Error,
     ErrorCode,
     Frame,
-    Keyframe,
-    Observation,
-    Ping,
-    Pong,
-    Prompt,
     ProtocolError,
     Resume,
     Resumed,
@@ -50,7 +44,6 @@ from server.protocol import (
     Start,
     Started,
     Status,
-    decode_client,
     error_from,
 )
 from server.service import Service
@@ -61,7 +54,8 @@ log = logging.getLogger("worldserve.ws")
 
 
 class Connection:
-    """One WebSocket and the session attached to it (implements ``service.Peer``)."""
+    """One WebSocket and the session attached to it (implements ``service.Peer`` and
+    ``dispatch.Transport``)."""
 
     def __init__(
         self,
@@ -87,8 +81,7 @@ class Connection:
         self._closing: tuple[int, str] | None = None
         self._closed = asyncio.Event()
         self._keyframe = False
-        self._inbound = TokenBucket(settings.max_msgs_per_s, settings.msg_burst)
-        self._last_limit_error = float("-inf")
+        self._inbound = Inbound(settings, metrics)
         self._start_at: float | None = None  # monotonic time of the start message (TTFF)
         self._sent_window: deque[float] = deque(maxlen=512)  # send times, for the fps figure
         self.drops = 0  # push frames replaced before they were sent (slow client)
@@ -131,6 +124,19 @@ class Connection:
             self.sid = None
         self._queue_control(ended.encode())
         self._begin_close(code, ended.reason)
+
+    # --- dispatch.Transport (and ``send`` above) ---
+
+    def need_session(self) -> str:
+        if self.sid is None:
+            raise ProtocolError(
+                "no session on this connection: send start or resume first", "type",
+                ErrorCode.NOT_STARTED,
+            )
+        return self.sid
+
+    def request_keyframe(self) -> None:
+        self._keyframe = True
 
     # --- public ---
 
@@ -192,19 +198,10 @@ class Connection:
     # --- reading ---
 
     async def _on_bytes(self, data: bytes) -> None:
-        if not self._inbound.take():
-            now = time.monotonic()
-            if now - self._last_limit_error >= 1.0:  # at most one such error a second
-                self._last_limit_error = now
-                self._send_error(
-                    Error(ErrorCode.RATE_LIMITED, "too many messages; some were dropped",
-                          retry_after=self._inbound.wait_time())
-                )
+        if not self._inbound.admit(self._send_error):
             return
         try:
-            msg = decode_client(data)
-            self.metrics.messages.labels(msg.TYPE).inc()
-            await self._dispatch(msg)
+            await self._dispatch(self._inbound.decode(data))
         except ProtocolError as exc:
             fatal = exc.code == ErrorCode.UNAUTHORIZED
             self._error(exc, fatal=fatal, code=CloseCode.POLICY if fatal else None)
@@ -224,41 +221,17 @@ class Connection:
             log.exception("message handler failed", extra={"sid": self.sid})
             self._error(exc, fatal=True, code=CloseCode.INTERNAL, message="internal server error")
 
-    async def _dispatch(self, msg: object) -> None:
-        svc = self.service
+    async def _dispatch(self, msg: ClientMessage) -> None:
         if isinstance(msg, Start):
             self._need_no_session()
             self._authorize(msg.api_key)
             self._start_at = time.monotonic()
-            await svc.start(msg, self)
+            await self.service.start(msg, self)
         elif isinstance(msg, Resume):
             self._need_no_session()
-            await svc.resume(msg, self)
-        elif isinstance(msg, Ping):
-            self.send(Pong(msg.id, time.time()))
-        elif isinstance(msg, Action):
-            svc.action(self._need_session(), msg)
-        elif isinstance(msg, Prompt):
-            self.send(svc.prompt(self._need_session(), msg))
-        elif isinstance(msg, Observation):
-            self.send(svc.observe(self._need_session(), msg))
-        elif isinstance(msg, Block):
-            svc.block(self._need_session(), msg)
-        elif isinstance(msg, Keyframe):
-            self._need_session()
-            self._keyframe = True
-        elif isinstance(msg, Close):
-            svc.close(self._need_session(), "client_close")
-        else:  # decode_client returns only the types above
-            raise ProtocolError(f"unhandled message {type(msg).__name__}", "type")
-
-    def _need_session(self) -> str:
-        if self.sid is None:
-            raise ProtocolError(
-                "no session on this connection: send start or resume first", "type",
-                ErrorCode.NOT_STARTED,
-            )
-        return self.sid
+            await self.service.resume(msg, self)
+        else:
+            dispatch(self.service, self, msg)
 
     def _need_no_session(self) -> None:
         if self.sid is not None:

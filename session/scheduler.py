@@ -25,6 +25,9 @@ How ``schedule`` picks work:
 ``update`` folds results back in, reports events (``ChunkReady`` in block order per
 session, misses, skips, runner errors, cost drift, degradation) and every
 ``control_interval`` lets the ``DegradeController`` move sessions on their ladders.
+
+The events are defined in ``session/events.py``, ``Mode``, ``RunnerInfo`` and
+``SchedulerOptions`` in ``session/options.py``; this module re-exports them.
 """
 
 from __future__ import annotations
@@ -33,113 +36,47 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 import numpy as np
 
-from session.admission import Admission, AdmissionOptions, decide
+from session.admission import Admission, decide
 from session.clock import FrameClock, pull_due
-from session.costmodel import CostModel, Demand, Drift, Load
+from session.costmodel import CostModel, Demand, Load
 from session.degrade import (
     DegradationChanged,
     DegradeController,
-    DegradeOptions,
     LadderState,
     Settings,
     build_ladder,
     describe_change,
 )
+from session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError
+from session.options import Mode, RunnerInfo, SchedulerOptions
 from session.plan import (
     ACTION_DIM,
     Batch,
     ChunkWork,
-    Runner,
     SessionSpec,
     SessionUpdate,
     StepOutput,
     StepPlan,
 )
 
+__all__ = [
+    "ChunkReady",
+    "DeadlineMiss",
+    "Event",
+    "FrameSkipped",
+    "Key",
+    "Mode",
+    "RunnerError",
+    "RunnerInfo",
+    "Scheduler",
+    "SchedulerOptions",
+    "SessionStats",
+]
+
 Key = tuple[int, int]  # (bucket, steps): chunks with equal keys can share a batch
-
-
-class Mode(StrEnum):
-    PUSH = "push"  # the server paces frames on the session's frame clock
-    PULL = "pull"  # the client asks for each block (lockstep)
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerInfo:
-    """What the scheduler needs to know about the runner."""
-
-    buckets: tuple[int, ...]
-    frames_per_chunk: int
-    max_steps: int
-    batch_sizes: tuple[int, ...]  # warmed batch sizes; the largest caps a batch
-
-    def __post_init__(self) -> None:
-        if not self.buckets or not self.batch_sizes or min(self.batch_sizes) < 1:
-            raise ValueError(f"need buckets and batch sizes >= 1, got {self}")
-
-    @classmethod
-    def of(cls, runner: Runner, batch_sizes: tuple[int, ...]) -> RunnerInfo:
-        return cls(tuple(runner.buckets), runner.frames_per_chunk, runner.max_steps, batch_sizes)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerOptions:
-    batch_window: float = 0.010  # seconds: chunks due this close to a batch's lead join it
-    release_ahead: float = 1.0  # chunk periods before its due time a push chunk may start
-    margin: float = 0.002  # seconds kept free before a display time (encode, send)
-    start_delay: float | None = None  # first chunk due this long after add; None: one period
-    pull_deadline: float = 0.25  # seconds a pull request may take when the client names none
-    pull_queue: int = 8  # most outstanding pull requests per session
-    min_steps: int = 2  # the ladder's floor for denoising steps
-    min_fps: float = 12.0  # the ladder's floor for frame rate
-    control_interval: float = 0.25  # seconds between degradation decisions
-    batching: bool = True  # False: every session is stepped alone (for comparison)
-    degrade: DegradeOptions = field(default_factory=DegradeOptions)
-    admission: AdmissionOptions = field(default_factory=AdmissionOptions)
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkReady:
-    session_id: str
-    block_idx: int
-    frames: np.ndarray  # (frames_per_chunk, H, W, 3) uint8
-    action_seq: int  # the latest action folded into this chunk
-    display_time: float | None  # push: when its first frame is shown (scheduler clock)
-
-
-@dataclass(frozen=True, slots=True)
-class FrameSkipped:
-    """Display slots passed with no new chunk: the client keeps showing the last one."""
-
-    session_id: str
-    block_idx: int  # the next block, which moves to a later slot
-    repeat_block_idx: int  # the block the client keeps showing (-1: none yet)
-    frames: int  # display frames that got no new frame
-    display_time: float  # when the first skipped frame was due on screen
-
-
-@dataclass(frozen=True, slots=True)
-class DeadlineMiss:
-    session_id: str
-    block_idx: int
-    deadline: float  # push: display time; pull: request time + deadline
-    finished: float
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerError:
-    """The runner failed this session's part of a plan; a failed block is retried."""
-
-    session_id: str
-    message: str
-    block_idx: int | None = None
-
-
-Event = ChunkReady | FrameSkipped | DeadlineMiss | DegradationChanged | RunnerError | Drift
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ is shared through Redis. See ``base`` for the contract both keep.
 """
 
 from server.directory.base import (
+    ORPHAN_TTL_S,
     Directory,
     DirectoryError,
     DirectoryUnavailable,
@@ -20,6 +21,7 @@ from server.directory.factory import open_directory
 from server.directory.memory import MemoryDirectory
 
 __all__ = [
+    "ORPHAN_TTL_S",
     "Directory",
     "DirectoryError",
     "DirectoryUnavailable",

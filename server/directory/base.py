@@ -15,6 +15,11 @@ Rules both keep:
 - A session holds a slot on its worker while it is ``active`` or ``migrating``; an
   ``orphaned`` one holds none. It moves to another worker only through ``place_session``,
   which keeps its epoch and next block_idx.
+- A session record whose worker is gone (``orphaned``, or written while its worker is not
+  registered) lapses ``orphan_ttl_s`` after that write (a constructor argument of both
+  implementations), so dead workers' sessions do not pile up. ``place_session``, or an
+  ``update_session`` to active or migrating while its worker is registered, keeps it
+  again. Records on registered workers do not lapse: ``release_session`` removes them.
 - Times are the directory's clock readings (wall clock by default: records are read on
   other machines). TTLs are counted by the backing store: by that clock in memory, by Redis
   itself in Redis.
@@ -31,6 +36,11 @@ from typing import ClassVar, Protocol
 Clock = Callable[[], float]
 
 MAX_ID_CHARS = 128
+
+# Seconds an orphaned session record is kept. An orphan is only resumable while its last
+# checkpoint lasts (the workers' ``snapshot_ttl_s``, 600 s by default), so this outlives
+# it with room to spare.
+ORPHAN_TTL_S = 1800.0
 
 
 class WorkerState(StrEnum):
@@ -179,7 +189,9 @@ class Directory(Protocol):
         """Forget the session and free its slot; False if it was unknown."""
         ...
 
-    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The record, or None (never placed, released, or lapsed after its worker went)."""
+        ...
 
     async def update_session(self, record: SessionRecord) -> SessionRecord:
         """Write epoch, block_idx and state (``updated`` is stamped); returns what was
@@ -194,8 +206,9 @@ class Directory(Protocol):
     async def delete_snapshot(self, session_id: str) -> bool: ...
 
     async def orphan_sessions_of(self, worker_id: str) -> list[str]:
-        """Mark every session on the worker orphaned (they free their slots); returns
-        their ids. For dead workers: a live worker would be overbooked."""
+        """Mark every session on the worker orphaned (they free their slots and their
+        records lapse after ``orphan_ttl_s``); returns their ids. For dead workers: a
+        live worker would be overbooked."""
         ...
 
     async def reap_dead_workers(self) -> dict[str, list[str]]:
@@ -206,11 +219,11 @@ class Directory(Protocol):
     async def close(self) -> None: ...
 
 
-def check_ttl(ttl_s: float) -> None:
+def check_ttl(ttl_s: float, name: str = "ttl_s") -> None:
     if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float):
-        raise ValueError(f"ttl_s must be a number of seconds, got {ttl_s!r}")
+        raise ValueError(f"{name} must be a number of seconds, got {ttl_s!r}")
     if not math.isfinite(ttl_s) or ttl_s <= 0:
-        raise ValueError(f"ttl_s must be finite and > 0, got {ttl_s!r}")
+        raise ValueError(f"{name} must be finite and > 0, got {ttl_s!r}")
 
 
 def check_heartbeat(load: int, utilisation: float, state: WorkerState, ttl_s: float) -> None:

@@ -2,7 +2,8 @@
 
 Plain dicts owned by the event loop. No method awaits anything before it is done, so each
 one is atomic with respect to the others, which is what the Redis implementation gets from
-Lua. TTLs are deadlines on the injected clock, checked when read.
+Lua. TTLs are deadlines on the injected clock, checked when read; expired snapshots and
+lapsed session records are also swept on writes, so ones nobody reads again do not stay.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import dataclasses
 import time
 
 from server.directory.base import (
+    ORPHAN_TTL_S,
     Clock,
     NoWorkerAvailable,
     SessionRecord,
@@ -35,11 +37,20 @@ class _Worker:
 
 
 class MemoryDirectory:
-    def __init__(self, *, clock: Clock = time.time, retry_after_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock = time.time,
+        retry_after_s: float = 1.0,
+        orphan_ttl_s: float = ORPHAN_TTL_S,
+    ) -> None:
+        check_ttl(orphan_ttl_s, "orphan_ttl_s")
         self._clock = clock
         self._retry_after_s = retry_after_s
+        self._orphan_ttl_s = orphan_ttl_s
         self._workers: dict[str, _Worker] = {}
         self._sessions: dict[str, SessionRecord] = {}
+        self._lapse: dict[str, float] = {}  # id -> deadline of a record whose worker is gone
         self._snapshots: dict[str, tuple[bytes, float]] = {}  # id -> (data, deadline)
 
     # Workers.
@@ -122,6 +133,7 @@ class MemoryDirectory:
         if best is None:
             raise NoWorkerAvailable(self._retry_after_s, live, serving)
         worker = self._workers[best[2]]
+        self._sweep(now)
         old = self._sessions.get(session_id)
         if old is not None and old.worker_id in self._workers:
             self._workers[old.worker_id].sessions.discard(session_id)
@@ -134,20 +146,24 @@ class MemoryDirectory:
             state=SessionState.ACTIVE,
             updated=now,
         )
+        self._lapse.pop(session_id, None)
         return self._effective(worker)
 
     async def release_session(self, session_id: str) -> bool:
-        record = self._sessions.pop(session_id, None)
-        if record is None:
+        if self._record(session_id) is None:
             return False
+        record = self._sessions.pop(session_id)
+        self._lapse.pop(session_id, None)
         if record.worker_id in self._workers:
             self._workers[record.worker_id].sessions.discard(session_id)
         return True
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        return self._sessions.get(session_id)
+        return self._record(session_id)
 
     async def update_session(self, record: SessionRecord) -> SessionRecord:
+        now = self._clock()
+        self._sweep(now)
         old = self._sessions.get(record.session_id)
         if old is None:
             raise UnknownSession(record.session_id)
@@ -156,24 +172,28 @@ class MemoryDirectory:
                 f"session {record.session_id!r} is on worker {old.worker_id!r}, not "
                 f"{record.worker_id!r}: move it with place_session"
             )
-        stored = dataclasses.replace(record, updated=self._clock())
+        stored = dataclasses.replace(record, updated=now)
         self._sessions[record.session_id] = stored
         w = self._workers.get(record.worker_id)
-        if w is not None:
-            if stored.state in _HOLDS_SLOT:
-                w.sessions.add(record.session_id)
-            else:
+        if w is not None and stored.state in _HOLDS_SLOT:
+            w.sessions.add(record.session_id)
+            self._lapse.pop(record.session_id, None)
+        else:  # orphaned, or its worker is gone: the record lapses
+            if w is not None:
                 w.sessions.discard(record.session_id)
+            self._lapse[record.session_id] = now + self._orphan_ttl_s
         return stored
 
     async def orphan_sessions_of(self, worker_id: str) -> list[str]:
         now = self._clock()
+        self._sweep(now)
         orphaned = []
         for sid, record in self._sessions.items():
             if record.worker_id == worker_id and record.state in _HOLDS_SLOT:
                 self._sessions[sid] = dataclasses.replace(
                     record, state=SessionState.ORPHANED, updated=now
                 )
+                self._lapse[sid] = now + self._orphan_ttl_s
                 orphaned.append(sid)
         if worker_id in self._workers:
             self._workers[worker_id].sessions.clear()
@@ -208,6 +228,21 @@ class MemoryDirectory:
         """Nothing to release; the records go with the process."""
 
     # Helpers.
+
+    def _record(self, session_id: str) -> SessionRecord | None:
+        """The session's record, unless it lapsed (then it is dropped)."""
+        deadline = self._lapse.get(session_id)
+        if deadline is not None and not self._clock() < deadline:
+            del self._lapse[session_id]
+            del self._sessions[session_id]
+            return None
+        return self._sessions.get(session_id)
+
+    def _sweep(self, now: float) -> None:
+        """Drop every lapsed session record."""
+        for sid in [sid for sid, deadline in self._lapse.items() if not now < deadline]:
+            del self._lapse[sid]
+            del self._sessions[sid]
 
     @staticmethod
     def _load(w: _Worker) -> int:

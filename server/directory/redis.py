@@ -7,7 +7,8 @@ directory lands in one slot and the Lua scripts may touch keys they compute)::
     B:worker:<id>             hash: address state capacity load utilisation heartbeat
     B:alive:<id>              "1" with the heartbeat TTL; the worker is live while it exists
     B:worker-sessions:<id>    set of session ids holding a slot on the worker
-    B:session:<sid>           hash: worker_id epoch block_idx state updated
+    B:session:<sid>           hash: worker_id epoch block_idx state updated; with the orphan
+                              TTL while its worker is gone (orphaned, or not registered)
     B:snapshot:<sid>          the snapshot bytes, with their TTL
 
 Every operation that reads and then writes is one Lua script, so it is atomic: two routers
@@ -29,6 +30,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from server.directory.base import (
+    ORPHAN_TTL_S,
     Clock,
     DirectoryUnavailable,
     NoWorkerAvailable,
@@ -52,12 +54,13 @@ local function wkey(id) return base .. ':worker:' .. id end
 local function akey(id) return base .. ':alive:' .. id end
 local function skey(id) return base .. ':worker-sessions:' .. id end
 local function sesskey(sid) return base .. ':session:' .. sid end
-local function orphan(id, now)
+local function orphan(id, now, ttl_ms)
   local out = {}
   for _, sid in ipairs(redis.call('SMEMBERS', skey(id))) do
     local k = sesskey(sid)
     if redis.call('HGET', k, 'worker_id') == id then
       redis.call('HSET', k, 'state', 'orphaned', 'updated', now)
+      redis.call('PEXPIRE', k, ttl_ms)
       out[#out + 1] = sid
     end
   end
@@ -65,8 +68,8 @@ local function orphan(id, now)
   table.sort(out)
   return out
 end
-local function remove_worker(id, now)
-  local out = orphan(id, now)
+local function remove_worker(id, now, ttl_ms)
+  local out = orphan(id, now, ttl_ms)
   redis.call('DEL', wkey(id), akey(id))
   redis.call('SREM', base .. ':workers', id)
   return out
@@ -101,11 +104,11 @@ redis.call('HSET', wkey(ARGV[2]), 'state', ARGV[3])
 return 1
 """
 
-# ARGV: base, id, now -> orphaned session ids
-_DEREGISTER = "return remove_worker(ARGV[2], ARGV[3])"
-_ORPHAN = "return orphan(ARGV[2], ARGV[3])"
+# ARGV: base, id, now, orphan_ttl_ms -> orphaned session ids
+_DEREGISTER = "return remove_worker(ARGV[2], ARGV[3], ARGV[4])"
+_ORPHAN = "return orphan(ARGV[2], ARGV[3], ARGV[4])"
 
-# ARGV: base, now -> {id1, {sids...}, id2, {sids...}, ...}
+# ARGV: base, now, orphan_ttl_ms -> {id1, {sids...}, id2, {sids...}, ...}
 _REAP = """
 local out = {}
 local ids = redis.call('SMEMBERS', base .. ':workers')
@@ -113,7 +116,7 @@ table.sort(ids)
 for _, id in ipairs(ids) do
   if redis.call('EXISTS', akey(id)) == 0 then
     out[#out + 1] = id
-    out[#out + 1] = remove_worker(id, ARGV[2])
+    out[#out + 1] = remove_worker(id, ARGV[2], ARGV[3])
   end
 end
 return out
@@ -167,6 +170,7 @@ redis.call('SADD', skey(best), sid)
 redis.call('HSET', k, 'worker_id', best, 'epoch', redis.call('HGET', k, 'epoch') or '0',
            'block_idx', redis.call('HGET', k, 'block_idx') or '0', 'state', 'active',
            'updated', now)
+redis.call('PERSIST', k)
 return {1, best, redis.call('SCARD', skey(best)), redis.call('HGETALL', wkey(best))}
 """
 
@@ -180,7 +184,8 @@ redis.call('DEL', k)
 return 1
 """
 
-# ARGV: base, sid, worker_id, epoch, block_idx, state, now -> {1} | {0} unknown | {-1, wid}
+# ARGV: base, sid, worker_id, epoch, block_idx, state, now, orphan_ttl_ms
+#   -> {1} | {0} unknown | {-1, wid}
 _UPDATE = """
 local sid, k = ARGV[2], sesskey(ARGV[2])
 local wid = redis.call('HGET', k, 'worker_id')
@@ -188,10 +193,12 @@ if not wid then return {0} end
 if wid ~= ARGV[3] then return {-1, wid} end
 redis.call('HSET', k, 'epoch', ARGV[4], 'block_idx', ARGV[5], 'state', ARGV[6],
            'updated', ARGV[7])
-if ARGV[6] == 'orphaned' then
-  redis.call('SREM', skey(wid), sid)
-elseif redis.call('EXISTS', wkey(wid)) == 1 then
+if ARGV[6] ~= 'orphaned' and redis.call('EXISTS', wkey(wid)) == 1 then
   redis.call('SADD', skey(wid), sid)
+  redis.call('PERSIST', k)
+else  -- orphaned, or its worker is gone: the record lapses
+  redis.call('SREM', skey(wid), sid)
+  redis.call('PEXPIRE', k, ARGV[8])
 end
 return {1}
 """
@@ -207,13 +214,16 @@ class RedisDirectory:
         socket_timeout_s: float = 1.0,
         retries: int = 1,
         retry_after_s: float = 1.0,
+        orphan_ttl_s: float = ORPHAN_TTL_S,
     ) -> None:
+        check_ttl(orphan_ttl_s, "orphan_ttl_s")
         parts = urlsplit(url)
         # Never put a password in an error message.
         self._where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or 6379}{parts.path}"
         self._base = "{" + prefix + "}"
         self._clock = clock
         self._retry_after_s = retry_after_s
+        self._orphan_ttl_ms = _ms(orphan_ttl_s)
         self._redis = aioredis.Redis.from_url(
             url,
             socket_timeout=socket_timeout_s,
@@ -278,7 +288,9 @@ class RedisDirectory:
             raise UnknownWorker(worker_id)
 
     async def deregister_worker(self, worker_id: str) -> list[str]:
-        sids = await self._call("deregister_worker", self._deregister, worker_id, self._now())
+        sids = await self._call(
+            "deregister_worker", self._deregister, worker_id, self._now(), self._orphan_ttl_ms
+        )
         return [_str(s) for s in sids]
 
     async def get_worker(self, worker_id: str) -> WorkerInfo | None:
@@ -289,7 +301,7 @@ class RedisDirectory:
         return _workers(await self._call("list_workers", self._list))
 
     async def reap_dead_workers(self) -> dict[str, list[str]]:
-        flat = await self._call("reap_dead_workers", self._reap, self._now())
+        flat = await self._call("reap_dead_workers", self._reap, self._now(), self._orphan_ttl_ms)
         return {_str(flat[i]): [_str(s) for s in flat[i + 1]] for i in range(0, len(flat), 2)}
 
     # Sessions.
@@ -327,6 +339,7 @@ class RedisDirectory:
             record.block_idx,
             str(SessionState(record.state)),
             now,
+            self._orphan_ttl_ms,
         )
         if reply[0] == 0:
             raise UnknownSession(record.session_id)
@@ -345,7 +358,9 @@ class RedisDirectory:
         )
 
     async def orphan_sessions_of(self, worker_id: str) -> list[str]:
-        sids = await self._call("orphan_sessions_of", self._orphan, worker_id, self._now())
+        sids = await self._call(
+            "orphan_sessions_of", self._orphan, worker_id, self._now(), self._orphan_ttl_ms
+        )
         return [_str(s) for s in sids]
 
     # Snapshots.

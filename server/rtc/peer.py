@@ -17,6 +17,9 @@ the peer is the session's ``service.Peer``, as a WebSocket ``Connection`` would 
   ``control_buffer_bytes`` sit in SCTP (oldest dropped past ``control_queue``); status is
   latest-wins.
 
+Client messages from both channels reach the service through server/dispatch.py, as on
+the WebSocket (the same rate limit, decoding and routing); errors are answered here.
+
 Status messages carry two optional keys beyond protocol v1's fields (a v1 decoder ignores
 unknown keys): ``action_seq``, the newest action folded into the last frame the track
 handed to the encoder, and ``frame``, that frame's index in the epoch (both absent before
@@ -46,23 +49,17 @@ from typing import Any
 import msgpack
 from aiortc import RTCDataChannel, RTCPeerConnection
 
-from server.limits import TokenBucket
+from server.dispatch import Inbound, dispatch
 from server.metrics import Metrics
 from server.protocol import (
     Action,
     Block,
     ClientMessage,
-    Close,
     CloseCode,
     Degradation,
     Ended,
     Error,
     ErrorCode,
-    Keyframe,
-    Observation,
-    Ping,
-    Pong,
-    Prompt,
     ProtocolError,
     Resume,
     Resumed,
@@ -70,7 +67,6 @@ from server.protocol import (
     Start,
     Started,
     Status,
-    decode_client,
     error_from,
 )
 from server.rtc.encoder import LatencyEncoder
@@ -88,8 +84,8 @@ ACTIONS = "actions"
 
 
 class RtcPeer:
-    """One peer connection and the session attached to it (implements ``service.Peer``
-    and ``keys.Closable``)."""
+    """One peer connection and the session attached to it (implements ``service.Peer``,
+    ``dispatch.Transport`` and ``keys.Closable``)."""
 
     def __init__(
         self,
@@ -118,8 +114,7 @@ class RtcPeer:
         self._control: RTCDataChannel | None = None
         self._queue: deque[bytes] = deque()
         self._status: bytes | None = None  # the newest status (latest wins)
-        self._inbound = TokenBucket(settings.max_msgs_per_s, settings.msg_burst)
-        self._last_limit_error = float("-inf")
+        self._inbound = Inbound(settings, metrics)
         self._sent_window: deque[float] = deque(maxlen=512)  # frame send times (fps)
         self._reported_seq = -1  # action_seq of the last status sent for a new action
         self._last_frame: tuple[int, int] | None = None  # (action_seq, index) last sent
@@ -158,7 +153,7 @@ class RtcPeer:
     def attached(self, reply: Started | Resumed, quality: int) -> None:
         self.sid = reply.session_id
         self.track.set_rate(reply.fps)
-        self._keyframe()
+        self.request_keyframe()
         self.send(reply)
 
     def send(self, msg: ServerMessage) -> None:
@@ -220,38 +215,17 @@ class RtcPeer:
                 f"message of {len(data)} bytes is over {self.settings.max_msg_size}",
                 code=ErrorCode.TOO_BIG))
             return None
-        if not self._inbound.take():
-            now = time.monotonic()
-            if now - self._last_limit_error >= 1.0:  # at most one such error a second
-                self._last_limit_error = now
-                self._send_error(Error(ErrorCode.RATE_LIMITED, "too many messages; some were dropped",
-                                       retry_after=self._inbound.wait_time()))
+        if not self._inbound.admit(self._send_error):
             return None
         try:
-            msg = decode_client(data)
+            return self._inbound.decode(data)
         except ProtocolError as exc:
             self._error(exc)
             return None
-        self.metrics.messages.labels(msg.TYPE).inc()
-        return msg
 
-    def _dispatch(self, msg: object) -> None:
-        svc = self.service
+    def _dispatch(self, msg: ClientMessage) -> None:
         try:
-            if isinstance(msg, Action):
-                svc.action(self._need_session(), msg)
-            elif isinstance(msg, Prompt):
-                self.send(svc.prompt(self._need_session(), msg))
-            elif isinstance(msg, Observation):
-                self.send(svc.observe(self._need_session(), msg))
-            elif isinstance(msg, Keyframe):
-                self._need_session()
-                self._keyframe()
-            elif isinstance(msg, Ping):
-                self.send(Pong(msg.id, time.time()))
-            elif isinstance(msg, Close):
-                svc.close(self._need_session(), "client_close")
-            elif isinstance(msg, Start | Resume):
+            if isinstance(msg, Start | Resume):
                 raise ProtocolError(
                     "on WebRTC the offer opens or resumes the session; this connection has "
                     f"session {self.sid}", "type", ErrorCode.ALREADY_STARTED)
@@ -260,7 +234,7 @@ class RtcPeer:
                     "WebRTC sessions are push mode; use the WebSocket for pull mode",
                     "block_idx", ErrorCode.WRONG_MODE)
             else:
-                raise ProtocolError(f"unhandled message {type(msg).__name__}", "type")
+                dispatch(self.service, self, msg)
         except (ProtocolError, SessionError) as exc:
             self._error(exc)
         except Exception:
@@ -269,12 +243,14 @@ class RtcPeer:
             if self._closing is None:
                 self._closing = asyncio.create_task(self._close_after_flush("internal"))
 
-    def _need_session(self) -> str:
+    # --- dispatch.Transport (and ``send`` above) ---
+
+    def need_session(self) -> str:
         if self.sid is None:
             raise ProtocolError("this connection has no session (it ended)", "type", ErrorCode.NOT_STARTED)
         return self.sid
 
-    def _keyframe(self) -> None:
+    def request_keyframe(self) -> None:
         if self.encoder is not None:
             self.encoder.request_keyframe()
         else:  # aiortc's own encoder: its sender's request (as on a PLI)

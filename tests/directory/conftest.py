@@ -111,6 +111,19 @@ class Harness:
         self._peers.append(peer)
         return peer
 
+    def with_orphan_ttl(self, orphan_ttl_s: float) -> Directory:
+        """A directory of this harness's kind whose orphaned records lapse after
+        ``orphan_ttl_s`` (in memory a new, empty one on the same clock; in Redis another
+        client of the same records)."""
+        d: Directory
+        if self.redis_url is None:
+            d = MemoryDirectory(clock=self.clock, orphan_ttl_s=orphan_ttl_s)
+        else:
+            d = RedisDirectory(self.redis_url, self.prefix, clock=self.clock,
+                               orphan_ttl_s=orphan_ttl_s)
+        self._peers.append(d)
+        return d
+
     async def close(self) -> None:
         for d in [*self._peers, self.directory]:
             await d.close()

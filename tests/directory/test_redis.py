@@ -85,3 +85,21 @@ async def test_open_directory_picks_the_implementation_from_the_url() -> None:
     await d.close()
     with pytest.raises(ValueError, match="'http'"):
         open_directory("http://example.test")
+
+
+async def test_orphaned_session_keys_carry_the_orphan_ttl_in_redis(redis_url: str) -> None:
+    raw = aioredis.Redis.from_url(redis_url)
+    d = open_directory(redis_url, prefix="orphan-ttl-test", orphan_ttl_s=120.0)
+    key = "{orphan-ttl-test}:session:s"
+    try:
+        await d.register_worker(WorkerInfo("w", "http://w:1", WorkerState.SERVING, 2), 5.0)
+        await d.place_session("s", 1.0)
+        assert await raw.pttl(key) == -1  # on a registered worker: no expiry
+        await d.deregister_worker("w")
+        assert 119_000 < await raw.pttl(key) <= 120_000
+        await d.register_worker(WorkerInfo("w2", "http://w2:1", WorkerState.SERVING, 2), 5.0)
+        await d.place_session("s", 1.0)
+        assert await raw.pttl(key) == -1  # placed again: kept
+    finally:
+        await d.close()
+        await raw.aclose()

@@ -1,0 +1,212 @@
+"""Moving sessions between workers: checkpoints, hand-offs and adoption (DESIGN.md §7).
+
+The worker-side half of scale-out that works on the service's sessions; the directory
+side (registration, placement, the drain loop, writing handoffs) lives in
+server/cluster.py and reaches the service through ``Service.remote``.
+
+- ``checkpoint`` packages a running session for crash recovery: ``Engine.export`` reads
+  its model state between two steps and the session goes on.
+- ``hand_off`` suspends a session at a block boundary (nothing in flight) and packages it
+  with its last ``migrate_replay_blocks`` blocks for a migration; ``migrated`` then tells
+  its client where to go and ends it here.
+- A resume of a session this worker does not hold is answered from the directory: its
+  handoff is *adopted* (installed DETACHED with its suspension, ``Live.adopted`` set to
+  the handoff's next block) and the normal resume path (``Service.resume``) runs, except
+  that a resume point the handoff cannot serve continues with an honest gap
+  (``resumed.gap_blocks``) instead of failing.
+
+``MigrationMixin`` is a base class of ``Service`` (server/service.py) and works on the
+service's own state; the attributes it expects are declared at the top of the class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from server.engine import Engine, Suspension
+from server.handoff import Handoff, HandoffError, Kind, ReplayBlock
+from server.limits import TokenBucket
+from server.live import Chunk, Live, Remote
+from server.metrics import Metrics
+from server.protocol import Migrate, Resume
+from server.settings import Settings
+from session.degrade import Settings as Rung
+from session.errors import BadToken, SessionStateMissing
+from session.plan import ModelState
+from session.session import Session, SessionStatus
+from session.snapshot import snapshot
+
+if TYPE_CHECKING:
+    from session.store import SessionStore
+
+log = logging.getLogger("worldserve.service")
+
+
+class MigrationMixin:
+    """Checkpoints, hand-offs and adoption of the service's sessions; see the module
+    docstring."""
+
+    # The service's state (set by Service.__init__ and Service.start_engine).
+    settings: Settings
+    metrics: Metrics
+    clock: Callable[[], float]
+    store: SessionStore
+    engine: Engine | None
+    remote: Remote | None
+    chunk_frames: int
+    max_steps: int
+    _live: dict[str, Live]
+
+    if TYPE_CHECKING:
+
+        def close(self, sid: str, reason: str) -> bool: ...
+
+    def sessions(self) -> list[str]:
+        """Ids of the sessions held here (attached or detached)."""
+        return list(self._live)
+
+    async def checkpoint(self, sid: str) -> Handoff | None:
+        """A running session packaged for crash recovery, read between two engine steps
+        (it keeps running); None if it is not running here now."""
+        live, engine = self._live.get(sid), self.engine
+        if live is None or live.handing_off or engine is None or sid not in engine.scheduler:
+            return None
+        try:
+            susp = await engine.export(sid)
+        except (KeyError, RuntimeError):  # ended or suspended meanwhile
+            return None
+        if self._live.get(sid) is not live or live.handing_off:
+            return None
+        return self._package(live, self._with_restored(live, susp), "checkpoint", 0)
+
+    async def hand_off(self, sid: str) -> Handoff | None:
+        """Stop generating the session at a block boundary and package it, with its last
+        ``migrate_replay_blocks`` blocks, for another worker; None if it ended. Its client
+        stays attached until ``migrated``. Idempotent."""
+        live = self._live.get(sid)
+        if live is None:
+            return None
+        if live.suspending is not None:
+            await asyncio.shield(live.suspending)
+        if live.suspension is None:
+            susp = Suspension(sid, live.next_block, None, live.level, live.settings)
+            engine = self.engine
+            if engine is not None and sid in engine.scheduler:
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                live.suspending = fut
+                try:
+                    susp = await engine.suspend(sid)
+                except (KeyError, RuntimeError) as exc:
+                    log.warning("suspend for hand-off failed: %s", exc, extra={"sid": sid})
+                finally:
+                    live.suspending = None
+                    fut.set_result(None)
+            if self._live.get(sid) is not live:
+                return None
+            live.suspension = self._with_restored(live, susp)
+            live.level, live.settings = susp.level, susp.settings
+        live.handing_off = True
+        return self._package(live, live.suspension, "migration", self.settings.migrate_replay_blocks)
+
+    def migrated(self, sid: str, msg: Migrate) -> None:
+        """Tell the session's client where it continues, then end it here."""
+        live = self._live.get(sid)
+        if live is None:
+            return
+        if live.peer is not None:
+            live.peer.send(msg)
+        self.metrics.migrations.labels("handed_off").inc()
+        self.close(sid, "migrated")
+
+    async def _adopt_from_directory(self, msg: Resume) -> None:
+        """Before a resume: a session this worker does not hold but the directory placed
+        here is adopted from its handoff (nothing happens in the embedded mode, or when
+        the directory has no record of it; ``Remote.fetch`` raises the other cases)."""
+        sid = msg.session_id
+        if self.remote is None or sid in self._live:
+            return
+        handoff = await self.remote.fetch(sid)
+        if handoff is not None and sid not in self._live:
+            self._adopt(handoff, msg)
+
+    def _with_restored(self, live: Live, susp: Suspension) -> Suspension:
+        """A session resumed from a state and not reopened in the runner yet still has it."""
+        if susp.state is None and live.restored is not None and live.restored[0] == susp.next_block:
+            return replace(susp, state=live.restored[1])
+        return susp
+
+    def _package(self, live: Live, susp: Suspension, kind: Kind, replay: int) -> Handoff:
+        session = self.store.peek(live.sid)
+        if session is None:
+            raise SessionStateMissing(live.sid)
+        state = susp.state
+        if state is None:  # never ran in the runner: the target starts it from its spec
+            b = susp.settings.bucket
+            state = ModelState(b, np.zeros((0, b, b, 3), np.uint8), 0, 0, np.zeros(0, np.uint8), live.scene)
+        blocks = [ch for ch in live.ring if ch.block_idx < susp.next_block][-replay:] if replay else []
+        return Handoff(
+            kind,
+            live.sid,
+            live.epoch,
+            susp.next_block,
+            susp.level,
+            replace(live.request, observation=None, api_key=None, session_id=None),
+            live.action,
+            live.action_seq,
+            live.seen_seq,
+            tuple(ReplayBlock(ch.block_idx, ch.action_seq, ch.frames) for ch in blocks),
+            snapshot(session, state),
+            time.time(),
+        )
+
+    def _adopt(self, h: Handoff, msg: Resume) -> None:
+        """Install another worker's handoff as a DETACHED session with its suspension."""
+        sid = msg.session_id
+        try:
+            session, state = h.restore(self.clock)
+        except HandoffError as exc:
+            log.warning("unusable handoff: %s", exc, extra={"sid": sid})
+            self.metrics.migrations.labels("failed").inc()
+            raise SessionStateMissing(sid, msg.block_idx) from exc
+        if not session.check_token(msg.token):
+            self.metrics.resumes.labels("bad_token").inc()
+            raise BadToken(sid)
+        k, fpc = h.next_block, self.chunk_frames
+        if session.config.mode == "pull" and msg.block_idx > k:
+            # A crash rewound the model: the store's numbering goes on at the client's block.
+            n = msg.block_idx
+            session = Session(
+                session.config, session.token_hash, session_id=sid, scene=session.scene,
+                epoch=session.epoch, status=SessionStatus.DETACHED, clock=self.clock,
+                controls=session.controls, log=session.log, blocks_committed=n,
+                last_block_idx=n - 1, frames_due=n * fpc, frames_committed=n * fpc,
+            )
+        self.store.install(session)
+        s, req = self.settings, h.request
+        rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.max_steps, state.bucket)
+        step_us = 1e6 / req.fps
+        ring = deque(
+            (Chunk(sid, r.block_idx, r.frames, r.action_seq, r.block_idx * fpc, step_us, h.created)
+             for r in h.replay),
+            maxlen=max(s.replay_blocks, len(h.replay)),
+        )
+        live = Live(
+            sid, req, session.scene, h.epoch,
+            TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
+            ring, rung, self.clock(), level=h.level,
+        )
+        live.suspension = Suspension(sid, k, state, h.level, rung)
+        live.next_block, live.adopted = k, k
+        live.action, live.action_seq, live.seen_seq = h.action, h.action_seq, h.seen_seq
+        self._live[sid] = live
+        self.metrics.migrations.labels("adopted").inc()
+        log.info("session adopted", extra={"sid": sid, "kind": h.kind, "next_block": k,
+                                          "replay": len(h.replay)})
