@@ -5,10 +5,18 @@
         frame = await c.next_frame()          # (arrival monotonic time, av.VideoFrame)
         seq = c.action(["forward"])           # on the 'actions' channel
         ack = await c.prompt("a snowy forest") # on 'control', waits for the ack
+        migrate, _ = await c.message(Migrate)  # the worker drains ...
+        await c.follow(migrate)                # ... re-offer to the target with resume
 
 It opens the same channels a browser does: ``control`` (reliable) and ``actions``
 (unordered, ``maxRetransmits=0``), with empty ``iceServers`` (and 127.0.0.1 candidates
 where the box has nothing else, as the server does).
+
+One client holds one session over any number of peer connections: ``connect`` again
+(``follow`` after a ``migrate``, or a ``resume`` after a drop) hangs up the current one
+first, keeps the action ``seq`` counting on and keeps the session's token. ``frames``
+holds the current connection's frames; ``messages`` every connection's control messages,
+in order of arrival.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import time
 from collections import deque
 from contextlib import suppress
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from aiortc import (
@@ -35,6 +44,7 @@ from server.protocol import (
     ClientMessage,
     Close,
     Ended,
+    Migrate,
     Prompt,
     ServerMessage,
     decode_server,
@@ -50,6 +60,14 @@ class OfferRefused(Exception):
         self.status = status
         self.body = body
         super().__init__(f"{status}: {body.get('error')}: {body.get('message')}")
+
+
+def http_base(url: str) -> str:
+    """A worker's http(s) base URL from its WebSocket URL (a ``migrate`` message's
+    ``url``, ``ws://host:port/v1/ws``): where its ``/v1/rtc/offer`` is."""
+    parts = urlsplit(url)
+    scheme = {"wss": "https", "ws": "http"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, "", "", ""))
 
 
 class RtcClient:
@@ -73,6 +91,9 @@ class RtcClient:
         self._message_event = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
         self._control_open = asyncio.Event()
+        self.control_closed = asyncio.Event()  # the current control channel closed
+        self.session_id: str | None = None
+        self.token: str | None = None  # from ``started`` (``resumed`` does not repeat it)
         self._seq = 0
         self._ids = 0
         self._http: aiohttp.ClientSession | None = None
@@ -98,13 +119,19 @@ class RtcClient:
         wait_open: bool = True,
     ) -> dict[str, Any]:
         """Offer, post, answer (and, with ``wait_open``, wait for the control channel);
-        returns the answer JSON. ``OfferRefused`` on an error."""
+        returns the answer JSON. ``OfferRefused`` on an error. A peer connection this
+        client still has is hung up first."""
+        await self._hang_up()
+        self.frames.clear()
+        self._control_open = opened = asyncio.Event()
+        self.control_closed = closed = asyncio.Event()
         pc = self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         pc.addTransceiver("video", direction="recvonly")
         self.control = pc.createDataChannel("control")
         self.actions = pc.createDataChannel("actions", ordered=False, maxRetransmits=0)
         self.control.on("message", self._on_message)
-        self.control.on("open", self._control_open.set)
+        self.control.on("open", opened.set)
+        self.control.on("close", closed.set)
         pc.on("track", self._on_track)
         if wants_loopback(self.loopback):
             add_loopback_candidates(pc)
@@ -124,10 +151,28 @@ class RtcClient:
             if resp.status != 200:
                 raise OfferRefused(resp.status, data)
         self.answer = data
+        self.session_id = self.session.get("session_id", self.session_id)
+        token = self.session.get("token") or (resume or {}).get("token")
+        self.token = token if isinstance(token, str) else self.token
         await pc.setRemoteDescription(RTCSessionDescription(data["sdp"], data["type"]))
         if wait_open:
-            await asyncio.wait_for(self._control_open.wait(), timeout)
+            await asyncio.wait_for(opened.wait(), timeout)
         return data
+
+    async def follow(self, migrate: Migrate, *, timeout: float = 20.0) -> dict[str, Any]:
+        """Continue the session where a ``migrate`` message sends it: hang up, then offer
+        to the target worker with ``resume`` (session_id, token, the migrate's block_idx),
+        as the browser client does. Returns the answer (its ``session`` is ``resumed``)."""
+        if not migrate.url:
+            raise ValueError(
+                f"migrate names no worker (retry_after {migrate.retry_after}): ask the router"
+            )
+        if self.token is None or migrate.session_id != self.session_id:
+            raise ValueError(f"migrate is for session {migrate.session_id!r}, not this client's")
+        self.base_url = http_base(migrate.url)
+        resume = {"session_id": migrate.session_id, "token": self.token,
+                  "block_idx": migrate.block_idx}
+        return await self.connect(resume=resume, timeout=timeout)
 
     async def next_frame(self, timeout: float = 10.0) -> tuple[float, Any]:
         """The oldest unread decoded frame: (arrival time on the monotonic clock, frame)."""
@@ -178,6 +223,13 @@ class RtcClient:
             self.send(Close("client done"))
             with suppress(TimeoutError):  # the server answers 'ended' (then hangs up)
                 await self.message(Ended, 5.0)
+        await self._hang_up()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _hang_up(self) -> None:
+        """Stop reading video and close the current peer connection (if any)."""
         if self._reader is not None:
             self._reader.cancel()
             try:
@@ -188,9 +240,6 @@ class RtcClient:
         if self.pc is not None:
             await self.pc.close()
             self.pc = None
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
 
     def _on_message(self, data: bytes | str) -> None:
         import msgpack

@@ -14,9 +14,20 @@ Request (JSON)::
 fields, same ranges, same errors); ``mode`` must be ``push``. ``resume.block_idx`` may be
 left out: video frames carry no block numbers a browser could see, so the session goes
 on at the first block it has not generated (generation pauses while detached: nothing is
-skipped); 0 starts a new epoch, as on the WebSocket. The offer must have a video
+skipped; a session this worker adopts from the directory goes on at its handoff's
+block); 0 starts a new epoch, as on the WebSocket. The offer must have a video
 m-line the client receives (``recvonly``) and an SCTP m-line (the ``control`` and
 ``actions`` data channels, which the client creates).
+
+Migration (several workers): when its worker drains, the session's ``control`` channel
+gets ``migrate {url, session_id, block_idx: K}`` and ``ended: migrated``, then the peer
+connection closes. The client offers again to the target, at the http(s) origin of
+``url`` (``ws://host:port/v1/ws`` -> ``http://host:port/v1/rtc/offer``; any origin may
+post), with ``"resume": {"session_id", "token", "block_idx": K}``; the target adopts the
+handoff and answers ``resumed`` (``restored_from: K``, ``gap_blocks: 0``). A ``url`` of
+``""`` means no worker had room: ask the router (``POST /v1/resume``) after
+``retry_after``. A resume at a worker that does not hold the session is 409
+``session_moved``.
 
 Answer 200::
 
@@ -25,9 +36,10 @@ Answer 200::
 
 ``session`` is the ``started`` (or ``resumed``) message as a map; the same message is
 also the first one on the control channel. Errors are JSON ``{"error": code, "message",
-"field", "retry_after"}``: 400 bad offer or field, 401 API key, 403 bad token, 404
-missing session state, 409 stale block or state, 413 too big, 503 at capacity or not
-ready (with ``Retry-After``).
+"field", "retry_after"}``: 400 bad offer or field, 401 API key, 403 bad token or no
+reservation (``placement_required``), 404 missing session state, 409 stale block or
+state or a session held by another worker, 413 too big, 503 at capacity, not ready
+(draining included) or directory unavailable (with ``Retry-After``).
 
 Order of work: a cheap readiness check; the peer connection with the track's
 transceiver and its codec preferences added BEFORE ``setRemoteDescription`` (aiortc 1.16
@@ -89,6 +101,7 @@ _STATUS: dict[str, int] = {  # error code -> HTTP status
     ErrorCode.MISSING_SESSION_STATE: 404,
     ErrorCode.STALE_BLOCK: 409,
     ErrorCode.ILLEGAL_TRANSITION: 409,
+    ErrorCode.SESSION_MOVED: 409,
     ErrorCode.TOO_BIG: 413,
     "rtc_disabled": 404,
     ErrorCode.PLACEMENT_REQUIRED: 403,
@@ -295,7 +308,7 @@ async def _open_session(
             return await service.start(start, peer)  # reservation and directory checks apply
         assert resume is not None
         if resume.block_idx == LATEST:
-            resume = replace(resume, block_idx=_next_block(service, resume.session_id))
+            resume = replace(resume, block_idx=await _next_block(service, resume.session_id))
         return await service.resume(resume, peer)
     except NotReady as exc:
         raise OfferError(ErrorCode.NOT_READY, str(exc), retry_after=exc.retry_after) from None
@@ -311,11 +324,16 @@ async def _open_session(
         raise OfferError(exc.code, str(exc)) from None
 
 
-def _next_block(service: Service, sid: str) -> int:
+async def _next_block(service: Service, sid: str) -> int:
     """The first block the session has not generated (where a resume goes on)."""
     live = service.live(sid)
     if live is None:
-        return 1  # not 0 (a new epoch): resume() answers missing_session_state
+        # Not held here. With several workers it may be placed here with a handoff (a
+        # migration's target, or a re-placement after a crash): it goes on at the
+        # handoff's block. Else 1, not 0 (a new epoch): resume() answers
+        # missing_session_state. fetch raises as resume() would (session_moved, ...).
+        handoff = await service.remote.fetch(sid) if service.remote is not None else None
+        return handoff.next_block if handoff is not None else 1
     if live.suspension is not None:
         return live.suspension.next_block
     return live.next_block  # still attached elsewhere or suspending: resume() waits

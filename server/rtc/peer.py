@@ -33,7 +33,10 @@ the receiver's timestamps count on from it at 90 kHz.
 Closing: the client's ``close`` message ends the session for good; a peer connection
 that closes or fails (or never connects within ``connect_timeout_s``) detaches the
 session, resumable with its token for ``detached_ttl_s``; either way the track, the
-encoder and the peer connection are released.
+encoder and the peer connection are released. A drain hands the session to another
+worker: ``migrate`` and ``ended: migrated`` go out on control (``end``), then the peer
+closes with no session left here; the client re-offers to the target with ``resume``
+(server/rtc/offer.py).
 """
 
 from __future__ import annotations
@@ -147,6 +150,10 @@ class RtcPeer:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        """Until the peer has released everything (its ``on_closed`` has run)."""
+        await self._closed.wait()
 
     # --- service.Peer (never waits) ---
 
