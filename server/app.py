@@ -81,7 +81,8 @@ def create_app(
     shared = directory is not None or settings.directory_url is not None
     if directory is None:
         directory = open_directory(settings.directory_url, prefix=settings.directory_prefix,
-                                   orphan_ttl_s=settings.orphan_ttl_s)
+                                   orphan_ttl_s=settings.orphan_ttl_s,
+                                   handover_ttl_s=settings.handover_ttl_s)
     app[AGENT] = WorkerAgent(settings, service, metrics, directory, shared=shared)
     app[CLOSABLES] = set[Closable]()
     app[RUNNER_FACTORY] = runner_factory or load_model_runner

@@ -82,6 +82,10 @@ def serve_parser(ap: argparse.ArgumentParser) -> None:
                    help="seconds the directory keeps the record of a session whose worker "
                         f"died (>= the snapshot TTL, {d.snapshot_ttl_s:g} s); set the "
                         "routers' --orphan-ttl to the same")
+    g.add_argument("--handover-ttl", type=float, default=d.handover_ttl_s,
+                   help="seconds a session handed over by a drain holds its target's slot "
+                        "waiting for its client to resume (<= the snapshot TTL); then it is "
+                        "orphaned; set the routers' --handover-ttl to the same")
     g.add_argument("--drain-timeout", type=float, default=d.drain_timeout_s,
                    help="seconds a drain waits before ending the sessions left")
     g.add_argument("--placement-threshold", type=float, default=d.placement_threshold,
@@ -122,6 +126,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         worker_ttl_s=args.worker_ttl,
         snapshot_interval_s=args.snapshot_interval,
         orphan_ttl_s=args.orphan_ttl,
+        handover_ttl_s=args.handover_ttl,
         drain_timeout_s=args.drain_timeout,
         placement_threshold=args.placement_threshold,
     )
@@ -144,6 +149,9 @@ def router_parser(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--orphan-ttl", type=float, default=d.orphan_ttl_s,
                     help="seconds the directory keeps the record of a session whose worker "
                          "died; set the workers' --orphan-ttl to the same")
+    ap.add_argument("--handover-ttl", type=float, default=d.handover_ttl_s,
+                    help="seconds a re-placed session holds its new worker's slot waiting "
+                         "for its client; set the workers' --handover-ttl to the same")
     ap.add_argument("--log-format", choices=("kv", "json"), default=d.log_format)
     ap.add_argument("--log-level", default=d.log_level)
 
@@ -217,7 +225,7 @@ def route(args: argparse.Namespace) -> None:
         host=args.host, port=args.port, directory_url=args.directory,
         directory_prefix=args.directory_prefix, threshold=args.threshold,
         api_keys=frozenset(keys), reservation_ttl_s=args.reservation_ttl,
-        orphan_ttl_s=args.orphan_ttl,
+        orphan_ttl_s=args.orphan_ttl, handover_ttl_s=args.handover_ttl,
         log_format=args.log_format, log_level=args.log_level,
     )
     configure(settings.log_format, settings.log_level)

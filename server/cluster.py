@@ -19,8 +19,9 @@
   without a reservation, there are no checkpoints, and a drain ends the sessions.
 - Drain (SIGTERM or ``POST /admin/drain``): stop admitting, then for each session:
   suspend it at a block boundary (``Service.hand_off``, server/migration.py), place it on
-  another worker (``place_session``), write the handoff, mark it ``migrating`` and send its
-  client ``migrate`` with the target's URL. With no worker free the client is told to ask the
+  another worker (``place_session``), write the handoff, mark it ``migrating`` (it holds
+  the target's slot for ``handover_ttl_s`` at most, until its client resumes there) and
+  send its client ``migrate`` with the target's URL. With no worker free the client is told to ask the
   router later. Sessions not handed over by ``drain_timeout_s`` end (``shutdown``); then
   the worker deregisters and ``drained`` is set (the CLI exits on it).
 

@@ -13,7 +13,10 @@ stateless and any number of them can run side by side.
 - ``POST /v1/resume`` ``{"session_id"}`` → the same shape plus ``state``: the worker that
   holds the session, or will restore it. A session on a dead worker (its heartbeat TTL
   ran out) or orphaned is placed on a live worker, which restores it from its last
-  checkpoint when the client resumes there; without a snapshot it is 404.
+  checkpoint when the client resumes there; without a snapshot it is 404. The re-placed
+  record is ``migrating``: a client that does not resume there within ``handover_ttl_s``
+  does not keep that worker's slot (the session is orphaned again, and can be re-placed
+  again while its snapshot lasts).
 - ``GET /v1/workers`` (live workers), ``/healthz``, ``/readyz`` (200 while the directory
   answers and at least one worker is serving), ``/metrics`` (Prometheus text: placements
   and resume lookups by outcome, signaling requests by endpoint and status, directory
@@ -35,13 +38,14 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from aiohttp import web
 
 from server.cluster import ws_url
 from server.directory import (
+    HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Directory,
     DirectoryError,
@@ -49,6 +53,7 @@ from server.directory import (
     NoWorkerAvailable,
     SessionRecord,
     SessionState,
+    UnknownSession,
     WorkerInfo,
     WorkerState,
     open_directory,
@@ -71,6 +76,7 @@ class RouterSettings:
     maintenance_s: float = 1.0  # seconds between reaping dead workers / stale reservations
     retry_after_s: float = 1.0  # what a 503 from a directory outage says
     orphan_ttl_s: float = ORPHAN_TTL_S  # records of sessions whose worker died lapse after this
+    handover_ttl_s: float = HANDOVER_TTL_S  # a re-placed session waits this long for its client
     log_format: str = "kv"
     log_level: str = "INFO"
 
@@ -80,10 +86,10 @@ class RouterSettings:
         for name in ("threshold", "reservation_ttl_s", "maintenance_s", "retry_after_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"bad setting: {name} {getattr(self, name)!r} must be > 0")
-        if not (math.isfinite(self.orphan_ttl_s) and self.orphan_ttl_s > 0):
-            raise ValueError(
-                f"bad setting: orphan_ttl_s {self.orphan_ttl_s!r} must be finite and > 0"
-            )
+        for name in ("orphan_ttl_s", "handover_ttl_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"bad setting: {name} {v!r} must be finite and > 0")
 
 
 class Router:
@@ -145,6 +151,11 @@ class Router:
         if await self.directory.get_snapshot(sid) is None:
             return None, "missing"
         worker = await self.directory.place_session(sid, self.settings.threshold)
+        # A handover, not a session running there: it holds the slot for a while only
+        # (place_session kept the epoch and block_idx read above).
+        handover = replace(rec, worker_id=worker.worker_id, state=SessionState.MIGRATING)
+        with suppress(UnknownSession, ValueError):  # moved or released meanwhile
+            await self.directory.update_session(handover)
         log.info("re-placed", extra={"sid": sid, "worker_id": worker.worker_id,
                                      "from_worker": rec.worker_id})
         return {**_answer(sid, worker), "state": SessionState.MIGRATING.value}, "re_placed"
@@ -211,7 +222,8 @@ def create_router(settings: RouterSettings, *, directory: Directory | None = Non
     app = web.Application(middlewares=[_count_signaling])
     if directory is None:
         directory = open_directory(settings.directory_url, prefix=settings.directory_prefix,
-                                   orphan_ttl_s=settings.orphan_ttl_s)
+                                   orphan_ttl_s=settings.orphan_ttl_s,
+                                   handover_ttl_s=settings.handover_ttl_s)
     app[ROUTER] = Router(settings, directory)
     app.router.add_post("/v1/place", _place)
     app.router.add_post("/v1/resume", _resume)

@@ -22,9 +22,13 @@ session back to the engine at block K from the exported state: no gap, no repeat
 outside that range is refused (``stale_block``), N = 0 starts a new epoch. A resume while
 another connection holds the session takes it over (the old one is told ``replaced``).
 
-Scale-out (DESIGN.md §7): checkpoints, hand-offs, ``migrated`` and the adoption of
-another worker's handoff on resume live in server/migration.py (``MigrationMixin``, a base
-of ``Service``); the directory side lives in server/cluster.py, reached through
+The rest of ``Service`` lives in its base classes, each working on the service's state:
+client inputs (``action``, ``prompt``, ``observe``, pull-mode ``block``) in
+server/inputs.py (``InputMixin``); the engine's and the store's callbacks (chunks to the
+peer, scheduler events, step metrics, sessions ending) in server/engine_events.py
+(``EngineEventsMixin``). Scale-out (DESIGN.md §7): checkpoints, hand-offs, ``migrated``
+and the adoption of another worker's handoff on resume live in server/migration.py
+(``MigrationMixin``); the directory side lives in server/cluster.py, reached through
 ``self.remote``.
 """
 
@@ -42,7 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from server.engine import Engine, Outbox, Suspension
+from server.engine import Engine, Suspension
+from server.engine_events import EngineEventsMixin
+from server.inputs import InputMixin, seconds
 from server.limits import TokenBucket
 from server.live import (
     BlockUnavailable,
@@ -58,54 +64,14 @@ from server.live import (
 )
 from server.metrics import Metrics
 from server.migration import MigrationMixin
-from server.protocol import (
-    Ack,
-    Action,
-    Block,
-    CloseCode,
-    Degradation,
-    Ended,
-    Error,
-    ErrorCode,
-    Observation,
-    Prompt,
-    ProtocolError,
-    Resume,
-    Resumed,
-    Skipped,
-    Start,
-    Started,
-)
+from server.protocol import CloseCode, Ended, ProtocolError, Resume, Resumed, Start, Started
 from server.settings import Settings
 from session.admission import Admission
-from session.costmodel import CostModel, Drift
-from session.degrade import DegradationChanged
+from session.costmodel import CostModel
 from session.degrade import Settings as Rung
-from session.errors import (
-    BadToken,
-    IllegalTransition,
-    SessionError,
-    SessionStateMissing,
-)
-from session.plan import (
-    BatchTiming,
-    ModelState,
-    Runner,
-    SessionSpec,
-    StepOutput,
-    StepPlan,
-    encode_action,
-)
-from session.scheduler import (
-    ChunkReady,
-    DeadlineMiss,
-    Event,
-    FrameSkipped,
-    Mode,
-    RunnerError,
-    RunnerInfo,
-    Scheduler,
-)
+from session.errors import BadToken, IllegalTransition, SessionStateMissing
+from session.plan import BatchTiming, ModelState, Runner, SessionSpec
+from session.scheduler import Mode, RunnerInfo, Scheduler
 from session.session import Session, SessionConfig, SessionStatus, hash_token
 
 # Session types live in server/live.py; re-exported here for the transports.
@@ -123,7 +89,7 @@ __all__ = [
 log = logging.getLogger("worldserve.service")
 
 
-class Service(MigrationMixin):
+class Service(InputMixin, EngineEventsMixin, MigrationMixin):
     """Sessions of one worker; see the module docstring."""
 
     def __init__(
@@ -317,7 +283,7 @@ class Service(MigrationMixin):
         )
         self._attach(engine, live, peer, started, [])
         if live.pull:
-            engine.request_block(sid, 0, _seconds(req.deadline_ms))
+            engine.request_block(sid, 0, seconds(req.deadline_ms))
         self.metrics.sessions_started.labels(req.mode).inc()
         log.info(
             "session started",
@@ -454,90 +420,6 @@ class Service(MigrationMixin):
             live.end_reason = reason
         return self.store.close(sid)
 
-    # --- inputs ---
-
-    def action(self, sid: str, msg: Action) -> None:
-        live = self._attached(sid)
-        if msg.seq <= live.seen_seq:
-            self.metrics.actions.labels("stale").inc()
-            return
-        live.seen_seq = msg.seq
-        vec = encode_action(frozenset(msg.keys), (msg.mouse[0], msg.mouse[1]))
-        if live.pending is None and live.actions.take():
-            self._apply_action(live, msg.seq, vec)
-            return
-        if live.pending is not None:
-            self.metrics.actions.labels("coalesced").inc()
-        live.pending = (msg.seq, vec)
-        if live.action_timer is None:
-            loop = asyncio.get_running_loop()
-            live.action_timer = loop.call_later(live.actions.wait_time(), self._flush_action, live)
-
-    def _flush_action(self, live: Live) -> None:
-        live.action_timer = None
-        if live.pending is None or self._live.get(live.sid) is not live:
-            return
-        if not live.actions.take():
-            loop = asyncio.get_running_loop()
-            live.action_timer = loop.call_later(live.actions.wait_time(), self._flush_action, live)
-            return
-        (seq, vec), live.pending = live.pending, None
-        self._apply_action(live, seq, vec)
-
-    def _apply_action(self, live: Live, seq: int, vec: np.ndarray) -> None:
-        live.action, live.action_seq = vec, seq
-        if self.engine is not None and live.sid in self.engine.scheduler:
-            self.engine.set_action(live.sid, vec, seq)
-        self.metrics.actions.labels("applied").inc()
-
-    def prompt(self, sid: str, msg: Prompt) -> Ack:
-        live = self._attached(sid)
-        engine = self._require_ready()
-        self.store.get(sid).set_scene(msg.prompt)
-        live.scene = msg.prompt
-        engine.set_scene(sid, msg.prompt)
-        return Ack("prompt", msg.id)
-
-    def observe(self, sid: str, msg: Observation) -> Ack:
-        self._attached(sid)
-        engine = self._require_ready()
-        try:
-            frame = msg.image.decode(self.settings.max_image_pixels)
-        except ProtocolError as exc:
-            raise ProtocolError(exc.reason, f"image.{exc.field or 'data'}") from None
-        self.store.get(sid).observe(frame)
-        engine.observe(sid, frame)
-        return Ack("observation", msg.id)
-
-    def block(self, sid: str, msg: Block) -> None:
-        """Pull mode: a block request, under the store's block_idx rules."""
-        live = self._attached(sid)
-        engine = self._require_ready()
-        if not live.pull:
-            raise ProtocolError(
-                "block requests are for pull-mode sessions", "block_idx", ErrorCode.WRONG_MODE
-            )
-        n = msg.block_idx
-        if n == 0:
-            self._new_epoch(engine, live)
-            return
-        session = self.store.get(sid)
-        outstanding = session.last_block_idx + 1 - live.next_block
-        if n == session.last_block_idx + 1 and outstanding >= self.settings.pull_queue:
-            raise ProtocolError(
-                f"{outstanding} blocks are already outstanding (at most "
-                f"{self.settings.pull_queue}); wait for block {live.next_block}",
-                "block_idx",
-                ErrorCode.RATE_LIMITED,
-            )
-        decision = self.store.open_block(sid, n, frames=self.chunk_frames)
-        if decision.retransmit:
-            ch = live.find(n)
-            if ch is not None and live.peer is not None:
-                live.peer.chunk(ch, ordered=True)
-            return  # not generated yet: it comes when it is
-        engine.request_block(sid, n, _seconds(msg.deadline_ms))
-
     # --- queries ---
 
     def live(self, sid: str) -> Live | None:
@@ -574,12 +456,6 @@ class Service(MigrationMixin):
 
     def _model_full(self, verdict: Admission) -> ModelFull:
         return ModelFull(verdict, self.settings.admission_threshold, self.store.capacity)
-
-    def _attached(self, sid: str) -> Live:
-        live = self._live.get(sid)
-        if live is None or live.peer is None:
-            raise SessionStateMissing(sid)
-        return live
 
     def _schedule(
         self,
@@ -660,104 +536,6 @@ class Service(MigrationMixin):
             live.action_timer = None
         live.pending = None
 
-    async def _pump(self, live: Live, box: Outbox) -> None:
-        """Engine outbox -> peer, until the outbox closes or the peer goes."""
-        q = box.ordered if live.pull else box.latest
-        seen = 0
-        try:
-            while (ev := await q.get()) is not None:
-                if q.drops != seen:
-                    self.metrics.drops.labels("outbox").inc(q.drops - seen)
-                    live.outbox_drops += q.drops - seen
-                    seen = q.drops
-                peer = live.peer
-                if peer is None:
-                    return
-                ch = live.find(ev.block_idx) or self._chunk(live, ev)
-                peer.chunk(ch, ordered=live.pull)
-        except Exception:
-            log.exception("frame pump failed", extra={"sid": live.sid})
-
-    def _chunk(self, live: Live, ev: ChunkReady) -> Chunk:
-        fpc = self.chunk_frames
-        return Chunk(
-            live.sid, ev.block_idx, ev.frames, ev.action_seq, ev.block_idx * fpc,
-            1e6 / live.request.fps, time.time(),
-        )
-
-    def _on_event(self, ev: Event) -> None:
-        if isinstance(ev, Drift):
-            self.metrics.cost_drift.inc()
-            return
-        live = self._live.get(ev.session_id)
-        if live is None:
-            return
-        peer = live.peer
-        if isinstance(ev, ChunkReady):
-            live.ring.append(self._chunk(live, ev))
-            live.next_block = ev.block_idx + 1
-            if live.pull:
-                try:
-                    self.store.commit_block(live.sid, ev.block_idx, self.chunk_frames)
-                except SessionError as exc:
-                    log.warning("store commit: %s", exc, extra={"sid": live.sid})
-        elif isinstance(ev, FrameSkipped):
-            live.skipped += ev.frames
-            self.metrics.drops.labels("skipped").inc(ev.frames)
-            if peer is not None:
-                peer.send(Skipped(ev.block_idx, ev.repeat_block_idx, ev.frames))
-        elif isinstance(ev, DeadlineMiss):
-            live.misses += 1
-            self.metrics.deadline_misses.labels(live.request.mode).inc()
-        elif isinstance(ev, DegradationChanged):
-            live.level, live.settings = ev.new_level, ev.settings
-            up = "down" if ev.new_level > ev.old_level else "up"
-            self.metrics.degradations.labels(up).inc()
-            s = ev.settings
-            if peer is not None:
-                peer.send(
-                    Degradation(ev.old_level, ev.new_level, ev.changes, s.fps, s.bucket, s.steps, s.lookahead)
-                )
-            log.info("degradation", extra={"sid": live.sid, "ladder_level": ev.new_level,
-                                           "changes": ",".join(ev.changes)})
-        elif isinstance(ev, RunnerError):
-            self.metrics.runner_errors.inc()
-            log.warning("runner error: %s", ev.message, extra={"sid": live.sid})
-            if peer is not None:
-                peer.send(Error(ErrorCode.RUNNER_ERROR, ev.message[:1000]))
-
-    def _on_step(self, plan: StepPlan, out: StepOutput, seconds: float) -> None:
-        m = self.metrics
-        m.plan_latency.observe(seconds)
-        for t in out.timings:
-            m.step_latency.labels(str(t.bucket)).observe(t.seconds)
-            m.batch_size.observe(t.size)
-        m.utilisation.set(self.utilisation())
-
-    def _disposed(self, session: Any) -> None:
-        """Store hook: a session object left the store (closed, evicted, expired, new epoch)."""
-        sid = session.id
-        if sid in self.store:
-            return  # a new epoch replaced it; whoever opened the epoch handles the engine
-        live = self._live.pop(sid, None)
-        if live is None:
-            return
-        reason = live.end_reason
-        if reason is None:
-            reason = "evicted" if self.store.evicted != self._evicted_seen else "expired"
-        self._evicted_seen = self.store.evicted
-        peer = live.peer
-        self._unbind(live)
-        if self.engine is not None and sid in self.engine.scheduler:
-            self.engine.remove_session(sid)
-        if peer is not None:
-            code = CloseCode.GOING_AWAY if reason in ("shutdown", "migrated") else CloseCode.NORMAL
-            peer.end(Ended(sid, reason), code)
-        if self.remote is not None:
-            self.remote.ended(sid, reason)
-        self.metrics.sessions_ended.labels(reason).inc()
-        log.info("session ended", extra={"sid": sid, "reason": reason})
-
     async def _reap_loop(self) -> None:
         period = min(1.0, self.settings.detached_ttl_s / 2)
         try:
@@ -769,7 +547,3 @@ class Service(MigrationMixin):
                     log.exception("reaping detached sessions failed")
         except asyncio.CancelledError:
             pass
-
-
-def _seconds(ms: float | None) -> float | None:
-    return None if ms is None else ms / 1000.0

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from server.directory.base import ORPHAN_TTL_S
+from server.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S
 from session.admission import AdmissionOptions
 from session.options import SchedulerOptions
 
@@ -68,6 +68,10 @@ class Settings:
     # the directory keeps the record of a session whose worker is gone this long (>= the
     # snapshot TTL: the record must outlive the checkpoint it is resumed from)
     orphan_ttl_s: float = ORPHAN_TTL_S
+    # a session this worker hands over holds its target's slot this long at most before its
+    # client resumes there; then it is orphaned (resumable through the router while its
+    # handoff lasts: <= the snapshot TTL)
+    handover_ttl_s: float = HANDOVER_TTL_S
     drain_timeout_s: float = 30.0  # a drain ends the sessions not handed over by then
     placement_threshold: float = 0.9  # a drain's target must have utilisation below this
     migrate_replay_blocks: int = 8  # recent blocks carried by a migration handoff
@@ -94,8 +98,8 @@ class Settings:
         need(self.capacity >= 1, f"capacity {self.capacity!r} must be >= 1")
         for name in ("detached_ttl_s", "pull_deadline_s", "status_interval_s", "heartbeat_s",
                      "close_timeout_s", "admission_retry_after_s", "worker_heartbeat_s",
-                     "worker_ttl_s", "snapshot_ttl_s", "orphan_ttl_s", "drain_timeout_s",
-                     "placement_threshold"):
+                     "worker_ttl_s", "snapshot_ttl_s", "orphan_ttl_s", "handover_ttl_s",
+                     "drain_timeout_s", "placement_threshold"):
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
         need(self.replay_blocks >= 1, f"replay_blocks {self.replay_blocks!r} must be >= 1")
@@ -109,6 +113,9 @@ class Settings:
         need(self.orphan_ttl_s >= self.snapshot_ttl_s,
              f"orphan_ttl_s {self.orphan_ttl_s!r} must be >= snapshot_ttl_s "
              f"{self.snapshot_ttl_s!r}: an orphaned session's record must outlive its checkpoint")
+        need(self.handover_ttl_s <= self.snapshot_ttl_s,
+             f"handover_ttl_s {self.handover_ttl_s!r} must be <= snapshot_ttl_s "
+             f"{self.snapshot_ttl_s!r}: past its handoff a target has nothing to restore")
         need(self.admin_key is None or len(self.admin_key) >= 8, "admin_key must be >= 8 chars")
         need(1 <= self.jpeg_quality <= 95, f"jpeg_quality {self.jpeg_quality!r} must be in [1, 95]")
         need(self.max_msg_size >= 1024, f"max_msg_size {self.max_msg_size!r} must be >= 1024")

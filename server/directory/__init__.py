@@ -5,6 +5,7 @@ is shared through Redis. See ``base`` for the contract both keep.
 """
 
 from server.directory.base import (
+    HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Directory,
     DirectoryError,
@@ -21,6 +22,7 @@ from server.directory.factory import open_directory
 from server.directory.memory import MemoryDirectory
 
 __all__ = [
+    "HANDOVER_TTL_S",
     "ORPHAN_TTL_S",
     "Directory",
     "DirectoryError",

@@ -15,11 +15,19 @@ Rules both keep:
 - A session holds a slot on its worker while it is ``active`` or ``migrating``; an
   ``orphaned`` one holds none. It moves to another worker only through ``place_session``,
   which keeps its epoch and next block_idx.
+- A session handed over (written ``migrating`` while its worker is registered: a draining
+  worker's target, or a router's re-placement) holds that slot for ``handover_ttl_s``
+  after that write (a constructor argument of both implementations). If no other write
+  reaches it by then (the target writes it ``active`` once its client resumes there), it
+  becomes ``orphaned``: it leaves the worker's sessions, so it no longer counts toward the
+  worker's load, and its record lapses like any orphan's. Its client can still resume
+  through a new placement while the handoff snapshot lasts.
 - A session record whose worker is gone (``orphaned``, or written while its worker is not
-  registered) lapses ``orphan_ttl_s`` after that write (a constructor argument of both
+  registered) lapses ``orphan_ttl_s`` after it became so (a constructor argument of both
   implementations), so dead workers' sessions do not pile up. ``place_session``, or an
   ``update_session`` to active or migrating while its worker is registered, keeps it
-  again. Records on registered workers do not lapse: ``release_session`` removes them.
+  again. Active and migrating records on registered workers do not lapse (a handover that
+  ran out is orphaned first): ``release_session`` removes them.
 - Times are the directory's clock readings (wall clock by default: records are read on
   other machines). TTLs are counted by the backing store: by that clock in memory, by Redis
   itself in Redis.
@@ -42,6 +50,12 @@ MAX_ID_CHARS = 128
 # it with room to spare.
 ORPHAN_TTL_S = 1800.0
 
+# Seconds a handed-over (``migrating``) session holds its slot on the target worker before
+# its client resumes there. The client is, meanwhile, detached: this is the workers'
+# default ``detached_ttl_s``, the time a worker keeps a detached session of its own. A
+# client that follows ``migrate`` at once resumes well within it.
+HANDOVER_TTL_S = 30.0
+
 
 class WorkerState(StrEnum):
     STARTING = "starting"  # registered, still loading: gets no sessions
@@ -51,8 +65,8 @@ class WorkerState(StrEnum):
 
 class SessionState(StrEnum):
     ACTIVE = "active"  # on its worker
-    MIGRATING = "migrating"  # snapshotted by a draining worker, waiting for the client to resume
-    ORPHANED = "orphaned"  # its worker died; resume from the snapshot if there is one
+    MIGRATING = "migrating"  # handed over, waiting (handover_ttl_s at most) for the client to resume
+    ORPHANED = "orphaned"  # its worker died or its handover ran out; resume from the snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +210,9 @@ class Directory(Protocol):
     async def update_session(self, record: SessionRecord) -> SessionRecord:
         """Write epoch, block_idx and state (``updated`` is stamped); returns what was
         stored. ``UnknownSession`` if it has no record; ``ValueError`` if
-        ``record.worker_id`` is not its worker (sessions move through place_session)."""
+        ``record.worker_id`` is not its worker (sessions move through place_session).
+        ``migrating`` on a registered worker starts the ``handover_ttl_s`` countdown;
+        any other write stops it."""
         ...
 
     async def put_snapshot(self, session_id: str, data: bytes, ttl_s: float) -> None: ...
@@ -213,7 +229,8 @@ class Directory(Protocol):
 
     async def reap_dead_workers(self) -> dict[str, list[str]]:
         """Remove every worker whose TTL lapsed and orphan its sessions; returns
-        worker_id -> orphaned session ids."""
+        worker_id -> orphaned session ids. Also orphans every handed-over session whose
+        ``handover_ttl_s`` ran out (routers call this periodically)."""
         ...
 
     async def close(self) -> None: ...

@@ -3,7 +3,9 @@
 ``None`` or ``memory://`` gives the embedded ``MemoryDirectory``; ``redis://``, ``rediss://``
 and ``unix://`` give a ``RedisDirectory``. Opening does not connect: the first operation
 does, and raises ``DirectoryUnavailable`` if it cannot. ``orphan_ttl_s``: how long the
-record of a session whose worker is gone is kept (server/directory/base.py).
+record of a session whose worker is gone is kept; ``handover_ttl_s``: how long a
+handed-over session holds its target's slot before its client resumes there
+(server/directory/base.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import time
 from urllib.parse import urlsplit
 
-from server.directory.base import ORPHAN_TTL_S, Clock, Directory
+from server.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S, Clock, Directory
 from server.directory.memory import MemoryDirectory
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -23,14 +25,17 @@ def open_directory(
     prefix: str = "worldserve",
     clock: Clock = time.time,
     orphan_ttl_s: float = ORPHAN_TTL_S,
+    handover_ttl_s: float = HANDOVER_TTL_S,
 ) -> Directory:
     if url is None or url == "memory://":
-        return MemoryDirectory(clock=clock, orphan_ttl_s=orphan_ttl_s)
+        return MemoryDirectory(clock=clock, orphan_ttl_s=orphan_ttl_s,
+                               handover_ttl_s=handover_ttl_s)
     scheme = urlsplit(url).scheme
     if scheme in REDIS_SCHEMES:
         from server.directory.redis import RedisDirectory  # only Redis deployments pay for it
 
-        return RedisDirectory(url, prefix, clock=clock, orphan_ttl_s=orphan_ttl_s)
+        return RedisDirectory(url, prefix, clock=clock, orphan_ttl_s=orphan_ttl_s,
+                              handover_ttl_s=handover_ttl_s)
     raise ValueError(
         f"directory URL scheme {scheme!r} is not one of 'memory', {', '.join(map(repr, REDIS_SCHEMES))}"
     )

@@ -4,6 +4,7 @@ Plain dicts owned by the event loop. No method awaits anything before it is done
 one is atomic with respect to the others, which is what the Redis implementation gets from
 Lua. TTLs are deadlines on the injected clock, checked when read; expired snapshots and
 lapsed session records are also swept on writes, so ones nobody reads again do not stay.
+Handovers that ran out are orphaned before anything reads a session or a worker's load.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 import time
 
 from server.directory.base import (
+    HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Clock,
     NoWorkerAvailable,
@@ -43,14 +45,18 @@ class MemoryDirectory:
         clock: Clock = time.time,
         retry_after_s: float = 1.0,
         orphan_ttl_s: float = ORPHAN_TTL_S,
+        handover_ttl_s: float = HANDOVER_TTL_S,
     ) -> None:
         check_ttl(orphan_ttl_s, "orphan_ttl_s")
+        check_ttl(handover_ttl_s, "handover_ttl_s")
         self._clock = clock
         self._retry_after_s = retry_after_s
         self._orphan_ttl_s = orphan_ttl_s
+        self._handover_ttl_s = handover_ttl_s
         self._workers: dict[str, _Worker] = {}
         self._sessions: dict[str, SessionRecord] = {}
         self._lapse: dict[str, float] = {}  # id -> deadline of a record whose worker is gone
+        self._handover: dict[str, float] = {}  # id -> deadline of a migrating record's slot
         self._snapshots: dict[str, tuple[bytes, float]] = {}  # id -> (data, deadline)
 
     # Workers.
@@ -93,13 +99,16 @@ class MemoryDirectory:
         return orphaned
 
     async def get_worker(self, worker_id: str) -> WorkerInfo | None:
+        now = self._clock()
+        self._expire_handovers(now)
         w = self._workers.get(worker_id)
-        if w is None or not self._clock() < w.deadline:
+        if w is None or not now < w.deadline:
             return None
         return self._effective(w)
 
     async def list_workers(self) -> list[WorkerInfo]:
         now = self._clock()
+        self._expire_handovers(now)
         return [
             self._effective(self._workers[wid])
             for wid in sorted(self._workers)
@@ -108,6 +117,7 @@ class MemoryDirectory:
 
     async def reap_dead_workers(self) -> dict[str, list[str]]:
         now = self._clock()
+        self._expire_handovers(now)
         dead = sorted(wid for wid, w in self._workers.items() if not now < w.deadline)
         return {wid: await self.deregister_worker(wid) for wid in dead}
 
@@ -116,6 +126,7 @@ class MemoryDirectory:
     async def place_session(self, session_id: str, threshold: float) -> WorkerInfo:
         check_threshold(threshold)
         now = self._clock()
+        self._expire_handovers(now)
         live = serving = 0
         best: tuple[float, float, str] | None = None
         for wid in sorted(self._workers):
@@ -147,6 +158,7 @@ class MemoryDirectory:
             updated=now,
         )
         self._lapse.pop(session_id, None)
+        self._handover.pop(session_id, None)
         return self._effective(worker)
 
     async def release_session(self, session_id: str) -> bool:
@@ -154,6 +166,7 @@ class MemoryDirectory:
             return False
         record = self._sessions.pop(session_id)
         self._lapse.pop(session_id, None)
+        self._handover.pop(session_id, None)
         if record.worker_id in self._workers:
             self._workers[record.worker_id].sessions.discard(session_id)
         return True
@@ -163,6 +176,7 @@ class MemoryDirectory:
 
     async def update_session(self, record: SessionRecord) -> SessionRecord:
         now = self._clock()
+        self._expire_handovers(now)
         self._sweep(now)
         old = self._sessions.get(record.session_id)
         if old is None:
@@ -178,14 +192,20 @@ class MemoryDirectory:
         if w is not None and stored.state in _HOLDS_SLOT:
             w.sessions.add(record.session_id)
             self._lapse.pop(record.session_id, None)
+            if stored.state is SessionState.MIGRATING:  # handed over: held for a while
+                self._handover[record.session_id] = now + self._handover_ttl_s
+            else:
+                self._handover.pop(record.session_id, None)
         else:  # orphaned, or its worker is gone: the record lapses
             if w is not None:
                 w.sessions.discard(record.session_id)
             self._lapse[record.session_id] = now + self._orphan_ttl_s
+            self._handover.pop(record.session_id, None)
         return stored
 
     async def orphan_sessions_of(self, worker_id: str) -> list[str]:
         now = self._clock()
+        self._expire_handovers(now)
         self._sweep(now)
         orphaned = []
         for sid, record in self._sessions.items():
@@ -194,6 +214,7 @@ class MemoryDirectory:
                     record, state=SessionState.ORPHANED, updated=now
                 )
                 self._lapse[sid] = now + self._orphan_ttl_s
+                self._handover.pop(sid, None)
                 orphaned.append(sid)
         if worker_id in self._workers:
             self._workers[worker_id].sessions.clear()
@@ -231,8 +252,10 @@ class MemoryDirectory:
 
     def _record(self, session_id: str) -> SessionRecord | None:
         """The session's record, unless it lapsed (then it is dropped)."""
+        now = self._clock()
+        self._expire_handovers(now)
         deadline = self._lapse.get(session_id)
-        if deadline is not None and not self._clock() < deadline:
+        if deadline is not None and not now < deadline:
             del self._lapse[session_id]
             del self._sessions[session_id]
             return None
@@ -243,6 +266,21 @@ class MemoryDirectory:
         for sid in [sid for sid, deadline in self._lapse.items() if not now < deadline]:
             del self._lapse[sid]
             del self._sessions[sid]
+
+    def _expire_handovers(self, now: float) -> None:
+        """Orphan every handed-over session whose client did not resume in time: it gives
+        its worker's slot back and its record lapses like any orphan's."""
+        for sid in [sid for sid, deadline in self._handover.items() if not now < deadline]:
+            del self._handover[sid]
+            record = self._sessions.get(sid)
+            if record is None or record.state is not SessionState.MIGRATING:
+                continue
+            self._sessions[sid] = dataclasses.replace(
+                record, state=SessionState.ORPHANED, updated=now
+            )
+            if record.worker_id in self._workers:
+                self._workers[record.worker_id].sessions.discard(sid)
+            self._lapse[sid] = now + self._orphan_ttl_s
 
     @staticmethod
     def _load(w: _Worker) -> int:

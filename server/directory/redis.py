@@ -7,14 +7,23 @@ directory lands in one slot and the Lua scripts may touch keys they compute)::
     B:worker:<id>             hash: address state capacity load utilisation heartbeat
     B:alive:<id>              "1" with the heartbeat TTL; the worker is live while it exists
     B:worker-sessions:<id>    set of session ids holding a slot on the worker
+    B:worker-handovers:<id>   the members of worker-sessions:<id> that are handed over
+                              (migrating), each waiting on its handover key
     B:session:<sid>           hash: worker_id epoch block_idx state updated; with the orphan
                               TTL while its worker is gone (orphaned, or not registered)
+    B:handover:<sid>          "1" with the handover TTL, while a handed-over session holds
+                              its slot; once it is gone the session is orphaned
     B:snapshot:<sid>          the snapshot bytes, with their TTL
 
 Every operation that reads and then writes is one Lua script, so it is atomic: two routers
 placing at once can never both take a worker's last slot. Numbers travel as decimal strings
 (Lua would truncate a float reply to an integer). Any Redis or socket error becomes
 ``DirectoryUnavailable``; short socket timeouts make that prompt.
+
+An expired handover key does not by itself give the slot back (the session id stays in
+``worker-sessions``): every script that reads a worker's load or a session record first
+orphans the handovers whose key is gone (``expire_handovers``), and
+``reap_dead_workers``, which routers call every second, does it for every worker.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from server.directory.base import (
+    HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Clock,
     DirectoryUnavailable,
@@ -54,6 +64,8 @@ local function wkey(id) return base .. ':worker:' .. id end
 local function akey(id) return base .. ':alive:' .. id end
 local function skey(id) return base .. ':worker-sessions:' .. id end
 local function sesskey(sid) return base .. ':session:' .. sid end
+local function hkey(sid) return base .. ':handover:' .. sid end
+local function hskey(id) return base .. ':worker-handovers:' .. id end
 local function orphan(id, now, ttl_ms)
   local out = {}
   for _, sid in ipairs(redis.call('SMEMBERS', skey(id))) do
@@ -61,12 +73,39 @@ local function orphan(id, now, ttl_ms)
     if redis.call('HGET', k, 'worker_id') == id then
       redis.call('HSET', k, 'state', 'orphaned', 'updated', now)
       redis.call('PEXPIRE', k, ttl_ms)
+      redis.call('DEL', hkey(sid))
       out[#out + 1] = sid
     end
   end
-  redis.call('DEL', skey(id))
+  redis.call('DEL', skey(id), hskey(id))
   table.sort(out)
   return out
+end
+-- The session stops being a handover on worker id (resumed, moved, released, orphaned).
+local function settle(id, sid)
+  redis.call('SREM', hskey(id), sid)
+  redis.call('DEL', hkey(sid))
+end
+-- A handover on worker id whose key expired: orphan the session (it gives the slot back
+-- and its record lapses). Returns 1 if it did.
+local function expire_handover(id, sid, now, ttl_ms)
+  local k = sesskey(sid)
+  local rec = redis.call('HMGET', k, 'worker_id', 'state')
+  if rec[1] ~= id or rec[2] ~= 'migrating' then  -- not a handover here any more
+    redis.call('SREM', hskey(id), sid)
+    return 0
+  end
+  if redis.call('EXISTS', hkey(sid)) == 1 then return 0 end
+  redis.call('SREM', hskey(id), sid)
+  redis.call('SREM', skey(id), sid)
+  redis.call('HSET', k, 'state', 'orphaned', 'updated', now)
+  redis.call('PEXPIRE', k, ttl_ms)
+  return 1
+end
+local function expire_handovers(id, now, ttl_ms)
+  for _, sid in ipairs(redis.call('SMEMBERS', hskey(id))) do
+    expire_handover(id, sid, now, ttl_ms)
+  end
 end
 local function remove_worker(id, now, ttl_ms)
   local out = orphan(id, now, ttl_ms)
@@ -117,19 +156,22 @@ for _, id in ipairs(ids) do
   if redis.call('EXISTS', akey(id)) == 0 then
     out[#out + 1] = id
     out[#out + 1] = remove_worker(id, ARGV[2], ARGV[3])
+  else
+    expire_handovers(id, ARGV[2], ARGV[3])
   end
 end
 return out
 """
 
-# ARGV: base[, id] -> {id, placed, {hash...}, ...} for live workers
+# ARGV: base, now, orphan_ttl_ms[, id] -> {id, placed, {hash...}, ...} for live workers
 _LIST = """
 local ids
-if ARGV[2] then ids = {ARGV[2]} else ids = redis.call('SMEMBERS', base .. ':workers') end
+if ARGV[4] then ids = {ARGV[4]} else ids = redis.call('SMEMBERS', base .. ':workers') end
 table.sort(ids)
 local out = {}
 for _, id in ipairs(ids) do
   if redis.call('EXISTS', akey(id)) == 1 and redis.call('EXISTS', wkey(id)) == 1 then
+    expire_handovers(id, ARGV[2], ARGV[3])
     out[#out + 1] = id
     out[#out + 1] = redis.call('SCARD', skey(id))
     out[#out + 1] = redis.call('HGETALL', wkey(id))
@@ -138,7 +180,8 @@ end
 return out
 """
 
-# ARGV: base, sid, threshold, now -> {1, id, placed, {hash...}} or {0, live, serving}
+# ARGV: base, sid, threshold, now, orphan_ttl_ms
+#   -> {1, id, placed, {hash...}} or {0, live, serving}
 _PLACE = """
 local sid, threshold, now = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local ids = redis.call('SMEMBERS', base .. ':workers')
@@ -148,6 +191,7 @@ local live, serving = 0, 0
 for _, id in ipairs(ids) do
   if redis.call('EXISTS', akey(id)) == 1 then
     live = live + 1
+    expire_handovers(id, now, ARGV[5])
     local w = redis.call('HMGET', wkey(id), 'state', 'capacity', 'load', 'utilisation')
     if w[1] == 'serving' then
       serving = serving + 1
@@ -165,7 +209,10 @@ end
 if best == nil then return {0, live, serving} end
 local k = sesskey(sid)
 local old = redis.call('HGET', k, 'worker_id')
-if old then redis.call('SREM', skey(old), sid) end
+if old then
+  redis.call('SREM', skey(old), sid)
+  settle(old, sid)
+end
 redis.call('SADD', skey(best), sid)
 redis.call('HSET', k, 'worker_id', best, 'epoch', redis.call('HGET', k, 'epoch') or '0',
            'block_idx', redis.call('HGET', k, 'block_idx') or '0', 'state', 'active',
@@ -180,11 +227,22 @@ local k = sesskey(ARGV[2])
 local wid = redis.call('HGET', k, 'worker_id')
 if not wid then return 0 end
 redis.call('SREM', skey(wid), ARGV[2])
+settle(wid, ARGV[2])
 redis.call('DEL', k)
 return 1
 """
 
-# ARGV: base, sid, worker_id, epoch, block_idx, state, now, orphan_ttl_ms
+# ARGV: base, sid, now, orphan_ttl_ms -> the record's hash (empty if unknown)
+_GET = """
+local k = sesskey(ARGV[2])
+local wid = redis.call('HGET', k, 'worker_id')
+if wid and redis.call('SISMEMBER', hskey(wid), ARGV[2]) == 1 then
+  expire_handover(wid, ARGV[2], ARGV[3], ARGV[4])
+end
+return redis.call('HGETALL', k)
+"""
+
+# ARGV: base, sid, worker_id, epoch, block_idx, state, now, orphan_ttl_ms, handover_ttl_ms
 #   -> {1} | {0} unknown | {-1, wid}
 _UPDATE = """
 local sid, k = ARGV[2], sesskey(ARGV[2])
@@ -196,8 +254,15 @@ redis.call('HSET', k, 'epoch', ARGV[4], 'block_idx', ARGV[5], 'state', ARGV[6],
 if ARGV[6] ~= 'orphaned' and redis.call('EXISTS', wkey(wid)) == 1 then
   redis.call('SADD', skey(wid), sid)
   redis.call('PERSIST', k)
+  if ARGV[6] == 'migrating' then  -- handed over: the slot is held for a while
+    redis.call('SADD', hskey(wid), sid)
+    redis.call('SET', hkey(sid), '1', 'PX', ARGV[9])
+  else
+    settle(wid, sid)
+  end
 else  -- orphaned, or its worker is gone: the record lapses
   redis.call('SREM', skey(wid), sid)
+  settle(wid, sid)
   redis.call('PEXPIRE', k, ARGV[8])
 end
 return {1}
@@ -215,8 +280,10 @@ class RedisDirectory:
         retries: int = 1,
         retry_after_s: float = 1.0,
         orphan_ttl_s: float = ORPHAN_TTL_S,
+        handover_ttl_s: float = HANDOVER_TTL_S,
     ) -> None:
         check_ttl(orphan_ttl_s, "orphan_ttl_s")
+        check_ttl(handover_ttl_s, "handover_ttl_s")
         parts = urlsplit(url)
         # Never put a password in an error message.
         self._where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or 6379}{parts.path}"
@@ -224,6 +291,7 @@ class RedisDirectory:
         self._clock = clock
         self._retry_after_s = retry_after_s
         self._orphan_ttl_ms = _ms(orphan_ttl_s)
+        self._handover_ttl_ms = _ms(handover_ttl_s)
         self._redis = aioredis.Redis.from_url(
             url,
             socket_timeout=socket_timeout_s,
@@ -239,6 +307,7 @@ class RedisDirectory:
         self._list = self._script(_LIST)
         self._place = self._script(_PLACE)
         self._release = self._script(_RELEASE)
+        self._get = self._script(_GET)
         self._update = self._script(_UPDATE)
 
     # Workers.
@@ -294,11 +363,15 @@ class RedisDirectory:
         return [_str(s) for s in sids]
 
     async def get_worker(self, worker_id: str) -> WorkerInfo | None:
-        found = _workers(await self._call("get_worker", self._list, worker_id))
+        found = _workers(await self._call(
+            "get_worker", self._list, self._now(), self._orphan_ttl_ms, worker_id
+        ))
         return found[0] if found else None
 
     async def list_workers(self) -> list[WorkerInfo]:
-        return _workers(await self._call("list_workers", self._list))
+        return _workers(
+            await self._call("list_workers", self._list, self._now(), self._orphan_ttl_ms)
+        )
 
     async def reap_dead_workers(self) -> dict[str, list[str]]:
         flat = await self._call("reap_dead_workers", self._reap, self._now(), self._orphan_ttl_ms)
@@ -314,6 +387,7 @@ class RedisDirectory:
             session_id,
             repr(float(threshold)),
             self._now(),
+            self._orphan_ttl_ms,
         )
         if reply[0] == 0:
             raise NoWorkerAvailable(self._retry_after_s, int(reply[1]), int(reply[2]))
@@ -323,9 +397,10 @@ class RedisDirectory:
         return bool(await self._call("release_session", self._release, session_id))
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        fields = await self._run(
-            "get_session", self._redis.hgetall(self._key("session", session_id))
+        flat = await self._call(
+            "get_session", self._get, session_id, self._now(), self._orphan_ttl_ms
         )
+        fields = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
         return _session(session_id, fields) if fields else None
 
     async def update_session(self, record: SessionRecord) -> SessionRecord:
@@ -340,6 +415,7 @@ class RedisDirectory:
             str(SessionState(record.state)),
             now,
             self._orphan_ttl_ms,
+            self._handover_ttl_ms,
         )
         if reply[0] == 0:
             raise UnknownSession(record.session_id)

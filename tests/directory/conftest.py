@@ -124,6 +124,20 @@ class Harness:
         self._peers.append(d)
         return d
 
+    def with_handover_ttl(self, handover_ttl_s: float, orphan_ttl_s: float = 60.0) -> Directory:
+        """A directory of this harness's kind whose handed-over sessions give their slot
+        back after ``handover_ttl_s`` (in memory a new, empty one on the same clock; in
+        Redis another client of the same records)."""
+        d: Directory
+        if self.redis_url is None:
+            d = MemoryDirectory(clock=self.clock, orphan_ttl_s=orphan_ttl_s,
+                                handover_ttl_s=handover_ttl_s)
+        else:
+            d = RedisDirectory(self.redis_url, self.prefix, clock=self.clock,
+                               orphan_ttl_s=orphan_ttl_s, handover_ttl_s=handover_ttl_s)
+        self._peers.append(d)
+        return d
+
     async def close(self) -> None:
         for d in [*self._peers, self.directory]:
             await d.close()

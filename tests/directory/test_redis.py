@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -13,6 +14,7 @@ from server.directory import (
     DirectoryUnavailable,
     MemoryDirectory,
     SessionRecord,
+    SessionState,
     WorkerInfo,
     WorkerState,
     open_directory,
@@ -100,6 +102,52 @@ async def test_orphaned_session_keys_carry_the_orphan_ttl_in_redis(redis_url: st
         await d.register_worker(WorkerInfo("w2", "http://w2:1", WorkerState.SERVING, 2), 5.0)
         await d.place_session("s", 1.0)
         assert await raw.pttl(key) == -1  # placed again: kept
+    finally:
+        await d.close()
+        await raw.aclose()
+
+
+async def test_an_expired_handover_leaves_the_worker_s_session_set(redis_url: str) -> None:
+    """The handover key's TTL alone would leave the id in the worker's set (its load):
+    the router's periodic reap takes it out, with no read of the session or the worker."""
+    raw = aioredis.Redis.from_url(redis_url)
+    d = RedisDirectory(redis_url, "handover-ttl-test", orphan_ttl_s=120.0, handover_ttl_s=0.3)
+    b = "{handover-ttl-test}"
+    try:
+        await d.register_worker(WorkerInfo("w", "http://w:1", WorkerState.SERVING, 3), 30.0)
+        for sid in ("kept", "resumed", "left"):
+            await d.place_session(sid, 1.0)
+            await d.update_session(SessionRecord(sid, "w", 1, 9, SessionState.MIGRATING))
+        assert 200 < await raw.pttl(f"{b}:handover:left") <= 300
+        assert await raw.pttl(f"{b}:session:left") == -1  # on a registered worker: kept
+        assert await raw.smembers(f"{b}:worker-handovers:w") == {b"kept", b"resumed", b"left"}
+        await d.update_session(SessionRecord("resumed", "w", 1, 10, SessionState.ACTIVE))
+        assert await raw.exists(f"{b}:handover:resumed") == 0
+        assert await raw.smembers(f"{b}:worker-handovers:w") == {b"kept", b"left"}
+        await asyncio.sleep(0.2)
+        await d.update_session(SessionRecord("kept", "w", 1, 9, SessionState.MIGRATING))
+        await asyncio.sleep(0.2)  # "left" ran out, "kept" was written again
+        assert await raw.exists(f"{b}:handover:left") == 0
+        assert b"left" in await raw.smembers(f"{b}:worker-sessions:w")  # not yet swept
+        assert await d.reap_dead_workers() == {}
+        assert await raw.smembers(f"{b}:worker-sessions:w") == {b"kept", b"resumed"}
+        assert await raw.smembers(f"{b}:worker-handovers:w") == {b"kept"}
+        assert await raw.hget(f"{b}:session:left", "state") == b"orphaned"
+        assert 119_000 < await raw.pttl(f"{b}:session:left") <= 120_000
+        assert await raw.hget(f"{b}:session:kept", "state") == b"migrating"
+    finally:
+        await d.close()
+        await raw.aclose()
+
+
+async def test_a_draining_worker_s_handover_ttl_reaches_redis(redis_url: str) -> None:
+    raw = aioredis.Redis.from_url(redis_url)
+    d = open_directory(redis_url, prefix="handover-open-test", handover_ttl_s=45.0)
+    try:
+        await d.register_worker(WorkerInfo("w", "http://w:1", WorkerState.SERVING, 2), 5.0)
+        await d.place_session("s", 1.0)
+        await d.update_session(SessionRecord("s", "w", 0, 3, SessionState.MIGRATING))
+        assert 44_000 < await raw.pttl("{handover-open-test}:handover:s") <= 45_000
     finally:
         await d.close()
         await raw.aclose()

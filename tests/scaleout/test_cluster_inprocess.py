@@ -8,12 +8,14 @@ import aiohttp
 import pytest
 
 from clients.sdk import SessionEnded, WorldClient
-from server.directory import SessionState, WorkerState
+from server.directory import MemoryDirectory, SessionState, WorkerState
 from server.keys import AGENT, SERVICE
-from server.protocol import Ended, Error, Frame, Migrate, Start, Started
+from server.protocol import Ended, Error, Frame, Migrate, Resume, Resumed, Start, Started
 from session.fake_runner import decode_frame
-from tests.scaleout.harness import cluster
+from tests.scaleout.harness import Cluster, cluster
 from tests.server.harness import frames, recv, recv_type, send, serve
+
+HANDOVER_TTL = 0.5  # seconds a handed-over session waits for its client (in these tests)
 
 
 async def frames_until(client: WorldClient, n: int, timeout: float = 10.0) -> list[int]:
@@ -166,3 +168,74 @@ async def test_admin_drain_needs_the_admin_key() -> None:
     async with serve() as s, aiohttp.ClientSession() as http:
         async with http.post(s.url("/admin/drain")) as resp:
             assert resp.status == 404
+
+
+async def _abandoned_handover(c: Cluster) -> tuple[int, Started, Migrate]:
+    """A session on one worker, drained to the other; its client never resumes there.
+    Returns (the target's index, the session's started, the migrate it was sent)."""
+    async with c.http.post(f"{c.router_url}/v1/place") as resp:
+        placed = await resp.json()
+    src = c.index_of(placed["worker_id"])
+    async with c.http.ws_connect(placed["url"]) as ws:
+        await send(ws, Start(session_id=placed["session_id"], fps=30.0, codec="raw"))
+        started = await recv_type(ws, Started)
+        msgs: list[object] = list(await frames(ws, 3))
+        await c.drain(src)
+        while not isinstance(msgs[-1], Ended):
+            msgs.append(await recv(ws))
+    migrate = next(m for m in msgs if isinstance(m, Migrate))
+    assert isinstance(started, Started) and migrate.worker == f"w{1 - src}"
+    await asyncio.wait_for(c.workers[src][AGENT].drained.wait(), 10)
+    return 1 - src, started, migrate
+
+
+async def _until_orphaned(c: Cluster, sid: str, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (rec := await c.directory.get_session(sid)) is None or rec.state is not SessionState.ORPHANED:
+        assert asyncio.get_running_loop().time() < deadline, f"still {rec!r}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_handover_its_client_never_takes_up_frees_the_target_s_slot() -> None:
+    d = MemoryDirectory(handover_ttl_s=HANDOVER_TTL)
+    async with cluster(2, capacity=1, directory=lambda: d) as c:
+        dst, started, _ = await _abandoned_handover(c)
+        sid = started.session_id
+        rec = await d.get_session(sid)
+        assert rec is not None and (rec.worker_id, rec.state) == (f"w{dst}", SessionState.MIGRATING)
+        # The slot is the directory's: the target itself holds nothing until a resume.
+        target = c.workers[dst][SERVICE]
+        assert target.sessions() == [] and len(target.store) == 0
+        assert (await d.get_worker(f"w{dst}")).load == 1  # type: ignore[union-attr]
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            assert resp.status == 503  # the target is full, the other one left
+        await _until_orphaned(c, sid)
+        assert (await d.get_worker(f"w{dst}")).load == 0  # type: ignore[union-attr]
+        assert target.sessions() == [] and len(target.store) == 0
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            assert resp.status == 200 and (await resp.json())["worker_id"] == f"w{dst}"
+
+
+async def test_a_late_client_resumes_an_expired_handover_through_the_router() -> None:
+    d = MemoryDirectory(handover_ttl_s=HANDOVER_TTL)
+    async with cluster(2, capacity=1, directory=lambda: d) as c:
+        dst, started, migrate = await _abandoned_handover(c)
+        sid = started.session_id
+        await _until_orphaned(c, sid)
+        async with c.http.post(f"{c.router_url}/v1/resume", json={"session_id": sid}) as resp:
+            assert resp.status == 200
+            where = await resp.json()
+        assert (where["worker_id"], where["state"]) == (f"w{dst}", "migrating")
+        rec = await d.get_session(sid)  # re-placed as a handover: it waits a while only
+        assert rec is not None and rec.state is SessionState.MIGRATING
+        async with c.http.ws_connect(where["url"]) as ws:
+            await send(ws, Resume(sid, started.token, migrate.block_idx))
+            resumed = await recv_type(ws, Resumed)
+            assert isinstance(resumed, Resumed)
+            assert (resumed.block_idx, resumed.restored_from) == (migrate.block_idx, migrate.block_idx)
+            got = [f.block_idx for f in await frames(ws, 3)]
+            assert got[0] == migrate.block_idx and got == sorted(got)
+            await asyncio.sleep(HANDOVER_TTL + 0.3)  # resumed: the slot stays taken
+            rec = await d.get_session(sid)
+            assert rec is not None and rec.state is SessionState.ACTIVE
+            assert (await d.get_worker(f"w{dst}")).load == 1  # type: ignore[union-attr]

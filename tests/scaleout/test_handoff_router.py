@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.directory import MemoryDirectory, SessionRecord, SessionState, WorkerInfo, WorkerState
+from server.directory import (
+    MemoryDirectory,
+    NoWorkerAvailable,
+    SessionRecord,
+    SessionState,
+    WorkerInfo,
+    WorkerState,
+)
 from server.handoff import Handoff, HandoffError, ReplayBlock, decode
 from server.protocol import Start
 from server.router import Router, RouterSettings
@@ -112,10 +119,35 @@ async def test_the_router_re_places_a_dead_worker_s_session_only_with_a_snapshot
     moved = await router.locate(placed["session_id"])
     assert moved is not None and moved["worker_id"] == other and moved["url"] == f"ws://{other}:1/v1/ws"
     rec = await d.get_session(placed["session_id"])
-    assert rec is not None and rec.worker_id == other and rec.state is SessionState.ACTIVE
+    # A handover to `other`: its slot is held until the client resumes there (it writes
+    # the record active) or the handover TTL runs out.
+    assert rec is not None and rec.worker_id == other and rec.state is SessionState.MIGRATING
     if bare["worker_id"] == first:  # died with its worker, and no snapshot to restore from
         assert await router.locate(bare["session_id"]) is None
     assert await router.locate("never-seen") is None
+
+
+async def test_a_re_placed_session_its_client_never_resumes_frees_the_slot() -> None:
+    clock = FakeClock()
+    d = MemoryDirectory(clock=clock, handover_ttl_s=5.0)
+    router = Router(RouterSettings(handover_ttl_s=5.0), d)
+    await d.register_worker(WorkerInfo("dead", "http://dead:1", WorkerState.SERVING, 1), 1.0)
+    sid = (await router.place())["session_id"]
+    await d.update_session(SessionRecord(sid, "dead", 1, 12, SessionState.ACTIVE))
+    await d.put_snapshot(sid, b"snap", 600.0)
+    await d.register_worker(WorkerInfo("live", "http://live:1", WorkerState.SERVING, 1), 60.0)
+    clock.advance(2.0)  # "dead" missed its heartbeats
+    assert (await router.locate(sid))["worker_id"] == "live"  # type: ignore[index]
+    assert (await d.get_worker("live")).load == 1  # type: ignore[union-attr]
+    with pytest.raises(NoWorkerAvailable):
+        await router.place()
+    clock.advance(5.1)  # nobody resumed there
+    await router.maintain()
+    rec = await d.get_session(sid)
+    assert rec is not None and (rec.worker_id, rec.state) == ("live", SessionState.ORPHANED)
+    assert (rec.epoch, rec.block_idx) == (1, 12)
+    assert (await d.get_worker("live")).load == 0  # type: ignore[union-attr]
+    assert (await router.place())["worker_id"] == "live"
 
 
 async def test_a_reservation_no_worker_took_up_is_released() -> None:

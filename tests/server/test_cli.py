@@ -54,17 +54,22 @@ def test_scale_out_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> N
         "--directory", "redis://127.0.0.1:6390/0", "--advertise", "http://10.0.0.7:8001",
         "--worker-id", "w7", "--admin-key", "k" * 12, "--heartbeat", "0.5", "--worker-ttl", "2",
         "--snapshot-interval", "1.5", "--drain-timeout", "9", "--placement-threshold", "0.8",
-        "--orphan-ttl", "900",
+        "--orphan-ttl", "900", "--handover-ttl", "45",
     ))
     assert (s.directory_url, s.advertise, s.worker_id) == (
         "redis://127.0.0.1:6390/0", "http://10.0.0.7:8001", "w7")
     assert (s.admin_key, s.worker_heartbeat_s, s.worker_ttl_s) == ("k" * 12, 0.5, 2.0)
     assert (s.snapshot_interval_s, s.drain_timeout_s, s.placement_threshold) == (1.5, 9.0, 0.8)
     assert s.orphan_ttl_s == 900.0 and cli.settings_from(parse()).orphan_ttl_s == 1800.0
+    assert s.handover_ttl_s == 45.0 and cli.settings_from(parse()).handover_ttl_s == 30.0
     with pytest.raises(ValueError, match="worker_ttl_s"):
         cli.settings_from(parse("--heartbeat", "3", "--worker-ttl", "2"))
     with pytest.raises(ValueError, match=r"orphan_ttl_s .* snapshot_ttl_s"):
         cli.settings_from(parse("--orphan-ttl", "60"))  # shorter than the checkpoints last
+    with pytest.raises(ValueError, match=r"handover_ttl_s .* snapshot_ttl_s"):
+        cli.settings_from(parse("--handover-ttl", "601"))  # longer than the handoff lasts
+    with pytest.raises(ValueError, match="handover_ttl_s"):
+        cli.settings_from(parse("--handover-ttl", "0"))
 
 
 def test_router_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,10 +79,14 @@ def test_router_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr("server.logs.configure", lambda *args: None)  # leave logging alone
     seen: list[RouterSettings] = []
     monkeypatch.setattr("server.router.create_router", lambda settings: seen.append(settings))
-    cli.main(["router", "--port", "8099", "--orphan-ttl", "1200", "--threshold", "0.7"])
+    cli.main(["router", "--port", "8099", "--orphan-ttl", "1200", "--threshold", "0.7",
+              "--handover-ttl", "20"])
     assert (seen[0].port, seen[0].orphan_ttl_s, seen[0].threshold) == (8099, 1200.0, 0.7)
+    assert seen[0].handover_ttl_s == 20.0
     with pytest.raises(ValueError, match="orphan_ttl_s"):
         cli.main(["router", "--orphan-ttl", "0"])
+    with pytest.raises(ValueError, match="handover_ttl_s"):
+        cli.main(["router", "--handover-ttl", "nan"])
 
 
 async def _no_site(*args: object) -> None:

@@ -1,0 +1,152 @@
+"""What comes back from the engine and the store: chunks to the peer, scheduler events,
+step metrics, and sessions leaving the store.
+
+- ``_pump`` (one task per attached session) moves chunks from the engine's outbox to the
+  peer: in order in pull mode, the newest one in push mode (dropped ones are counted).
+- ``_on_event`` (the engine's ``on_event``) keeps each session's replay ring, next block
+  and degradation level, commits pull blocks in the store, and tells the peer about
+  skipped frames, degradations and runner errors; ``_on_step`` records step metrics.
+- ``_disposed`` (the store's ``on_dispose``) ends a session for good: it leaves the
+  engine, its peer is told ``ended`` with the reason, the directory is told (``Remote``).
+
+``EngineEventsMixin`` is a base class of ``Service`` (server/service.py) and works on the
+service's own state; the attributes it expects are declared at the top of the class.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from server.engine import Engine, Outbox
+from server.live import Chunk, Live, Remote
+from server.metrics import Metrics
+from server.protocol import CloseCode, Degradation, Ended, Error, ErrorCode, Skipped
+from session.costmodel import Drift
+from session.degrade import DegradationChanged
+from session.errors import SessionError
+from session.plan import StepOutput, StepPlan
+from session.scheduler import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError
+
+if TYPE_CHECKING:
+    from session.store import SessionStore
+
+log = logging.getLogger("worldserve.service")
+
+
+class EngineEventsMixin:
+    """Engine and store callbacks of the service; see the module docstring."""
+
+    # The service's state (set by Service.__init__ and Service.start_engine).
+    metrics: Metrics
+    store: SessionStore
+    engine: Engine | None
+    remote: Remote | None
+    chunk_frames: int
+    _live: dict[str, Live]
+    _evicted_seen: int
+
+    if TYPE_CHECKING:
+
+        def utilisation(self) -> float: ...
+
+        def _unbind(self, live: Live) -> None: ...
+
+    async def _pump(self, live: Live, box: Outbox) -> None:
+        """Engine outbox -> peer, until the outbox closes or the peer goes."""
+        q = box.ordered if live.pull else box.latest
+        seen = 0
+        try:
+            while (ev := await q.get()) is not None:
+                if q.drops != seen:
+                    self.metrics.drops.labels("outbox").inc(q.drops - seen)
+                    live.outbox_drops += q.drops - seen
+                    seen = q.drops
+                peer = live.peer
+                if peer is None:
+                    return
+                ch = live.find(ev.block_idx) or self._chunk(live, ev)
+                peer.chunk(ch, ordered=live.pull)
+        except Exception:
+            log.exception("frame pump failed", extra={"sid": live.sid})
+
+    def _chunk(self, live: Live, ev: ChunkReady) -> Chunk:
+        fpc = self.chunk_frames
+        return Chunk(
+            live.sid, ev.block_idx, ev.frames, ev.action_seq, ev.block_idx * fpc,
+            1e6 / live.request.fps, time.time(),
+        )
+
+    def _on_event(self, ev: Event) -> None:
+        if isinstance(ev, Drift):
+            self.metrics.cost_drift.inc()
+            return
+        live = self._live.get(ev.session_id)
+        if live is None:
+            return
+        peer = live.peer
+        if isinstance(ev, ChunkReady):
+            live.ring.append(self._chunk(live, ev))
+            live.next_block = ev.block_idx + 1
+            if live.pull:
+                try:
+                    self.store.commit_block(live.sid, ev.block_idx, self.chunk_frames)
+                except SessionError as exc:
+                    log.warning("store commit: %s", exc, extra={"sid": live.sid})
+        elif isinstance(ev, FrameSkipped):
+            live.skipped += ev.frames
+            self.metrics.drops.labels("skipped").inc(ev.frames)
+            if peer is not None:
+                peer.send(Skipped(ev.block_idx, ev.repeat_block_idx, ev.frames))
+        elif isinstance(ev, DeadlineMiss):
+            live.misses += 1
+            self.metrics.deadline_misses.labels(live.request.mode).inc()
+        elif isinstance(ev, DegradationChanged):
+            live.level, live.settings = ev.new_level, ev.settings
+            up = "down" if ev.new_level > ev.old_level else "up"
+            self.metrics.degradations.labels(up).inc()
+            s = ev.settings
+            if peer is not None:
+                peer.send(
+                    Degradation(ev.old_level, ev.new_level, ev.changes, s.fps, s.bucket, s.steps, s.lookahead)
+                )
+            log.info("degradation", extra={"sid": live.sid, "ladder_level": ev.new_level,
+                                           "changes": ",".join(ev.changes)})
+        elif isinstance(ev, RunnerError):
+            self.metrics.runner_errors.inc()
+            log.warning("runner error: %s", ev.message, extra={"sid": live.sid})
+            if peer is not None:
+                peer.send(Error(ErrorCode.RUNNER_ERROR, ev.message[:1000]))
+
+    def _on_step(self, plan: StepPlan, out: StepOutput, seconds: float) -> None:
+        m = self.metrics
+        m.plan_latency.observe(seconds)
+        for t in out.timings:
+            m.step_latency.labels(str(t.bucket)).observe(t.seconds)
+            m.batch_size.observe(t.size)
+        m.utilisation.set(self.utilisation())
+
+    def _disposed(self, session: Any) -> None:
+        """Store hook: a session object left the store (closed, evicted, expired, new epoch)."""
+        sid = session.id
+        if sid in self.store:
+            return  # a new epoch replaced it; whoever opened the epoch handles the engine
+        live = self._live.pop(sid, None)
+        if live is None:
+            return
+        reason = live.end_reason
+        if reason is None:
+            reason = "evicted" if self.store.evicted != self._evicted_seen else "expired"
+        self._evicted_seen = self.store.evicted
+        peer = live.peer
+        self._unbind(live)
+        if self.engine is not None and sid in self.engine.scheduler:
+            self.engine.remove_session(sid)
+        if peer is not None:
+            code = CloseCode.GOING_AWAY if reason in ("shutdown", "migrated") else CloseCode.NORMAL
+            peer.end(Ended(sid, reason), code)
+        if self.remote is not None:
+            self.remote.ended(sid, reason)
+        self.metrics.sessions_ended.labels(reason).inc()
+        log.info("session ended", extra={"sid": sid, "reason": reason})

@@ -1,0 +1,153 @@
+"""Client inputs to a live session: actions, prompts, observations and pull-mode block
+requests (what server/dispatch.py hands the service for both transports).
+
+- ``action``: the newest controls win. An action whose seq is not newer than the last one
+  seen is dropped (``stale``); faster than ``max_actions_per_s`` actions coalesce into one
+  pending action, applied when the token bucket allows (``coalesced``). The applied action
+  is kept on the ``Live`` so that a resume (here or on another worker) applies it again.
+- ``prompt`` and ``observe`` change the session's scene or commit a real frame; both are
+  acknowledged (``ack``).
+- ``block``: pull mode's block requests, under the store's block_idx rules (next, a
+  retransmit of the last, or 0 for a new epoch) and at most ``pull_queue`` outstanding.
+
+A hand-off (server/migration.py) takes the session out of the engine between two steps
+while its client stays attached until ``migrate``. Inputs that arrive meanwhile update the
+session (store and ``Live``) and do not reach the engine: a block request stays accepted
+in the store, so the resume asks for it again (``resumed.requested`` tells a client on
+another worker which requests to send again).
+
+``InputMixin`` is a base class of ``Service`` (server/service.py) and works on the
+service's own state; the attributes it expects are declared at the top of the class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from server.engine import Engine
+from server.live import Live
+from server.metrics import Metrics
+from server.protocol import Ack, Action, Block, ErrorCode, Observation, Prompt, ProtocolError
+from server.settings import Settings
+from session.errors import SessionStateMissing
+from session.plan import encode_action
+
+if TYPE_CHECKING:
+    from session.store import SessionStore
+
+
+def seconds(ms: float | None) -> float | None:
+    """A message's deadline in milliseconds (or none) as seconds."""
+    return None if ms is None else ms / 1000.0
+
+
+class InputMixin:
+    """What a client sends to its attached session; see the module docstring."""
+
+    # The service's state (set by Service.__init__ and Service.start_engine).
+    settings: Settings
+    metrics: Metrics
+    store: SessionStore
+    engine: Engine | None
+    chunk_frames: int
+    _live: dict[str, Live]
+
+    if TYPE_CHECKING:
+
+        def _require_ready(self) -> Engine: ...
+
+        def _new_epoch(self, engine: Engine, live: Live) -> None: ...
+
+    def _attached(self, sid: str) -> Live:
+        live = self._live.get(sid)
+        if live is None or live.peer is None:
+            raise SessionStateMissing(sid)
+        return live
+
+    def action(self, sid: str, msg: Action) -> None:
+        live = self._attached(sid)
+        if msg.seq <= live.seen_seq:
+            self.metrics.actions.labels("stale").inc()
+            return
+        live.seen_seq = msg.seq
+        vec = encode_action(frozenset(msg.keys), (msg.mouse[0], msg.mouse[1]))
+        if live.pending is None and live.actions.take():
+            self._apply_action(live, msg.seq, vec)
+            return
+        if live.pending is not None:
+            self.metrics.actions.labels("coalesced").inc()
+        live.pending = (msg.seq, vec)
+        if live.action_timer is None:
+            loop = asyncio.get_running_loop()
+            live.action_timer = loop.call_later(live.actions.wait_time(), self._flush_action, live)
+
+    def _flush_action(self, live: Live) -> None:
+        live.action_timer = None
+        if live.pending is None or self._live.get(live.sid) is not live:
+            return
+        if not live.actions.take():
+            loop = asyncio.get_running_loop()
+            live.action_timer = loop.call_later(live.actions.wait_time(), self._flush_action, live)
+            return
+        (seq, vec), live.pending = live.pending, None
+        self._apply_action(live, seq, vec)
+
+    def _apply_action(self, live: Live, seq: int, vec: np.ndarray) -> None:
+        live.action, live.action_seq = vec, seq
+        if self.engine is not None and live.sid in self.engine.scheduler:
+            self.engine.set_action(live.sid, vec, seq)
+        self.metrics.actions.labels("applied").inc()
+
+    def prompt(self, sid: str, msg: Prompt) -> Ack:
+        live = self._attached(sid)
+        engine = self._require_ready()
+        self.store.get(sid).set_scene(msg.prompt)
+        live.scene = msg.prompt
+        if sid in engine.scheduler:
+            engine.set_scene(sid, msg.prompt)
+        return Ack("prompt", msg.id)
+
+    def observe(self, sid: str, msg: Observation) -> Ack:
+        self._attached(sid)
+        engine = self._require_ready()
+        try:
+            frame = msg.image.decode(self.settings.max_image_pixels)
+        except ProtocolError as exc:
+            raise ProtocolError(exc.reason, f"image.{exc.field or 'data'}") from None
+        self.store.get(sid).observe(frame)
+        if sid in engine.scheduler:
+            engine.observe(sid, frame)
+        return Ack("observation", msg.id)
+
+    def block(self, sid: str, msg: Block) -> None:
+        """Pull mode: a block request, under the store's block_idx rules."""
+        live = self._attached(sid)
+        engine = self._require_ready()
+        if not live.pull:
+            raise ProtocolError(
+                "block requests are for pull-mode sessions", "block_idx", ErrorCode.WRONG_MODE
+            )
+        n = msg.block_idx
+        if n == 0:
+            self._new_epoch(engine, live)
+            return
+        session = self.store.get(sid)
+        outstanding = session.last_block_idx + 1 - live.next_block
+        if n == session.last_block_idx + 1 and outstanding >= self.settings.pull_queue:
+            raise ProtocolError(
+                f"{outstanding} blocks are already outstanding (at most "
+                f"{self.settings.pull_queue}); wait for block {live.next_block}",
+                "block_idx",
+                ErrorCode.RATE_LIMITED,
+            )
+        decision = self.store.open_block(sid, n, frames=self.chunk_frames)
+        if decision.retransmit:
+            ch = live.find(n)
+            if ch is not None and live.peer is not None:
+                live.peer.chunk(ch, ordered=True)
+            return  # not generated yet: it comes when it is
+        if sid in engine.scheduler:
+            engine.request_block(sid, n, seconds(msg.deadline_ms))
