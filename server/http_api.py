@@ -1,4 +1,8 @@
-"""HTTP endpoints: health, readiness, metrics, load for routers, session delete, drain."""
+"""HTTP endpoints: health, readiness, metrics, load for routers, session delete, drain.
+
+``/v1/load`` and ``DELETE /v1/sessions/{id}`` answer any origin (``server.web.CORS``): the
+browser client, served by a router or by another worker, reads the first to pick a
+bucket and sends the second when its page closes."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from aiohttp import web
 
 from server.keys import AGENT, METRICS, SERVICE, SETTINGS
 from server.metrics import CONTENT_TYPE_LATEST
+from server.web import CORS, preflight
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -28,7 +33,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def load(request: web.Request) -> web.Response:
     """What a router needs to place a session: counts, capacity, utilisation, state."""
-    return web.json_response(request.app[SERVICE].load())
+    return web.json_response(request.app[SERVICE].load(), headers=CORS)
 
 
 async def delete_session(request: web.Request) -> web.Response:
@@ -37,14 +42,15 @@ async def delete_session(request: web.Request) -> web.Response:
     if keys and not _authorized(request, keys):
         return web.json_response(
             {"error": "unauthorized", "message": "Authorization: Bearer <api key> required"},
-            status=401,
+            status=401, headers=CORS,
         )
     sid = request.match_info["session_id"]
     if not request.app[SERVICE].close(sid, "deleted"):
         return web.json_response(
-            {"error": "missing_session_state", "message": f"no session {sid!r}"}, status=404
+            {"error": "missing_session_state", "message": f"no session {sid!r}"}, status=404,
+            headers=CORS,
         )
-    return web.json_response({"deleted": sid})
+    return web.json_response({"deleted": sid}, headers=CORS)
 
 
 async def drain(request: web.Request) -> web.Response:
@@ -86,4 +92,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/load", load)
     app.router.add_delete("/v1/sessions/{session_id}", delete_session)
+    app.router.add_route("OPTIONS", "/v1/sessions/{session_id}", preflight("DELETE"))
     app.router.add_post("/admin/drain", drain)

@@ -24,6 +24,13 @@ stateless and any number of them can run side by side.
 
 API keys (``api_keys``) guard ``/v1/place`` like a worker's ``start``; resume needs none
 (the session's token, checked by the worker, is what guards it).
+
+The router also serves the browser client (server/web.py: ``/``, ``/web/*``), and its
+``GET /web/config`` says ``{"mode": "router"}``: the page places its session here, opens
+it at the worker named, and asks ``/v1/resume`` where to go on after a dropped connection
+or a ``migrate`` with no target. ``/v1/place`` and ``/v1/resume`` answer any origin
+(``Access-Control-Allow-Origin: *`` and their ``OPTIONS`` preflight), so a page served
+elsewhere may use them too.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from server.directory import (
     open_directory,
 )
 from server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
+from server.web import CORS, add_web_routes, preflight
 from session.session import SESSION_ID_RE
 
 log = logging.getLogger("worldserve.router")
@@ -216,10 +224,11 @@ def _answer(sid: str, worker: WorkerInfo) -> dict[str, Any]:
 ROUTER = web.AppKey("router", Router)
 
 SIGNALING = frozenset({"/v1/place", "/v1/resume", "/v1/workers"})  # counted by endpoint
+BROWSER = frozenset({"/v1/place", "/v1/resume"})  # what the browser client calls: any origin
 
 
 def create_router(settings: RouterSettings, *, directory: Directory | None = None) -> web.Application:
-    app = web.Application(middlewares=[_count_signaling])
+    app = web.Application(middlewares=[_count_signaling, _cors])
     if directory is None:
         directory = open_directory(settings.directory_url, prefix=settings.directory_prefix,
                                    orphan_ttl_s=settings.orphan_ttl_s,
@@ -231,6 +240,9 @@ def create_router(settings: RouterSettings, *, directory: Directory | None = Non
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
+    for path in BROWSER:
+        app.router.add_route("OPTIONS", path, preflight("POST"))
+    add_web_routes(app, "router")
     app.cleanup_ctx.append(_maintenance_ctx)
     return app
 
@@ -240,8 +252,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def _count_signaling(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count each signaling request by endpoint and HTTP status (errors included)."""
-    if request.path not in SIGNALING:
+    """Count each signaling request by endpoint and HTTP status (errors included; CORS
+    preflights are not signaling)."""
+    if request.path not in SIGNALING or request.method == "OPTIONS":
         return await handler(request)
     requests = request.app[ROUTER].metrics.requests
     try:
@@ -253,6 +266,15 @@ async def _count_signaling(request: web.Request, handler: Handler) -> web.Stream
         requests.labels(request.path, "500").inc()
         raise
     requests.labels(request.path, str(response.status)).inc()
+    return response
+
+
+@web.middleware
+async def _cors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``Access-Control-Allow-Origin: *`` on the answers of the endpoints in ``BROWSER``."""
+    response = await handler(request)
+    if request.path in BROWSER:
+        response.headers.update(CORS)
     return response
 
 

@@ -9,6 +9,14 @@
 // retransmits) carries action messages and 'control' everything else. On the WebSocket
 // every message goes over the socket and frames arrive as JPEG 'frame' messages.
 //
+// Two modes, from GET /web/config of the server that served the page: "worker" (one
+// worker, no router): sessions open at the page's origin. "router" (several workers
+// behind `worldserve router`, which served the page): a new session is placed with the
+// router's POST /v1/place and opened at the worker it names (cross-origin), with the
+// reservation as the start's session_id; after a dropped connection, or a 'migrate' with
+// no target, POST /v1/resume says which worker to resume on. A 'migrate' with a url is
+// followed straight to that worker in both modes.
+//
 // window.worldserve exposes the live state (tests and debugging read it).
 
 import { encode, decode } from "./msgpack.js";
@@ -58,11 +66,14 @@ const state = {
   fallbackReason: null,
   migrate: null, // a 'migrate' message to follow when the connection closes
   lastError: null,
+  mode: null, // "worker" | "router" (GET /web/config)
+  server: location.origin, // the worker the session is on (or is being opened on)
 };
 window.worldserve = state;
 
 let conn = null; // the live transport
-let serverBase = location.origin; // where sessions are opened (a migrate moves it)
+let serverBase = location.origin; // the worker's http base: where sessions are opened (a migrate moves it)
+let routerBase = null; // router mode: the router that served the page
 let keys = new Set();
 let mouse = { dx: 0, dy: 0, active: false };
 let backoff = 500;
@@ -333,8 +344,7 @@ class WsTransport {
   }
 
   open(request) {
-    const base = new URL(serverBase);
-    const url = `${base.protocol === "https:" ? "wss" : "ws"}://${base.host}/v1/ws`;
+    const url = `${serverBase.replace(/^http/, "ws")}/v1/ws`; // http -> ws, https -> wss
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url);
       this.ws = ws;
@@ -427,25 +437,63 @@ async function decodeNext() {
 
 // ---------------------------------------------------------------- session lifecycle
 
-async function startRequest() {
-  let bucket = num("bucket", 0);
-  if (!bucket) {
-    try {
-      const load = await (await fetch("/v1/load")).json();
-      bucket = Math.min(...load.buckets) || 64;
-    } catch {
-      bucket = 64;
-    }
+// The server that served the page says whether it is a worker or a router.
+async function detectMode() {
+  try {
+    const resp = await fetch("/web/config", { cache: "no-store" });
+    const config = resp.ok ? await resp.json() : {};
+    if (config.mode === "router") routerBase = location.origin;
+  } catch {
+    // an older worker without /web/config: open sessions right here
   }
+  state.mode = routerBase ? "router" : "worker";
+}
+
+// bucket 0: the worker's smallest, asked once the worker is known (after a placement).
+function startRequest() {
   const start = {
     prompt: params.get("prompt") || $("prompt").value || "a green forest",
     seed: num("seed", 0),
     fps: num("fps", 24),
-    bucket,
+    bucket: num("bucket", 0),
     lookahead: num("lookahead", 1),
   };
   if (apiKey) start.api_key = apiKey;
   return { start };
+}
+
+async function defaultBucket(base) {
+  try {
+    const load = await (await fetch(`${base}/v1/load`)).json();
+    return Math.min(...load.buckets) || 64;
+  } catch {
+    return 64;
+  }
+}
+
+// A worker's http base from its WebSocket URL (a migrate's url): ws://h:p/v1/ws -> http://h:p.
+function httpBase(wsUrl) {
+  return wsUrl.replace(/^ws/, "http").replace(/\/v1\/ws\/?$/, "");
+}
+
+// Router mode: ask the router where the session goes and point serverBase there. A start
+// gets a placement (a worker and a reservation, sent as the start's session_id); a resume
+// gets the worker that holds the session or will restore it. Router errors (503 with
+// retry_after when no worker has room, 404 when the session is gone) are thrown as
+// OfferErrors, which handleOpenError treats like a worker's.
+async function routed(request) {
+  const place = Boolean(request.start);
+  const headers = { "Content-Type": "application/json" };
+  if (place && apiKey) headers.Authorization = `Bearer ${apiKey}`;
+  const resp = await fetch(`${routerBase}${place ? "/v1/place" : "/v1/resume"}`, {
+    method: "POST",
+    headers,
+    body: JSON.stringify(place ? {} : { session_id: request.resume.session_id }),
+  });
+  const data = await resp.json().catch(() => ({}));
+  if (!resp.ok) throw new OfferError(resp.status, data);
+  serverBase = (data.address || httpBase(data.url)).replace(/\/+$/, "");
+  return place ? { start: { ...request.start, session_id: data.session_id } } : request;
 }
 
 let rtcFailed = false; // once WebRTC failed here, stay on the WebSocket
@@ -489,9 +537,19 @@ async function open(request) {
   throw new Error("no transport");
 }
 
-async function connect(request) {
+// located: serverBase already names the worker to use (a migrate's target); otherwise, in
+// router mode, the router is asked first (every start and every other resume).
+async function connect(request, located = false) {
   try {
-    const { t, session } = await open(request);
+    let sent = request;
+    if (routerBase && !located) sent = await routed(request);
+    state.server = serverBase;
+    if (sent.start && !sent.start.bucket) {
+      // Resolved once: retries (and re-placements) keep the same bucket.
+      request.start.bucket = await defaultBucket(serverBase);
+      sent = { start: { ...sent.start, bucket: request.start.bucket } };
+    }
+    const { t, session } = await open(sent);
     conn = t;
     state.transport = t.name;
     onMessage(session);
@@ -506,7 +564,7 @@ async function connect(request) {
 
 function handleOpenError(err, request) {
   const body = err instanceof OfferError ? err.body : { message: String(err.message || err) };
-  if (body.error === "at_capacity" || body.error === "not_ready") {
+  if (body.error === "at_capacity" || body.error === "not_ready" || body.error === "no_worker_available") {
     capacityBanner(body.retry_after);
     setTimeout(() => connect(request), Math.max(1, body.retry_after || 5) * 1000);
     return;
@@ -514,7 +572,13 @@ function handleOpenError(err, request) {
   if (body.error === "missing_session_state" && request.resume) {
     banner("The session expired; starting a new one.", "info", 3000);
     state.session = null;
-    startRequest().then(connect);
+    connect(startRequest());
+    return;
+  }
+  if (routerBase && (body.error === "placement_required" || body.error === "session_moved")) {
+    // The reservation lapsed or was taken, or the session moved on: ask the router again.
+    setTimeout(() => connect(request), backoff);
+    backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
     return;
   }
   if (body.error === "bad_token" || body.error === "unauthorized" || (err.status >= 400 && err.status < 500 && body.error)) {
@@ -551,10 +615,15 @@ function reconnect(reason) {
   const m = state.migrate;
   state.migrate = null;
   if (m) {
-    // Resume on the target worker at the block it generates next.
-    if (m.url) serverBase = new URL(m.url.replace(/^ws/, "http")).origin;
+    // Resume on the target worker at the block it generates next. No target yet (url
+    // ""): after retry_after, ask the router (router mode) or try the same worker again.
     request.resume.block_idx = m.block_idx;
-    setTimeout(() => connect(request), m.url ? 0 : Math.max(1, m.retry_after || 1) * 1000);
+    if (m.url) {
+      serverBase = httpBase(m.url);
+      setTimeout(() => connect(request, true), 0);
+    } else {
+      setTimeout(() => connect(request), Math.max(1, m.retry_after || 1) * 1000);
+    }
     return;
   }
   banner(`Connection lost (${reason}); reconnecting…`, "error");
@@ -633,14 +702,15 @@ $("prompt-form").addEventListener("submit", (e) => {
 
 window.addEventListener("pagehide", () => {
   // Leaving the page ends the session (a dropped connection only detaches it): 'close'
-  // on the connection, and a DELETE that outlives the page in case that is cut off.
+  // on the connection, and a DELETE (to the worker holding the session) that outlives
+  // the page in case that is cut off.
   if (conn) {
     conn.sendControl({ type: "close", v: V, reason: "page closed" });
     conn.close();
   }
   if (state.session && !state.ended) {
     const headers = apiKey ? { Authorization: `Bearer ${apiKey}` } : {};
-    fetch(`/v1/sessions/${encodeURIComponent(state.session.id)}`,
+    fetch(`${serverBase}/v1/sessions/${encodeURIComponent(state.session.id)}`,
       { method: "DELETE", keepalive: true, headers }).catch(() => {});
   }
 });
@@ -648,4 +718,4 @@ window.addEventListener("pagehide", () => {
 // ---------------------------------------------------------------- go
 
 $("prompt").value = params.get("prompt") || "a green forest";
-startRequest().then(connect);
+detectMode().then(() => connect(startRequest()));

@@ -12,7 +12,7 @@
   ``control`` (reliable; protocol v1 messages, msgpack, as on the WebSocket).
 - ICE (ice.py): no STUN/TURN unless configured; 127.0.0.1 candidates on loopback-only
   boxes.
-- ``/`` and ``/web/*`` (web.py): the browser client in clients/web/.
+- ``/`` and ``/web/*`` (server/web.py): the browser client in clients/web/.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from server.rtc.metrics import RtcMetrics
 from server.rtc.offer import offer_handler, offer_preflight
 from server.rtc.peer import RtcPeer
 from server.rtc.settings import IceServer, RtcSettings
-from server.rtc.web import add_web_routes
+from server.web import add_web_routes
 
 __all__ = ["IceServer", "RtcSettings", "setup_rtc"]
 

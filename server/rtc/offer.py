@@ -134,8 +134,9 @@ class OfferError(Exception):
         return web.json_response(body, status=_STATUS.get(self.code, 500), headers=headers)
 
 
-# Any origin may post an offer: a page served by one worker resumes its session on
-# another after a migration. Nothing rides on cookies (the resume token is in the body).
+# Any origin may post an offer: a page served by a router opens its session here, and
+# one served by another worker resumes it here after a migration. Nothing rides on
+# cookies (the resume token is in the body).
 _CORS = {"Access-Control-Allow-Origin": "*"}
 
 

@@ -107,6 +107,7 @@ async def test_without_webrtc_the_page_falls_back_to_websocket_jpeg() -> None:
         await page.wait_for_function("window.worldserve.framesShown > 5", timeout=20000)
         state = await page.evaluate(STATE)
         assert state["transport"] == "ws" and state["lastBlock"] > 0
+        assert state["mode"] == "worker" and state["server"] == url
         assert await page.is_hidden("#video") and await page.is_visible("#canvas")
         before, after = await steer(page, app, "canvas")  # fake frames: a colour per frame
         assert np.abs(before - after).mean() > 0

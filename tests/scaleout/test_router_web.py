@@ -1,0 +1,49 @@
+"""What the router serves the browser client: the page and its files, ``/web/config``
+saying ``router``, and CORS on the endpoints the page calls (a worker's too)."""
+
+from __future__ import annotations
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from server.directory import MemoryDirectory
+from server.router import RouterSettings, create_router
+from tests.scaleout.harness import cluster
+
+
+async def test_the_router_serves_the_page_and_says_it_is_a_router() -> None:
+    app = create_router(RouterSettings(maintenance_s=60.0), directory=MemoryDirectory())
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        async with client.get("/") as resp:
+            assert resp.status == 200 and "/web/app.js" in await resp.text()
+        async with client.get("/web/app.js") as resp:
+            assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/javascript")
+        async with client.get("/web/config") as resp:
+            assert resp.status == 200 and await resp.json() == {"mode": "router"}
+        for path in ("/v1/place", "/v1/resume"):
+            async with client.options(path, headers={"Origin": "http://elsewhere",
+                                                     "Access-Control-Request-Method": "POST"}) as resp:
+                assert resp.status == 204
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
+                assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+        async with client.post("/v1/place") as resp:  # no worker: 503, still readable cross-origin
+            assert resp.status == 503 and resp.headers["Access-Control-Allow-Origin"] == "*"
+        async with client.post("/v1/resume", json={"session_id": "abcdefgh"}) as resp:
+            assert resp.status == 404 and resp.headers["Access-Control-Allow-Origin"] == "*"
+        async with client.get("/metrics") as resp:  # preflights are not signaling requests
+            text = await resp.text()
+        assert 'endpoint="/v1/place",status="503"' in text and 'status="204"' not in text
+
+
+async def test_a_worker_says_worker_and_answers_the_pages_cross_origin_calls() -> None:
+    async with cluster(1) as c:
+        base = c.worker_url(0)
+        async with c.http.get(f"{base}/web/config") as resp:
+            assert await resp.json() == {"mode": "worker"}
+        async with c.http.get(f"{base}/v1/load") as resp:
+            assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == "*"
+        async with c.http.options(f"{base}/v1/sessions/abc", headers={
+                "Origin": "http://elsewhere", "Access-Control-Request-Method": "DELETE"}) as resp:
+            assert resp.status == 204 and "DELETE" in resp.headers["Access-Control-Allow-Methods"]
+            assert "Authorization" in resp.headers["Access-Control-Allow-Headers"]
+        async with c.http.delete(f"{base}/v1/sessions/abc") as resp:
+            assert resp.status == 404 and resp.headers["Access-Control-Allow-Origin"] == "*"
