@@ -6,10 +6,9 @@ bucket and sends the second when its page closes."""
 
 from __future__ import annotations
 
-import hmac
-
 from aiohttp import web
 
+from server.auth import authorized, bearer_key, key_ok
 from server.keys import AGENT, METRICS, SERVICE, SETTINGS
 from server.metrics import CONTENT_TYPE_LATEST
 from server.web import CORS, preflight
@@ -38,8 +37,7 @@ async def load(request: web.Request) -> web.Response:
 
 async def delete_session(request: web.Request) -> web.Response:
     """End a session (its client is told ``ended: deleted``). Needs an API key if set."""
-    keys = request.app[SETTINGS].api_keys
-    if keys and not _authorized(request, keys):
+    if not authorized(request.headers, request.app[SETTINGS].api_keys):
         return web.json_response(
             {"error": "unauthorized", "message": "Authorization: Bearer <api key> required"},
             status=401, headers=CORS,
@@ -62,7 +60,7 @@ async def drain(request: web.Request) -> web.Response:
             {"error": "not_found", "message": "the admin API is off (start with --admin-key)"},
             status=404,
         )
-    if not _authorized(request, frozenset({key})):
+    if not key_ok(bearer_key(request.headers), (key,)):
         return web.json_response(
             {"error": "unauthorized", "message": "Authorization: Bearer <admin key> required"},
             status=401,
@@ -73,17 +71,6 @@ async def drain(request: web.Request) -> web.Response:
     return web.json_response(
         {"draining": True, "worker_id": agent.worker_id, "sessions": sessions}, status=202
     )
-
-
-def _authorized(request: web.Request, keys: frozenset[str]) -> bool:
-    header = request.headers.get("Authorization", "")
-    if not header.startswith("Bearer "):
-        return False
-    key = header[7:].encode()
-    ok = False
-    for k in keys:
-        ok |= hmac.compare_digest(key, k.encode())
-    return ok
 
 
 def add_routes(app: web.Application) -> None:

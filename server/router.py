@@ -36,7 +36,6 @@ elsewhere may use them too.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import math
@@ -50,6 +49,7 @@ from typing import Any
 
 from aiohttp import web
 
+from server.auth import authorized
 from server.cluster import ws_url
 from server.directory import (
     HANDOVER_TTL_S,
@@ -280,8 +280,7 @@ async def _cors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _place(request: web.Request) -> web.Response:
     router = request.app[ROUTER]
-    keys = router.settings.api_keys
-    if keys and not _key_ok(request, keys):
+    if not authorized(request.headers, router.settings.api_keys):
         return _error(401, "unauthorized", "Authorization: Bearer <api key> required")
     try:
         return web.json_response(await router.place())
@@ -377,12 +376,3 @@ def _error(status: int, code: str, message: str, retry_after: float | None = Non
         body["retry_after"] = retry_after
         headers["Retry-After"] = str(max(1, round(retry_after)))
     return web.json_response(body, status=status, headers=headers)
-
-
-def _key_ok(request: web.Request, keys: frozenset[str]) -> bool:
-    header = request.headers.get("Authorization", "")
-    key = header[7:].encode() if header.startswith("Bearer ") else b""
-    ok = False
-    for k in keys:
-        ok |= hmac.compare_digest(key, k.encode())
-    return ok and bool(key)

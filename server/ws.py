@@ -17,7 +17,6 @@ internal error, 1013 at capacity or not ready (with ``retry_after`` in the error
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections import deque
@@ -25,6 +24,7 @@ from contextlib import suppress
 
 from aiohttp import WSMsgType, web
 
+from server.auth import authorized
 from server.directory import DirectoryUnavailable
 from server.dispatch import Inbound, dispatch
 from server.encode import FrameEncoder, make_encoder
@@ -241,13 +241,7 @@ class Connection:
             )
 
     def _authorize(self, key: str | None) -> None:
-        keys = self.settings.api_keys
-        if not keys:
-            return
-        if key is None:
-            header = self.request.headers.get("Authorization", "")
-            key = header[7:] if header.startswith("Bearer ") else None
-        if key is None or not _key_ok(key, keys):
+        if not authorized(self.request.headers, self.settings.api_keys, key):
             raise ProtocolError(
                 "an API key is required to start a session (api_key field or "
                 "Authorization: Bearer header)", "api_key", ErrorCode.UNAUTHORIZED,
@@ -384,13 +378,6 @@ class Connection:
         transport = self.request.transport
         if transport is not None:
             transport.abort()
-
-
-def _key_ok(key: str, keys: frozenset[str]) -> bool:
-    ok = False
-    for k in keys:  # compare with every key, so the time does not say which one is close
-        ok |= hmac.compare_digest(key.encode(), k.encode())
-    return ok
 
 
 async def websocket_handler(request: web.Request) -> web.WebSocketResponse:

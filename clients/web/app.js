@@ -89,6 +89,16 @@ function banner(text, kind = "info", ms = 0) {
   if (text && ms) banner.timer = setTimeout(() => { el.hidden = true; }, ms);
 }
 
+// A session restored after a worker crash is off by `gap_blocks` blocks (docs/protocol.md,
+// `resumed`): say so, briefly. 0 (a plain resume, a drain) says nothing.
+function resumeNotice(msg) {
+  const gap = msg.type === "resumed" && typeof msg.gap_blocks === "number" ? msg.gap_blocks : 0;
+  if (gap > 0) {
+    banner(`Resumed after a server restart: ${gap} block${gap === 1 ? " was" : "s were"} lost`,
+      "info", 8000);
+  }
+}
+
 function renderStats() {
   const now = performance.now();
   while (state.frameTimes.length && now - state.frameTimes[0] > 1000) state.frameTimes.shift();
@@ -555,6 +565,7 @@ async function connect(request, located = false) {
     onMessage(session);
     backoff = 500;
     banner("");
+    resumeNotice(session);
     t.onDown = (reason) => reconnect(reason);
     if (t.name === "webrtc") expectFrames(t);
   } catch (err) {

@@ -51,7 +51,6 @@ Anything that fails after the session opened closes the peer, which detaches it.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import math
@@ -62,6 +61,7 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription
 
+from server.auth import authorized
 from server.directory import DirectoryUnavailable
 from server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
 from server.live import PlacementRequired
@@ -286,16 +286,7 @@ def _session_request(body: dict[str, Any]) -> tuple[Start | None, Resume | None]
 
 def _authorize(request: web.Request, key: str | None, keys: frozenset[str]) -> None:
     """The key from the body (``api_key``, top level or in ``start``) or the header."""
-    if not keys:
-        return
-    if key is None:
-        header = request.headers.get("Authorization", "")
-        key = header[7:] if header.startswith("Bearer ") else None
-    ok = False
-    if key is not None:
-        for k in keys:  # compare with every key: the time says nothing about which is close
-            ok |= hmac.compare_digest(key.encode(), k.encode())
-    if not ok:
+    if not authorized(request.headers, keys, key):
         raise OfferError(ErrorCode.UNAUTHORIZED,
                          "an API key is required to start a session (api_key field or "
                          "Authorization: Bearer header)", field="api_key")

@@ -141,6 +141,26 @@ async def test_a_dropped_connection_reconnects_and_resumes_the_same_session() ->
         state = await page.evaluate(STATE)
         assert state["session"]["id"] == sid and state["transport"] == "webrtc"
         assert app[SERVICE].store.active_count == 1 and len(app[SERVICE].store) == 1
+        assert await page.is_hidden("#banner")  # a plain resume (gap_blocks 0) says nothing
+
+        # A resume after a crash (as another worker would answer it: restored from its last
+        # checkpoint, some blocks off) shows a short notice with the count.
+        async def restored(route: Any) -> None:
+            response = await route.fetch()
+            body = await response.json()
+            if body.get("session", {}).get("type") == "resumed":
+                body["session"].update(restored_from=2, gap_blocks=3)
+            await route.fulfill(response=response, json=body)
+
+        await page.route("**/v1/rtc/offer", restored)
+        (peer,) = app[RTC_PEERS]
+        await peer.close()
+        await page.wait_for_function("window.worldserve.reconnects > 1", timeout=15000)
+        await page.wait_for_function(
+            "document.getElementById('banner').textContent"
+            ".includes('Resumed after a server restart: 3 blocks were lost')", timeout=15000)
+        assert await page.is_visible("#banner")
+        assert (await page.evaluate(STATE))["session"]["id"] == sid
 
 
 async def test_at_capacity_the_page_says_so_and_closing_it_frees_the_session() -> None:

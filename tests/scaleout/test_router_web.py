@@ -47,3 +47,20 @@ async def test_a_worker_says_worker_and_answers_the_pages_cross_origin_calls() -
             assert "Authorization" in resp.headers["Access-Control-Allow-Headers"]
         async with c.http.delete(f"{base}/v1/sessions/abc") as resp:
             assert resp.status == 404 and resp.headers["Access-Control-Allow-Origin"] == "*"
+
+
+async def test_the_router_s_place_needs_one_of_its_api_keys() -> None:
+    settings = RouterSettings(maintenance_s=60.0, api_keys=frozenset({"router-key"}))
+    app = create_router(settings, directory=MemoryDirectory())
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Bearer "},
+                        {"Authorization": "router-key"}):
+            async with client.post("/v1/place", headers=headers) as resp:
+                assert resp.status == 401
+                assert await resp.json() == {
+                    "error": "unauthorized", "message": "Authorization: Bearer <api key> required"
+                }
+        async with client.post("/v1/place", headers={"Authorization": "Bearer router-key"}) as resp:
+            assert resp.status == 503  # the key is right; there is just no worker
+        async with client.post("/v1/resume", json={"session_id": "abcdefgh"}) as resp:
+            assert resp.status == 404  # resume needs no key
