@@ -21,12 +21,13 @@ from model.weights import DEFAULT_WEIGHTS
 def _worker(weights: str, threads: int, batch: int, seconds: float, out: mp.Queue) -> None:
     import torch
 
-    from bench.serve_load import runner_alone_fps
+    from bench.serve_load import runner_alone_seconds
     from model.runner import ModelRunner
 
     torch.set_num_threads(threads)
     runner = ModelRunner.from_pretrained(weights, max_sessions=batch)
-    out.put(runner_alone_fps(runner, batch, seconds))
+    per_chunk = runner_alone_seconds(runner, batch, runner.max_steps, seconds)
+    out.put(batch * runner.frames_per_chunk / per_chunk)
 
 
 def run(procs: int, threads: int, weights: str, batch: int, seconds: float) -> float:

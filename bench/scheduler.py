@@ -71,10 +71,10 @@ def run(sessions: int, seconds: float, seed: int = 0) -> dict[str, float]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="simulated seconds per run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(
         f"{'sessions':>8} {'steps':>6} {'chunks/step':>11} {'batches/step':>12} "
         f"{'us/step':>8} {'us/chunk':>8}"
