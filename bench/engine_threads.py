@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 from pathlib import Path
 
 from model.weights import DEFAULT_WEIGHTS
@@ -36,10 +37,17 @@ def run(procs: int, threads: int, weights: str, batch: int, seconds: float) -> f
     ps = [ctx.Process(target=_worker, args=(weights, threads, batch, seconds, q)) for _ in range(procs)]
     for p in ps:
         p.start()
-    total = sum(q.get(timeout=600) for _ in ps)
+    results: list[float] = []
+    while len(results) < procs:
+        try:
+            results.append(q.get(timeout=1.0))
+        except queue.Empty:
+            failed = [p.exitcode for p in ps if p.exitcode not in (None, 0)]
+            if failed:
+                raise RuntimeError(f"a worker process failed (exit codes {failed})") from None
     for p in ps:
         p.join()
-    return total
+    return sum(results)
 
 
 def main(argv: list[str] | None = None) -> None:
