@@ -11,7 +11,10 @@ How ``schedule`` picks work:
   catch-up after a stall are the same path: the next block is due at ``due(slot)``.
 - A push chunk may start ``release_ahead`` chunk periods before it is due. One that can no
   longer make its slot's display time, even alone, skips slots until it can: the client
-  repeats its last frame, gets a ``FrameSkipped`` and block_idx stays consecutive. A late
+  repeats its last frame, gets a ``FrameSkipped`` and block_idx stays consecutive. When
+  several sessions of one key are that late at once (saturation), each skips to a slot a
+  batch of all of them can make and they start together, so being late never reduces the
+  server to batches of one. A late
   pull request (the client waits for that block) runs after every on-time batch of the plan.
 - Earliest deadline first across compatibility keys (bucket, steps). A batch is led by the
   earliest eligible chunk of its key; chunks of that key due within ``batch_window`` of the
@@ -302,6 +305,7 @@ class Scheduler:
         groups: dict[Key, list[_Item]] = {}
         late: dict[Key, list[_Item]] = {}
         cost1: dict[Key, float] = {}
+        catch_up = self._catch_up_costs(now)
         for rec in self._records.values():
             if rec.in_flight or not rec.opened or rec.retry_at > now:
                 continue
@@ -323,8 +327,15 @@ class Scheduler:
             period = clk.chunk_period
             hard = clk.display(rec.slot) - o.margin
             if hard < now + c1:
-                self._skip(rec, clk.slot_at(now + c1 + o.margin + 1e-6), now)
+                # skip to a slot the late sessions of this key can make together: alone
+                # when it is the only one, in one batch when many are (saturation), so
+                # that being late never condemns the server to batches of one
+                ck = catch_up.get(key, c1)
+                self._skip(rec, clk.slot_at(now + ck + o.margin + 1e-6), now)
                 hard = clk.display(rec.slot) - o.margin
+                if ck > c1:  # several are behind: they start now, as one batch
+                    groups.setdefault(key, []).append(_Item(hard - clk.lookahead * period, hard, True, rec))
+                    continue
             due = hard - clk.lookahead * period
             release = now + max(o.release_ahead * period, c1)
             if due > release:  # not eligible to lead yet; the cached release used an older
@@ -500,6 +511,21 @@ class Scheduler:
             else:
                 continue
             rec.retry_at = now + rec.clock.chunk_period
+
+    def _catch_up_costs(self, now: float) -> dict[Key, float]:
+        """Per key, the predicted time of one batch holding every push session of that key
+        that is too late for its slot even alone (capped at the largest batch size)."""
+        counts: dict[Key, int] = {}
+        for rec in self._records.values():
+            if rec.in_flight or not rec.opened or rec.retry_at > now or rec.pull:
+                continue
+            s = rec.ladder.settings
+            key = (s.bucket, s.steps)
+            if rec.clock.display(rec.slot) - self.options.margin < now + self.cost.predict(s.bucket, s.steps, 1):
+                counts[key] = counts.get(key, 0) + 1
+        return {
+            key: self.cost.predict(key[0], key[1], min(n, self._max_batch)) for key, n in counts.items()
+        }
 
     def _form_batches(self, plan: StepPlan, groups: dict[Key, list[_Item]], now: float) -> None:
         """EDF across keys; each batch sized by the cost model to meet every member's target."""

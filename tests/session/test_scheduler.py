@@ -464,3 +464,23 @@ def test_a_session_slower_than_its_frame_period_still_streams(lookahead: int) ->
     assert len(chunks) >= 15  # about one chunk per 3.5 periods over 72 periods
     assert [c.block_idx for c in chunks] == list(range(len(chunks)))
     assert sim.of(FrameSkipped, "slow")
+
+
+def test_at_saturation_late_sessions_catch_up_together_in_big_batches() -> None:
+    # eight sessions asking for 240 fps from a model that needs 30 ms for one chunk and
+    # 44 ms for eight: every session is late all the time. Skipping each one only to the
+    # slot it could make alone would run batches of one (about 33 chunks/s); skipping to
+    # the slot the late ones can make together runs batches of eight (about 180 chunks/s)
+    cost = LinearCost({64: (0.028, 0.002), 128: (0.056, 0.004)})
+    sim = Sim(cost)
+    for i in range(8):
+        sim.add(f"s{i}", fps=240.0)
+    start = sim.clock()
+    sim.run_until(start + 5.0)
+    sizes = [len(b.items) for p in sim.plans for b in p.batches]
+    delivered = sum(len(sim.chunks(f"s{i}")) for i in range(8))
+    assert np.mean(sizes) >= 6, sizes[:20]
+    assert delivered / 5.0 > 100
+    for i in range(8):  # and every session's blocks stay consecutive
+        chunks = sim.chunks(f"s{i}")
+        assert [c.block_idx for c in chunks] == list(range(len(chunks)))
