@@ -7,6 +7,8 @@ plan, and ``DegradationChanged`` (session/degrade.py) when the controller moves 
 on its ladder; ``Drift`` (session/costmodel.py) when a batch's real time strays from the
 cost model's prediction. ``Event`` is their union.
 
+``SessionStats`` is what ``Scheduler.stats`` reports for one session at a time.
+
 (The per-session replay log, session/eventlog.py, is something else: what went into
 each block.)
 """
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from session.costmodel import Drift
-from session.degrade import DegradationChanged
+from session.degrade import DegradationChanged, Settings
+from session.options import Mode
 
 __all__ = [
     "ChunkReady",
@@ -69,3 +72,17 @@ class RunnerError:
 
 
 Event = ChunkReady | FrameSkipped | DeadlineMiss | DegradationChanged | RunnerError | Drift
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    mode: Mode
+    level: int
+    settings: Settings
+    next_block: int
+    blocks_committed: int
+    frames_committed: int
+    frames_due: int  # push: frames whose display time has passed (skips included)
+    frames_skipped: int
+    deadline_misses: int
+    errors: int

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from session.admission import Admission, decide
+from session.batching import Item, Key, form_batches
 from session.clock import FrameClock, pull_due
 from session.costmodel import CostModel, Demand, Load
 from session.degrade import (
@@ -53,7 +54,7 @@ from session.degrade import (
     build_ladder,
     describe_change,
 )
-from session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError
+from session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError, SessionStats
 from session.options import Mode, RunnerInfo, SchedulerOptions
 from session.plan import (
     ACTION_DIM,
@@ -78,22 +79,6 @@ __all__ = [
     "SchedulerOptions",
     "SessionStats",
 ]
-
-Key = tuple[int, int]  # (bucket, steps): chunks with equal keys can share a batch
-
-
-@dataclass(frozen=True, slots=True)
-class SessionStats:
-    mode: Mode
-    level: int
-    settings: Settings
-    next_block: int
-    blocks_committed: int
-    frames_committed: int
-    frames_due: int  # push: frames whose display time has passed (skips included)
-    frames_skipped: int
-    deadline_misses: int
-    errors: int
 
 
 @dataclass(slots=True, eq=False)
@@ -123,12 +108,7 @@ class _Record:
     errors: int = 0
 
 
-@dataclass(slots=True)
-class _Item:
-    due: float  # EDF key
-    target: float  # what a batch holding it must finish by
-    eligible: bool  # may lead a batch now (else it may only join one)
-    rec: _Record
+_Item = Item[_Record]
 
 
 class Scheduler:
@@ -343,7 +323,10 @@ class Scheduler:
             if due <= release + window:
                 target = due if due >= now + c1 else hard
                 groups.setdefault(key, []).append(_Item(due, target, due <= release, rec))
-        self._form_batches(plan, groups, now)
+        plan.batches += form_batches(
+            groups, now, predict=self.cost.predict, max_batch=self._max_batch,
+            window=self.options.batch_window, rank=_edf, make=self._batch,
+        )
         for key, items in late.items():  # overdue pull requests: after all on-time work
             items.sort(key=_edf)
             for i in range(0, len(items), self._max_batch):
@@ -526,45 +509,6 @@ class Scheduler:
         return {
             key: self.cost.predict(key[0], key[1], min(n, self._max_batch)) for key, n in counts.items()
         }
-
-    def _form_batches(self, plan: StepPlan, groups: dict[Key, list[_Item]], now: float) -> None:
-        """EDF across keys; each batch sized by the cost model to meet every member's target."""
-        for items in groups.values():
-            items.sort(key=_edf)
-        t = now  # when the next batch of this plan would start
-        while groups:
-            lead_key, lead = None, None
-            for key, items in groups.items():
-                first = next((it for it in items if it.eligible), None)
-                if first is not None and (lead is None or _edf(first) < _edf(lead)):
-                    lead_key, lead = key, first
-            if lead_key is None or lead is None:
-                return
-            items = groups.pop(lead_key)
-            bucket, steps = lead_key
-            if t + self.cost.predict(bucket, steps, 1) > lead.target:
-                items.remove(lead)  # the batches before it took its time: next plan decides
-            else:
-                batch, deadline, limit = [lead], lead.target, lead.due + self.options.batch_window
-                rest = []
-                for it in items:
-                    if it is lead:
-                        continue
-                    if (
-                        len(batch) < self._max_batch
-                        and it.due <= limit
-                        and t + self.cost.predict(bucket, steps, len(batch) + 1)
-                        <= min(deadline, it.target)
-                    ):
-                        batch.append(it)
-                        deadline = min(deadline, it.target)
-                    else:
-                        rest.append(it)
-                t += self.cost.predict(bucket, steps, len(batch))
-                plan.batches.append(self._batch(lead_key, batch, deadline))
-                items = rest
-            if items:
-                groups[lead_key] = items
 
     def _batch(self, key: Key, items: list[_Item], deadline: float) -> Batch:
         works = []
