@@ -11,7 +11,9 @@ chunk for slot s is due L slots before its first frame is displayed::
 Slots and block indices differ only by skipped slots: a chunk that cannot make its slot
 moves to a later one (the client repeats its last frame) and block_idx stays consecutive.
 Changing fps re-anchors the clock at a slot, so that slot keeps its display time and the
-slots after it are spaced by the new period.
+slots after it are spaced by the new period. A session's first chunk anchors its clock when
+it is late: nothing is on screen before it, so there is no frame to miss (the open, a start
+frame, an observation or a restore, takes model time the clock could not know of).
 
 Pull mode (the client asks for block N): the block is due at the request time plus the
 client's deadline, or a default one.
@@ -70,6 +72,11 @@ class FrameClock:
         """How many slots (from slot 0) have started displaying by ``now``."""
         x = (now - self._anchor_time) / self._period
         return max(0, self._anchor_slot + math.floor(x + 1e-9) + 1)
+
+    def anchor(self, slot: int, t: float) -> None:
+        """Move the clock so that ``slot`` is displayed at ``t``; the period is unchanged."""
+        self._anchor_slot = slot
+        self._anchor_time = t
 
     def retime(self, slot: int, fps: float) -> None:
         """Change the frame rate from ``slot`` on; ``slot`` keeps its display time."""

@@ -53,8 +53,8 @@ def build_ladder(
     while cur.steps > min_steps:
         cur = replace(cur, steps=cur.steps - 1)
         rungs.append(cur)
-    if cur.fps > min_fps:
-        cur = replace(cur, fps=max(min_fps, cur.fps / 2))
+    while cur.fps > min_fps:  # 24 -> 16 -> 12: two thirds a rung, so no session loses half at once
+        cur = replace(cur, fps=max(min_fps, round(cur.fps * 2 / 3, 3)))
         rungs.append(cur)
     for b in sorted((b for b in buckets if b < requested.bucket), reverse=True):
         cur = replace(cur, bucket=b)

@@ -77,6 +77,7 @@ class FakeRunner:
         self.frame_side = frame_side  # side of the fake frames; None: the bucket's size
         self.slowdown = 1.0  # multiplies every cost: simulates drift from the warm-up
         self.jitter = jitter  # each batch's cost times a uniform factor in 1 +- jitter
+        self.open_seconds = 0.0  # model time each open takes (a start frame, an observation)
         self._rng = np.random.default_rng(seed)
         self.fail: dict[str, str] = {}  # session id -> error for its next chunk
         self.raise_next: Exception | None = None  # raised by the next execute()
@@ -174,6 +175,8 @@ class FakeRunner:
         else:
             start = spec.restore.frame_index if spec.restore is not None else 0
             self.sessions[spec.session_id] = _FakeSession(spec.bucket, spec.scene, start)
+            if self.sleep is not None and self.open_seconds:
+                self.sleep(self.open_seconds)
 
     def _frames(self, session_id: str, block_idx: int, bucket: int) -> np.ndarray:
         side = self.frame_side or bucket

@@ -51,5 +51,6 @@ class SchedulerOptions:
     min_fps: float = 12.0  # the ladder's floor for frame rate
     control_interval: float = 0.25  # seconds between degradation decisions
     batching: bool = True  # False: every session is stepped alone (for comparison)
+    align_phase: bool = True  # new push clocks start in phase with running ones (<= 1 period later)
     degrade: DegradeOptions = field(default_factory=DegradeOptions)
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)

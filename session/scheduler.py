@@ -11,7 +11,9 @@ How ``schedule`` picks work:
   catch-up after a stall are the same path: the next block is due at ``due(slot)``.
 - A push chunk may start ``release_ahead`` chunk periods before it is due. One that can no
   longer make its slot's display time, even alone, skips slots until it can: the client
-  repeats its last frame, gets a ``FrameSkipped`` and block_idx stays consecutive. When
+  repeats its last frame, gets a ``FrameSkipped`` and block_idx stays consecutive. A
+  session's first chunk has no frame to repeat: its clock moves to that slot instead, as
+  it does when a first chunk finishes late (its open took model time). When
   several sessions of one key are that late at once (saturation), each skips to a slot a
   batch of all of them can make and they start together, so being late never reduces the
   server to batches of one. A late
@@ -22,6 +24,9 @@ How ``schedule`` picks work:
   (after the batches before it in the plan) before every member's deadline, up to the
   largest warmed batch size. So a late or tight session never holds an on-time batch back:
   it is not a member.
+- Clocks in phase: a new push session's display grid starts in phase with a running
+  session of the same bucket, steps and fps (its first frame up to one period later), so
+  sessions that join at any moment fall due together and share batches.
 - Each session has at most one chunk per plan; a plan carries the new sessions' full
   ``SessionSpec`` once, then only ``SessionUpdate`` changes, and the ids to free.
 
@@ -104,6 +109,7 @@ class _Record:
     requests: deque[tuple[int, float]] = field(default_factory=deque)  # pull: (block, due)
     committed: int = 0
     skipped_slots: int = 0
+    start_slips: int = 0  # slots its clock moved before the first frame (no frame to repeat)
     misses: int = 0
     errors: int = 0
 
@@ -181,9 +187,10 @@ class Scheduler:
         s = state.settings
         period = info.frames_per_chunk / s.fps
         start = period if o.start_delay is None else o.start_delay
-        frame_clock = FrameClock(
-            now + start + s.lookahead * period, s.fps, info.frames_per_chunk, s.lookahead
-        )
+        t0 = now + start + s.lookahead * period
+        if o.align_phase and not pull:
+            t0 = self._in_phase(t0, s)
+        frame_clock = FrameClock(t0, s.fps, info.frames_per_chunk, s.lookahead)
         actions = np.zeros((info.frames_per_chunk, ACTION_DIM), np.float32)
         rec = _Record(
             session_id,
@@ -311,7 +318,13 @@ class Scheduler:
                 # when it is the only one, in one batch when many are (saturation), so
                 # that being late never condemns the server to batches of one
                 ck = catch_up.get(key, c1)
-                self._skip(rec, clk.slot_at(now + ck + o.margin + 1e-6), now)
+                slot = clk.slot_at(now + ck + o.margin + 1e-6)
+                if rec.committed == 0:  # nothing on screen to repeat: its clock starts later
+                    clk.anchor(rec.slot, clk.display(slot))
+                    rec.start_slips += slot - rec.slot
+                    self._set_release(rec)
+                else:
+                    self._skip(rec, slot, now)
                 hard = clk.display(rec.slot) - o.margin
                 if ck > c1:  # several are behind: they start now, as one batch
                     groups.setdefault(key, []).append(_Item(hard - clk.lookahead * period, hard, True, rec))
@@ -321,7 +334,7 @@ class Scheduler:
             if due > release:  # not eligible to lead yet; the cached release used an older
                 self._set_release(rec)  # cost estimate: refresh it so next_wakeup agrees
             if due <= release + window:
-                target = due if due >= now + c1 else hard
+                target = hard
                 groups.setdefault(key, []).append(_Item(due, target, due <= release, rec))
         plan.batches += form_batches(
             groups, now, predict=self.cost.predict, max_batch=self._max_batch,
@@ -445,6 +458,17 @@ class Scheduler:
         ahead = max(o.release_ahead * clk.chunk_period, self.cost.predict(s.bucket, s.steps, 1))
         rec.release = clk.due(rec.slot) - o.margin - ahead
 
+    def _in_phase(self, t0: float, s: Settings) -> float:
+        """The first time at or after ``t0`` on the display grid of a running push session
+        with the same bucket, steps and fps: clocks in phase fall due together and batch,
+        where clocks a few milliseconds apart would each run alone."""
+        for rec in self._records.values():
+            r = rec.ladder.settings
+            if not rec.pull and (r.bucket, r.steps, r.fps) == (s.bucket, s.steps, s.fps):
+                wait = (rec.clock.display(0) - t0) % rec.clock.chunk_period
+                return t0 + (wait if wait < rec.clock.chunk_period - 1e-6 else 0.0)
+        return t0
+
     def _demand_of(self, s: Settings) -> Demand:
         return Demand(s.bucket, s.steps, self.info.frames_per_chunk / s.fps)
 
@@ -547,6 +571,10 @@ class Scheduler:
             display: float | None = None
         else:
             deadline = display = rec.clock.display(rec.slot)
+            if rec.committed == 0 and done > deadline:  # late first frame: the clock moves
+                display = rec.clock.display(rec.clock.slot_at(done))  # to the next slot on
+                rec.clock.anchor(rec.slot, display)  # its grid, so peers stay in phase
+                deadline = display
             rec.slot += 1
             self._set_release(rec)
         events.append(ChunkReady(rec.sid, rec.next_block, frames, seq, display))
@@ -593,4 +621,4 @@ class Scheduler:
 def _edf(it: _Item) -> tuple[float, int, int, int]:
     """Earliest deadline first; on a tie the higher priority, then the most skipped."""
     rec = it.rec
-    return (it.due, -rec.ladder.priority, -rec.skipped_slots, rec.ladder.order)
+    return (it.due, -rec.ladder.priority, -rec.skipped_slots - rec.start_slips, rec.ladder.order)

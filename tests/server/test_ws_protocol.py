@@ -333,9 +333,10 @@ async def test_at_capacity_a_new_session_gets_an_error_and_close_1013() -> None:
 
 
 async def test_a_full_model_admits_degraded_then_refuses_with_1013() -> None:
-    # Fake costs: 30 ms + 7.5 ms per chunk at bucket 64 and 4 steps, no batching. One
-    # session fits only at the bottom of its ladder; a second does not fit at all.
-    factory = fake_factory(per_batch=0.03, sleep=False)
+    # Fake costs: 60 ms + 15 ms per chunk at bucket 64 and 4 steps, no batching. One
+    # session fits only at the bottom of its ladder (12 fps at bucket 64); a second does not
+    # fit at all.
+    factory = fake_factory(per_batch=0.06, sleep=False)
     async with serve(runner_factory=factory, admission_threshold=0.85, batching=False) as s:
         ws = await s.connect()
         first = await start(ws, fps=60.0, bucket=128)

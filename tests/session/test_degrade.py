@@ -25,7 +25,8 @@ LADDER_DOWN = [
     ("lookahead 2->0",),
     ("steps 4->3",),
     ("steps 3->2",),
-    ("fps 24->12",),
+    ("fps 24->16",),
+    ("fps 16->12",),
     ("bucket 128->64",),
 ]
 

@@ -124,7 +124,7 @@ def test_sessions_whose_deadlines_line_up_share_a_batch() -> None:
 
 
 def test_sessions_far_apart_in_phase_are_not_batched() -> None:
-    sim = Sim(batch_window=0.010)
+    sim = Sim(batch_window=0.010, align_phase=False)
     sim.add("a")
     sim.clock.advance(PERIOD / 2)  # b's frames fall half a period after a's
     sim.add("b")
@@ -134,7 +134,7 @@ def test_sessions_far_apart_in_phase_are_not_batched() -> None:
 
 
 def test_sessions_slightly_out_of_phase_are_pulled_into_one_batch() -> None:
-    sim = Sim(batch_window=0.010)
+    sim = Sim(batch_window=0.010, align_phase=False)
     sim.add("a")
     sim.clock.advance(0.004)
     sim.add("b")
@@ -165,8 +165,10 @@ def test_batch_is_sized_to_finish_before_its_earliest_deadline() -> None:
     assert batch_ids(plan) == [[f"s{i}" for i in range(5)]]
     assert plan.batches[0].deadline == pytest.approx(t0 + PERIOD - 0.002)
     assert t0 + sim.sched.cost.predict(64, 4, 5) <= plan.batches[0].deadline
-    sim.step()  # the three left out skip a frame instead of delaying the five
-    assert {e.session_id for e in sim.of(FrameSkipped)} == {"s5", "s6", "s7"}
+    second = sim.step()  # the three left out start one slot later instead of delaying the five
+    assert {"s5", "s6"} <= set(batch_ids(second)[0])
+    assert not sim.of(FrameSkipped)  # nothing was on their screens to repeat
+    assert [c.display_time for c in sim.chunks("s5")] == [pytest.approx(t0 + 2 * PERIOD)]
     sim.run_until(t0 + 1.0)
     assert not sim.of(DeadlineMiss)  # nobody is delivered late; skips rotate among equals
     skipped = {
@@ -175,9 +177,9 @@ def test_batch_is_sized_to_finish_before_its_earliest_deadline() -> None:
     assert max(skipped.values()) - min(skipped.values()) <= 2
 
 
-def test_late_push_session_skips_a_frame_and_does_not_delay_an_on_time_batch() -> None:
+def test_late_push_session_moves_to_a_later_slot_and_does_not_delay_an_on_time_batch() -> None:
     cost = LinearCost({64: (0.010, 0.002), 128: (0.010, 0.002)})  # one chunk: 12 ms
-    sim = Sim(cost, start_delay=0.2, margin=0.002)
+    sim = Sim(cost, start_delay=0.2, margin=0.002, align_phase=False)
     sim.add("late")  # first frame shown at 100.2
     sim.clock.advance(0.015)
     sim.add("b")  # first frames shown at 100.215
@@ -186,15 +188,35 @@ def test_late_push_session_skips_a_frame_and_does_not_delay_an_on_time_batch() -
     sim.clock.set(100.194)  # "late" can no longer make 100.2 - margin; b and c can
     plan = sim.step()
     assert batch_ids(plan) == [["b", "c"]]
-    [skip] = sim.of(FrameSkipped)
-    assert (skip.session_id, skip.block_idx, skip.repeat_block_idx, skip.frames) == (
-        "late",
-        0,
-        -1,
-        1,
-    )
     sim.run_until(101.0)
-    assert [c.block_idx for c in sim.chunks("late")] == list(range(len(sim.chunks("late"))))
+    assert not sim.of(FrameSkipped)  # nothing was on its screen yet: its clock moved instead
+    late = sim.chunks("late")
+    assert late[0].display_time == pytest.approx(100.2 + PERIOD)
+    assert [c.block_idx for c in late] == list(range(len(late)))
+
+
+def test_a_late_first_chunk_moves_the_clock_and_skips_nothing() -> None:
+    cost = LinearCost({64: (0.010, 0.002), 128: (0.010, 0.002)})
+    sim = Sim(cost, start_delay=0.2, margin=0.002)
+    sim.add("s")  # first frame meant for 100.2
+    sim.clock.set(100.3)  # the model was busy elsewhere: slot 0 and slot 1 have passed
+    sim.step()
+    sim.run_until(100.6)
+    assert not sim.of(FrameSkipped) and not sim.of(DeadlineMiss)
+    shown = [c.display_time for c in sim.chunks("s")]
+    assert shown[0] == pytest.approx(100.2 + 3 * PERIOD)  # the first slot it can make
+    assert shown == pytest.approx([shown[0] + i * PERIOD for i in range(len(shown))])
+
+
+def test_a_first_chunk_that_finishes_late_starts_the_clock() -> None:
+    cost = LinearCost({64: (0.010, 0.002), 128: (0.010, 0.002)})
+    sim = Sim(cost, margin=0.002)
+    sim.add("s")
+    sim.runner.open_seconds = 0.1  # the open (a start frame, an observation) takes model time
+    sim.run_until(sim.clock() + 0.5)
+    assert not sim.of(DeadlineMiss) and not sim.of(FrameSkipped)
+    shown = [c.display_time for c in sim.chunks("s")]
+    assert shown == pytest.approx([shown[0] + i * PERIOD for i in range(len(shown))])
 
 
 def test_overdue_pull_request_runs_after_the_on_time_batches() -> None:
@@ -484,3 +506,23 @@ def test_at_saturation_late_sessions_catch_up_together_in_big_batches() -> None:
     for i in range(8):  # and every session's blocks stay consecutive
         chunks = sim.chunks(f"s{i}")
         assert [c.block_idx for c in chunks] == list(range(len(chunks)))
+
+
+@pytest.mark.parametrize("align", [True, False])
+def test_a_session_that_joins_later_runs_in_phase_with_the_running_ones(align: bool) -> None:
+    sim = Sim(align_phase=align)
+    sim.add("a")
+    sim.run_until(100.5)
+    sim.clock.advance(0.013)  # joins 13 ms off a's grid: beyond the batch window
+    sim.add("b")
+    sim.run_until(101.5)
+    a, b = sim.chunks("a"), sim.chunks("b")
+    offset = (b[0].display_time - a[0].display_time) / PERIOD
+    together = [ids for p in sim.plans[-10:] for ids in batch_ids(p)]
+    if align:
+        assert offset == pytest.approx(round(offset), abs=1e-6)
+        assert b[0].display_time - 100.513 <= 2 * PERIOD + 1e-6  # at most one period later
+        assert all(sorted(ids) == ["a", "b"] for ids in together)
+    else:
+        assert offset != pytest.approx(round(offset), abs=1e-3)
+        assert all(len(ids) == 1 for ids in together)
