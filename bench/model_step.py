@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from model.config import ModelConfig
 from model.consistency import cached_vs_full
 from model.dit import WorldModel
+from model.dtype import DTYPES, pick_dtype
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS, load_model
 from session.plan import ChunkWork, SessionSpec, StepPlan
@@ -39,13 +40,6 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> floa
         a @ b
         reps += 1
     return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
-
-
-def pick_dtype(name: str) -> torch.dtype:
-    if name != "auto":
-        return getattr(torch, name)
-    f32, bf16 = matmul_peak(torch.float32, 512, 0.3), matmul_peak(torch.bfloat16, 512, 0.3)
-    return torch.bfloat16 if bf16 > 1.1 * f32 else torch.float32
 
 
 def timed(fn, min_seconds: float = 0.6, min_reps: int = 3) -> float:
@@ -89,7 +83,7 @@ def measure(runner: ModelRunner, bucket: int, batch: int) -> tuple[float, float,
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--dtype", default="auto", choices=DTYPES)
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
     args = ap.parse_args(argv)

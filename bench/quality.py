@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from model.dtype import DTYPES, pick_dtype
 from model.runner import ModelRunner
 from model.train import HELD_OUT_SEEDS
 from model.weights import DEFAULT_WEIGHTS
@@ -228,9 +229,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/quality"))
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--dtype", default="float32", choices=DTYPES, help="the model's float type")
     ap.add_argument("--buckets", type=int, nargs="+", default=None, help="only these buckets (default: all)")
     args = ap.parse_args(argv)
-    runner = ModelRunner.from_pretrained(args.weights, threads=args.threads, max_sessions=16)
+    torch.set_num_threads(args.threads)
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=16, dtype=pick_dtype(args.dtype))
     episodes = 4 if args.quick else 12
     long_len = 1000 if args.quick else 5000
     summary: dict[str, float] = {}

@@ -1,6 +1,9 @@
 """Serving load: the real default model behind the engine, in-process, no network.
 
-    python -m bench.serve_load [--quick] [--seconds S] [--threads N] [--weights PATH]
+    python -m bench.serve_load [--quick] [--seconds S] [--threads N] [--dtype D] [--weights PATH]
+
+Sessions join one by one at random moments over ``--join-spread`` seconds (as clients do,
+not in lockstep); the scheduler starts each new clock in phase with the running ones.
 
 Push-mode sessions at the smallest bucket ask for 24 fps at full quality; a consumer task per
 session drains its latest-frame holder, as a transport would. Reports:
@@ -31,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from model.dtype import DTYPES
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS
 from server.engine import Engine, model_executor
@@ -67,7 +71,7 @@ class LoadResult:
 
 async def run_load(
     runner: ModelRunner, timings: list[BatchTiming], sessions: int, seconds: float, *,
-    fps: float = 24.0, batching: bool = True, degrade: bool = False,
+    fps: float = 24.0, batching: bool = True, degrade: bool = False, join_spread: float = 0.0,
 ) -> LoadResult:
     bucket = runner.buckets[0]
     info = RunnerInfo(runner.buckets, runner.frames_per_chunk, runner.max_steps, BATCH_SIZES)
@@ -117,8 +121,11 @@ async def run_load(
             await asyncio.sleep(0.25)
 
     await engine.start()
+    joins = np.sort(np.random.default_rng(sessions).uniform(0.0, join_spread, sessions))
     try:
+        t_start = time.monotonic()
         for i, sid in enumerate(ids):
+            await asyncio.sleep(max(0.0, t_start + joins[i] - time.monotonic()))
             verdict = engine.add_session(sid, SessionSpec(sid, bucket, seed=i, scene=""), fps=fps,
                                          lookahead=1, mode=Mode.PUSH)
             if not verdict.admitted:
@@ -175,12 +182,13 @@ def runner_fps_on_mix(runner: ModelRunner, mix: Counter[tuple[int, int]], second
 
 
 async def capacity(
-    runner: ModelRunner, timings: list[BatchTiming], seconds: float, batching: bool, limit: int
+    runner: ModelRunner, timings: list[BatchTiming], seconds: float, batching: bool, limit: int,
+    join_spread: float,
 ) -> tuple[int, float, list[LoadResult]]:
     """The most sessions held at 24 fps with < 1% misses (stepping up one at a time)."""
     best, best_miss, results = 0, float("nan"), []
     for n in range(1, limit + 1):
-        res = await run_load(runner, timings, n, seconds, batching=batching)
+        res = await run_load(runner, timings, n, seconds, batching=batching, join_spread=join_spread)
         results.append(res)
         print(f"  batching={'on ' if batching else 'off'} sessions={n:2d} delivered={res.delivered_fps:6.1f} fps "
               f"miss_rate={res.miss_rate:.3f} min_share={res.min_share:.2f}", flush=True)
@@ -192,14 +200,16 @@ async def capacity(
 
 async def main_async(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
-    runner = ModelRunner.from_pretrained(args.weights, max_sessions=64)
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=64, dtype=args.dtype)
     steps = tuple(range(2, runner.max_steps + 1))
     timings = warm_up(runner, runner.buckets[:1], steps, BATCH_SIZES)  # the bench may block
     seconds = args.seconds
-    print(f"weights {args.weights}, {args.threads} thread(s), bucket {runner.buckets[0]}, "
-          f"{runner.max_steps} steps, {seconds:.0f} s per load level")
-    n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit)
-    n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit)
+    spread = args.join_spread
+    print(f"weights {args.weights}, {args.threads} thread(s), {str(runner.dtype).removeprefix('torch.')}, "
+          f"bucket {runner.buckets[0]}, {runner.max_steps} steps, {seconds:.0f} s per load level, "
+          f"sessions join over {spread:g} s")
+    n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread)
+    n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread)
     sat = max(BATCH_SIZES[-1], n_on + 1)
     res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0)
     alone = runner_fps_on_mix(runner, res.batches, min(seconds, 10))
@@ -207,7 +217,7 @@ async def main_async(args: argparse.Namespace) -> None:
     mix = " ".join(f"{size}x{steps}steps:{n}" for (size, steps), n in sorted(res.batches.items()))
     print(f"  saturation: {sat} sessions, engine {res.delivered_fps:.1f} frames/s, runner alone on the "
           f"same batches {alone:.1f} frames/s; batches (size x steps: count) {mix}")
-    over = await run_load(runner, timings, max(2, 2 * n_on), seconds, degrade=True)
+    over = await run_load(runner, timings, max(2, 2 * n_on), seconds, degrade=True, join_spread=spread)
     hist = " ".join(f"L{k}:{v}" for k, v in sorted(over.levels.items()))
     firsts: list[str] = []
     for ch in over.ladder:
@@ -228,6 +238,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--limit", type=int, default=12, help="most sessions to try")
+    ap.add_argument("--dtype", default="float32", choices=DTYPES, help="the model's float type (the server's --dtype)")
+    ap.add_argument("--join-spread", type=float, default=1.0,
+                    help="seconds over which the sessions of a load level join, at random moments")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     args = ap.parse_args(argv)
     if args.seconds is None:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from model.config import ModelConfig
 from model.dit import WorldModel
+from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
 from model.weights import DEFAULT_WEIGHTS, load_model
 from session.plan import (
@@ -94,12 +95,15 @@ class ModelRunner:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None, **kw: object
+        cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
+        dtype: torch.dtype | str = torch.float32, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``model/world``) starts sessions
-        from its world's view unless ``start_frame`` is given (``None`` turns that off)."""
+        from its world's view unless ``start_frame`` is given (``None`` turns that off).
+        ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto" times this machine)."""
         if threads is not None:
             torch.set_num_threads(threads)
+        kw["dtype"] = pick_dtype(dtype) if isinstance(dtype, str) else dtype
         if "start_frame" not in kw and Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve():
             from model.world import start_frame
 

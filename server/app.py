@@ -60,8 +60,9 @@ def load_model_runner(settings: Settings) -> Runner:
     path = settings.weights or weights_mod.DEFAULT_WEIGHTS
     slots = max(settings.capacity, max(settings.warmup_batch_sizes)) + 1
     runner: Runner = runner_mod.ModelRunner.from_pretrained(
-        path, threads=settings.threads, max_sessions=slots
+        path, threads=settings.threads, max_sessions=slots, dtype=settings.dtype
     )
+    log.info("model %s, %s, %s thread(s)", path, getattr(runner, "dtype", "?"), settings.threads or "default")
     return runner
 
 

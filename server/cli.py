@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.settings import Settings
+from server.settings import DTYPES, Settings
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -39,6 +39,8 @@ def serve_parser(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--weights", type=Path, default=None,
                     help="model weights (.safetensors with its .json); default: the shipped ones")
     ap.add_argument("--threads", type=int, default=d.threads, help="torch threads of the model")
+    ap.add_argument("--dtype", choices=DTYPES, default=d.dtype,
+                    help="the model's float type; auto: bf16 where this CPU runs it >= 1.5x faster")
     ap.add_argument("--capacity", type=int, default=d.capacity, help="sessions held at once")
     ap.add_argument("--detached-ttl", type=float, default=d.detached_ttl_s,
                     help="seconds a dropped session stays resumable")
@@ -100,6 +102,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         port=args.port,
         weights=args.weights,
         threads=args.threads,
+        dtype=args.dtype,
         capacity=args.capacity,
         detached_ttl_s=args.detached_ttl,
         buckets=args.buckets,

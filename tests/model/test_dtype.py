@@ -1,0 +1,36 @@
+"""The model's float type: named, picked by timing, and bf16 runs the default weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from model.dtype import pick_dtype
+from model.runner import ModelRunner
+from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+
+
+def test_named_dtypes_and_a_clear_error_for_others() -> None:
+    assert pick_dtype("float32") is torch.float32
+    assert pick_dtype("bfloat16") is torch.bfloat16
+    assert pick_dtype("auto") in (torch.float32, torch.bfloat16)
+    with pytest.raises(ValueError, match="'float16'"):
+        pick_dtype("float16")
+
+
+def test_default_weights_in_bf16_stay_close_to_fp32() -> None:
+    frames = {}
+    for dtype in ("float32", "bfloat16"):
+        runner = ModelRunner.from_pretrained(dtype=dtype, max_sessions=2)
+        assert runner.dtype is getattr(torch, dtype)
+        runner.execute(StepPlan(new_sessions=[SessionSpec("s", 64, seed=3, scene="forest")]))
+        act = np.zeros((1, ACTION_DIM), np.float32)
+        act[0, 0] = 1.0  # forward
+        out = [
+            runner.execute(StepPlan(batches=[Batch(64, 4, [ChunkWork("s", i, act)])])).results[0].frames
+            for i in range(4)
+        ]
+        frames[dtype] = np.concatenate(out).astype(np.float64)
+    err = np.sqrt(np.mean((frames["float32"] - frames["bfloat16"]) ** 2))
+    assert err < 4.0, f"bf16 frames differ from fp32 by RMS {err:.1f} / 255"
