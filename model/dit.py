@@ -224,24 +224,38 @@ def shift_warp(prev: torch.Tensor, ky: torch.Tensor, kx: torch.Tensor, radius: i
 
     prev (N, C, H, W); ky, kx (N, gh, gw, taps) softmax weights over offsets -r..r.
     out(y, x) = sum_ij ky[j] kx[i] prev(y + j - r, x + i - r), edges replicated.
-    One multiply-add per tap over shifted views of the padded frame, the token's weight
-    broadcast over its p x p pixels: no unfold and no per-pixel gather.
+    Each pass is one batched matmul: along x, every token row's pixel rows times a banded
+    (W + 2r, W) matrix holding each column's token weights on its diagonals; along y, the
+    same per token column. Two small matmuls instead of 2·taps passes over the frame.
     """
     n, c, h, w = prev.shape
-    g = h // p
-    wx = kx.permute(3, 0, 1, 2).reshape(-1, n, 1, g, 1, g, 1)  # (taps, N, 1, gh, 1, gw, 1)
-    wy = ky.permute(3, 0, 1, 2).reshape(-1, n, 1, g, 1, g, 1)
-    padded = F.pad(prev, (radius, radius, 0, 0), mode="replicate")
-    out = _taps(padded, wx, (n, c, g, p, g, p), lambda i: (..., slice(i, i + w)))
-    padded = F.pad(out.view(n, c, h, w), (0, 0, radius, radius), mode="replicate")
-    return _taps(padded, wy, (n, c, g, p, g, p), lambda i: (..., slice(i, i + h), slice(None))).view(n, c, h, w)
+    g, taps = h // p, 2 * radius + 1
+    padded = F.pad(prev, (radius, radius, 0, 0), mode="replicate")  # (N, C, H, W + 2r)
+    rows = padded.view(n, c, g, p, w + 2 * radius).transpose(1, 2).reshape(n * g, c * p, w + 2 * radius)
+    bx = _band(kx.reshape(n * g, g, taps).repeat_interleave(p, 1))  # (N*gh, W + 2r, W)
+    out_x = torch.bmm(rows, bx).view(n, g, c, p, w)  # (N, gh, C, py, x)
+    cols = out_x.permute(0, 4, 2, 1, 3).reshape(n, w * c, h)  # (N, x*C, y)
+    cols = F.pad(cols, (radius, radius), mode="replicate").view(n, g, p, c, h + 2 * radius)
+    cols = cols.permute(0, 1, 4, 2, 3).reshape(n * g, h + 2 * radius, p * c)  # per token column
+    by = _band(ky.transpose(1, 2).reshape(n * g, g, taps).repeat_interleave(p, 1))  # (N*gw, H + 2r, H)
+    out = torch.bmm(by.transpose(1, 2), cols)  # (N*gw, H, px*C)
+    return out.view(n, g, h, p, c).permute(0, 4, 2, 1, 3).reshape(n, c, h, w)
 
 
-def _taps(padded: torch.Tensor, weights: torch.Tensor, shape: tuple[int, ...], window) -> torch.Tensor:
-    out = padded[window(0)].reshape(shape) * weights[0]
-    for i in range(1, weights.shape[0]):
-        out.addcmul_(padded[window(i)].reshape(shape), weights[i])
-    return out
+_BAND_INDEX: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+
+
+def _band(weights: torch.Tensor) -> torch.Tensor:
+    """weights (B, n, taps) -> (B, n + taps - 1, n) banded, M[x + i, x] = weights[x, i]."""
+    b, n, taps = weights.shape
+    key = (n, taps, weights.device)
+    if key not in _BAND_INDEX:
+        with torch.inference_mode(False):  # a normal tensor: training may scatter with it too
+            x, i = torch.arange(n)[:, None], torch.arange(taps)[None, :]
+            _BAND_INDEX[key] = ((x + i) * n + x).reshape(-1).to(weights.device)
+    band = weights.new_zeros(b, (n + taps - 1) * n)
+    band.scatter_(1, _BAND_INDEX[key].expand(b, -1), weights.reshape(b, -1))
+    return band.view(b, n + taps - 1, n)
 
 
 class WorldModel(nn.Module):

@@ -89,14 +89,14 @@ class KVCachePool:
         nc = self.k.shape[2]
         shape = (self.k.shape[0], b, nc + fc * t, *self.k.shape[3:])  # the chunk's own keys last
         k_all, v_all = self.k.new_empty(shape), self.v.new_empty(shape)
-        v_all[:, :, :nc] = self.v[:, idx]
+        v_all[:, :, :nc] = torch.index_select(self.v, 1, idx)
         frames = self.frame_at[slots]  # (B, P)
         valid = frames >= 0
         rel = torch.from_numpy(frames - chunk_starts[:, None]).reshape(-1)
         sink = torch.from_numpy(valid & (frames < cfg.sink_frames)).reshape(-1)
         rot = self.rope.time(rel, sink, t)  # (B*P*T, D)
         rot = Rope(rot.cos.view(b, -1, rot.cos.shape[-1]), rot.sin.view(b, -1, rot.sin.shape[-1]))
-        k_all[:, :, :nc] = rot.to(self.k.dtype).apply(self.k[:, idx])
+        k_all[:, :, :nc] = rot.to(self.k.dtype).apply(torch.index_select(self.k, 1, idx))
 
         own = np.arange(fc)
         rope_q = self.rope.time(torch.from_numpy(own), torch.zeros(fc, dtype=torch.bool), t)

@@ -32,6 +32,21 @@ def test_shift_warp_matches_the_separable_kernel() -> None:
         assert torch.allclose(shift_warp(prev, ky, kx, r, p), reference_warp(prev, ky, kx, r, p), atol=1e-5)
 
 
+def test_shift_warp_trains_after_serving() -> None:
+    g = torch.Generator().manual_seed(1)
+    prev = torch.randn(2, 3, 32, 32, generator=g)
+    logits = torch.randn(2, 2, 4, 4, 5, generator=g)
+    with torch.inference_mode():  # the runner warms its caches in inference mode first
+        shift_warp(prev, logits[0].softmax(-1), logits[1].softmax(-1), 2, 8)
+    grads = []
+    for warp in (shift_warp, reference_warp):
+        w = logits.clone().requires_grad_(True)
+        warp(prev, w[0].softmax(-1), w[1].softmax(-1), 2, 8).square().mean().backward()
+        assert w.grad is not None
+        grads.append(w.grad)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
 def test_a_one_hot_kernel_shifts_the_frame() -> None:
     prev = torch.arange(64 * 64, dtype=torch.float32).view(1, 1, 64, 64)
     r = 3
