@@ -3,7 +3,7 @@
 Each session gets a ladder of rungs built from what it asked for; rung 0 is full quality
 and every rung below it gives up one more thing, always in this order::
 
-    lookahead L -> 0,  steps 4 -> 3 -> 2,  fps 24 -> 12,  bucket 128 -> 64 (last)
+    lookahead L -> 0,  steps 4 -> 3 -> 2,  fps 24 -> 16 -> 12,  bucket 128 -> 64 (last)
 
 Rungs that would change nothing are left out (L already 0, fps already at the floor...).
 Recovery climbs the same ladder back, one rung at a time, in reverse.
