@@ -22,8 +22,10 @@ How ``schedule`` picks work:
   earliest eligible chunk of its key; chunks of that key due within ``batch_window`` of the
   lead join it, in deadline order, while the cost model says the batch still finishes
   (after the batches before it in the plan) before every member's deadline, up to the
-  largest warmed batch size. So a late or tight session never holds an on-time batch back:
-  it is not a member.
+  largest warmed batch size. A push member's deadline is its display time less ``margin``:
+  lookahead says how early a chunk is due and may start, and near saturation a batch may
+  spend it, because splitting a batch to finish early costs more model time than it
+  saves. So a late or tight session never holds an on-time batch back: it is not a member.
 - Clocks in phase: a new push session's display grid starts in phase with a running
   session of the same bucket, steps and fps (its first frame up to one period later), so
   sessions that join at any moment fall due together and share batches.
