@@ -526,3 +526,17 @@ def test_a_session_that_joins_later_runs_in_phase_with_the_running_ones(align: b
     else:
         assert offset != pytest.approx(round(offset), abs=1e-3)
         assert all(len(ids) == 1 for ids in together)
+
+
+def test_a_batch_may_spend_lookahead_rather_than_split() -> None:
+    # 10 ms + 5 ms a chunk: five together take 35 ms, more than the 20 ms until they are
+    # due, less than the 61.7 ms until they are shown. One batch of five, not 2 + 3.
+    cost = LinearCost({64: (0.010, 0.005), 128: (0.010, 0.005)})
+    sim = Sim(cost, start_delay=0.020, margin=0.002)
+    for i in range(5):
+        sim.add(f"s{i}", lookahead=1)
+    plan = sim.step()
+    assert batch_ids(plan) == [[f"s{i}" for i in range(5)]]
+    sim.run_until(sim.clock() + 1.0)
+    assert not sim.of(DeadlineMiss) and not sim.of(FrameSkipped)
+    assert set(sim.runner.batch_sizes) == {5}
