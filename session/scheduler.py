@@ -43,9 +43,8 @@ The events are defined in ``session/events.py``, ``Mode``, ``RunnerInfo`` and
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -72,6 +71,7 @@ from session.plan import (
     StepOutput,
     StepPlan,
 )
+from session.records import Record, edf
 
 __all__ = [
     "ChunkReady",
@@ -88,35 +88,7 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True, eq=False)
-class _Record:
-    """The scheduler's own view of one session (the store's Session is someone else's)."""
-
-    sid: str
-    spec: SessionSpec  # sent once, when the session opens in the runner
-    pull: bool
-    ladder: LadderState
-    clock: FrameClock  # push pacing; pull sessions use only its fps for load
-    next_block: int
-    actions: np.ndarray  # (frames_per_chunk, ACTION_DIM) float32, latest action wins
-    action_seq: int = 0
-    slot: int = 0  # display slot the next block is for (push)
-    opened: bool = False
-    in_flight: bool = False
-    retry_at: float = float("-inf")  # after a runner error: hold its open/update/work until
-    release: float = float("-inf")  # push: when the next chunk may start (see _set_release)
-    scene: str | None = None  # pending changes, sent as one SessionUpdate
-    observation: np.ndarray | None = None
-    bucket_dirty: bool = False
-    requests: deque[tuple[int, float]] = field(default_factory=deque)  # pull: (block, due)
-    committed: int = 0
-    skipped_slots: int = 0
-    start_slips: int = 0  # slots its clock moved before the first frame (no frame to repeat)
-    misses: int = 0
-    errors: int = 0
-
-
-_Item = Item[_Record]
+_Item = Item[Record]
 
 
 class Scheduler:
@@ -136,10 +108,10 @@ class Scheduler:
         self._max_batch = max(info.batch_sizes) if o.batching else 1
         self.load = Load(cost, self._max_batch)
         self.controller = DegradeController(o.degrade)
-        self._records: dict[str, _Record] = {}
-        self._inflight: dict[str, _Record] = {}
-        self._pending_open: list[_Record] = []
-        self._dirty: dict[str, _Record] = {}
+        self._records: dict[str, Record] = {}
+        self._inflight: dict[str, Record] = {}
+        self._pending_open: list[Record] = []
+        self._dirty: dict[str, Record] = {}
         self._freed: list[str] = []
         self._events: list[Event] = []
         self._order = 0
@@ -194,7 +166,7 @@ class Scheduler:
             t0 = self._in_phase(t0, s)
         frame_clock = FrameClock(t0, s.fps, info.frames_per_chunk, s.lookahead)
         actions = np.zeros((info.frames_per_chunk, ACTION_DIM), np.float32)
-        rec = _Record(
+        rec = Record(
             session_id,
             replace(spec, bucket=s.bucket),
             pull,
@@ -340,10 +312,10 @@ class Scheduler:
                 groups.setdefault(key, []).append(_Item(due, target, due <= release, rec))
         plan.batches += form_batches(
             groups, now, predict=self.cost.predict, max_batch=self._max_batch,
-            window=self.options.batch_window, rank=_edf, make=self._batch,
+            window=self.options.batch_window, rank=edf, make=self._batch,
         )
         for key, items in late.items():  # overdue pull requests: after all on-time work
-            items.sort(key=_edf)
+            items.sort(key=edf)
             for i in range(0, len(items), self._max_batch):
                 part = items[i : i + self._max_batch]
                 plan.batches.append(self._batch(key, part, part[0].target))
@@ -443,13 +415,13 @@ class Scheduler:
 
     # --- internals ---
 
-    def _get(self, session_id: str) -> _Record:
+    def _get(self, session_id: str) -> Record:
         rec = self._records.get(session_id)
         if rec is None:
             raise KeyError(f"session {session_id!r} is not scheduled")
         return rec
 
-    def _set_release(self, rec: _Record) -> None:
+    def _set_release(self, rec: Record) -> None:
         """Cache when the push session's next chunk may start: ``release_ahead`` chunk
         periods before it is due, or earlier when one chunk alone takes longer than that
         (otherwise a session slower than its frame period would skip every slot forever).
@@ -545,7 +517,7 @@ class Scheduler:
             works.append(ChunkWork(rec.sid, rec.next_block, rec.actions, rec.action_seq))
         return Batch(key[0], key[1], works, deadline)
 
-    def _skip(self, rec: _Record, slot: int, now: float) -> None:
+    def _skip(self, rec: Record, slot: int, now: float) -> None:
         n = slot - rec.slot
         if n <= 0:
             return
@@ -561,7 +533,7 @@ class Scheduler:
 
     def _commit(
         self,
-        rec: _Record,
+        rec: Record,
         frames: np.ndarray,
         seq: int,
         done: float,
@@ -618,9 +590,3 @@ class Scheduler:
             events.append(
                 DegradationChanged(rec.sid, old_level, state.level, describe_change(old, new), new)
             )
-
-
-def _edf(it: _Item) -> tuple[float, int, int, int]:
-    """Earliest deadline first; on a tie the higher priority, then the most skipped."""
-    rec = it.rec
-    return (it.due, -rec.ladder.priority, -rec.skipped_slots - rec.start_slips, rec.ladder.order)
