@@ -68,6 +68,10 @@ class FrameClock:
         x = (t - self._anchor_time) / self._period
         return self._anchor_slot + math.ceil(x - 1e-9)
 
+    def next_display(self, t: float) -> float:
+        """The first display time on this clock's grid at or after ``t``."""
+        return self.display(self.slot_at(t))
+
     def slots_displayed(self, now: float) -> int:
         """How many slots (from slot 0) have started displaying by ``now``."""
         x = (now - self._anchor_time) / self._period

@@ -439,8 +439,7 @@ class Scheduler:
         for rec in self._records.values():
             r = rec.ladder.settings
             if not rec.pull and (r.bucket, r.steps, r.fps) == (s.bucket, s.steps, s.fps):
-                wait = (rec.clock.display(0) - t0) % rec.clock.chunk_period
-                return t0 + (wait if wait < rec.clock.chunk_period - 1e-6 else 0.0)
+                return rec.clock.next_display(t0)
         return t0
 
     def _demand_of(self, s: Settings) -> Demand:
@@ -546,8 +545,8 @@ class Scheduler:
         else:
             deadline = display = rec.clock.display(rec.slot)
             if rec.committed == 0 and done > deadline:  # late first frame: the clock moves
-                display = rec.clock.display(rec.clock.slot_at(done))  # to the next slot on
-                rec.clock.anchor(rec.slot, display)  # its grid, so peers stay in phase
+                display = rec.clock.next_display(done)  # to the next slot on its grid,
+                rec.clock.anchor(rec.slot, display)  # so peers stay in phase
                 deadline = display
             rec.slot += 1
             self._set_release(rec)
