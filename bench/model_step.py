@@ -31,15 +31,24 @@ from session.plan import ChunkWork, SessionSpec, StepPlan
 BATCHES = (1, 2, 4, 8, 16)
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        reps += 1
-    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
+def matmul_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (512, 1024), trials: int = 3,
+                seconds: float = 0.4) -> float:
+    """The best GFLOP/s of square matmuls over a few sizes and trials, after a warm-up: a
+    single cold trial can read half the real peak (clock ramp, a noisy neighbour), and an
+    efficiency above 1 would follow."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:  # warm-up
+            a @ b
+        for _ in range(trials):
+            reps, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                a @ b
+                reps += 1
+            best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9)
+    return best
 
 
 def timed(fn, min_seconds: float = 0.6, min_reps: int = 3) -> float:
@@ -99,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model: {source}, {params / 1e6:.2f}M params, depth {cfg.depth}, width {cfg.width}, "
           f"{cfg.denoising_steps} steps + commit, dtype {str(dtype).removeprefix('torch.')}, "
           f"{args.threads} threads")
-    print(f"matmul peak: {peak:.1f} GFLOP/s (1024x1024, same dtype and threads)")
+    print(f"matmul peak: {peak:.1f} GFLOP/s (best of 512² and 1024² matmuls, same dtype and threads)")
     runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches))
     print(f"{'bucket':>6} {'batch':>5} {'tokens':>6} {'ms/fwd':>8} {'ms/chunk':>9} {'frames/s':>9} "
           f"{'GFLOP/s':>8} {'eff':>5}")

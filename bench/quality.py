@@ -6,7 +6,8 @@ For every bucket: the model is anchored on the renderer's first frame (an observ
 driven by held-out action scripts; its rollout is compared with the renderer's for the same
 actions. Prints per bucket:
 
-- PSNR at horizons 1, 8, 32 beside the repeat-the-last-frame baseline;
+- PSNR at horizons 1, 8, 32 beside the repeat-the-last-frame baseline, each from the mean
+  squared error over all episodes (``pooled_psnr``);
 - action control: share of moving steps where the model's global motion (phase correlation
   between consecutive frames) matches the commanded shift, beside the renderer's own score;
 - scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the
@@ -42,9 +43,25 @@ from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, SessionUpdat
 HORIZONS = (1, 8, 32)
 
 
+def mse(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+
+
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float(10 * np.log10(255.0**2 / max(mse, 1e-10)))
+    """PSNR of one frame pair (dB)."""
+    return psnr_of_mse(mse(a, b))
+
+
+def psnr_of_mse(err: float) -> float:
+    return float(10 * np.log10(255.0**2 / max(err, 1e-10)))
+
+
+def pooled_psnr(pred: np.ndarray, truth: np.ndarray) -> float:
+    """PSNR of the mean squared error over all episodes (pred, truth: (E, H, W, 3)).
+
+    Averaging per-episode PSNR in dB instead lets one identical pair (an episode that stood
+    still, +148 dB for the repeat baseline) outweigh every other episode."""
+    return psnr_of_mse(float(np.mean([mse(p, t) for p, t in zip(pred, truth, strict=True)])))
 
 
 def contrast(frame: np.ndarray) -> float:
@@ -244,8 +261,8 @@ def main(argv: list[str] | None = None) -> None:
         save_strips(roll, args.out, bucket)
         res = {}
         for h in HORIZONS:
-            res[f"psnr_h{h}"] = float(np.mean([psnr(roll.model[i, h], roll.truth[i, h]) for i in range(episodes)]))
-            res[f"psnr_h{h}_repeat"] = float(np.mean([psnr(roll.truth[i, 0], roll.truth[i, h]) for i in range(episodes)]))
+            res[f"psnr_h{h}"] = pooled_psnr(roll.model[:, h], roll.truth[:, h])
+            res[f"psnr_h{h}_repeat"] = pooled_psnr(roll.truth[:, 0], roll.truth[:, h])
         model_ok, truth_ok = [], []
         for i in range(episodes):
             for t in range(1, roll.truth.shape[1]):

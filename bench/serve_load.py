@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--limit", type=int, default=12, help="most sessions to try")
-    ap.add_argument("--dtype", default="float32", choices=DTYPES, help="the model's float type (the server's --dtype)")
+    ap.add_argument("--dtype", default="auto", choices=DTYPES, help="the model's float type (the server's --dtype, auto by default)")
     ap.add_argument("--join-spread", type=float, default=1.0,
                     help="seconds over which the sessions of a load level join, at random moments")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)

@@ -4,8 +4,10 @@
 
 What one step does (teacher forcing in one pass, as CausVid / diffusion forcing):
 - sample sequences of ``seq_frames`` frames from episodes of the world (mixed random and
-  scripted actions; both buckets, the bigger one less often since it costs 4x the tokens);
-  half of them keep the sink far in the past, as in a long session;
+  scripted actions, and with ``still_share`` the calm policy's long still stretches, where a
+  rollout must hold the view rather than drift; both buckets, the bigger one less often
+  since it costs 4x the tokens); half of them keep the sink far in the past, as in a long
+  session;
 - build the sequence ``[clean frames; noisy frames]``: every noisy frame is a generation query
   that sees exactly what the KV cache would hold (``dit.sequence_mask``) and is trained to
   predict its clean frame (x0, MSE) at a noise level drawn from the sampler's schedules;
@@ -64,6 +66,7 @@ class TrainConfig:
     self_rollout_share: float = 0.35
     far_sink_share: float = 0.5
     scene_switch_share: float = 0.25  # sequences whose prompt changes part-way
+    still_share: float = 0.0  # sequences from the "calm" policy (long still stretches)
     edge_weight: float = 0.1  # image-gradient matching term against blur (0: MSE only)
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
@@ -82,9 +85,10 @@ class WorldPool:
     """A few live worlds to record short episodes from; slowly refreshed for variety."""
 
     def __init__(self, n: int, buckets: tuple[int, ...], rng: np.random.Generator, map_size: int,
-                 scene_switch_share: float = 0.0):
+                 scene_switch_share: float = 0.0, still_share: float = 0.0):
         self.rng, self.buckets, self.map_size = rng, buckets, map_size
         self.scene_switch_share = scene_switch_share
+        self.still_share = still_share
         self.next_seed = TRAIN_SEED_BASE + int(rng.integers(0, 1_000_000))
         self.worlds = [self._new() for _ in range(n)]
 
@@ -114,7 +118,8 @@ class WorldPool:
             switch = None
             if self.rng.random() < self.scene_switch_share:
                 switch = (idx[int(self.rng.integers(1, length))], sample_scene(self.rng))
-            ep = record_episode(world, length + gap + 1, "mixed", self.rng, buckets=(bucket,), switch=switch)
+            policy = "calm" if self.rng.random() < self.still_share else "mixed"
+            ep = record_episode(world, length + gap + 1, policy, self.rng, buckets=(bucket,), switch=switch)
             f, a = ep.frames[bucket], ep.actions
             frames.append(f[idx])
             prevs.append(np.stack([f[j] if j >= 0 else np.zeros_like(f[0]) for j in prev_idx]))
@@ -329,7 +334,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     sched0 = int(meta.get("schedule_start", 0))
     rng = np.random.default_rng([tc.seed, step0])
     g = torch.Generator().manual_seed(tc.seed * 1_000_003 + step0)
-    pool = WorldPool(tc.worlds, cfg.buckets, rng, tc.map_size, tc.scene_switch_share)
+    pool = WorldPool(tc.worlds, cfg.buckets, rng, tc.map_size, tc.scene_switch_share, tc.still_share)
     budget = tc.minutes * 60
     t_start, cpu_start = time.perf_counter(), time.process_time()
     last_ckpt = t_start
@@ -420,6 +425,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--self-rollout-after", type=int, default=TrainConfig.self_rollout_after)
     ap.add_argument("--self-rollout-share", type=float, default=TrainConfig.self_rollout_share)
     ap.add_argument("--scene-switch-share", type=float, default=TrainConfig.scene_switch_share)
+    ap.add_argument("--still-share", type=float, default=TrainConfig.still_share,
+                    help="share of sequences with long still stretches (the calm policy)")
     ap.add_argument("--edge-weight", type=float, default=TrainConfig.edge_weight)
     ap.add_argument("--lr", type=float, default=TrainConfig.lr)
     ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
@@ -442,6 +449,7 @@ def main(argv: list[str] | None = None) -> None:
         out=args.out, minutes=args.minutes, max_steps=args.max_steps, batch=args.batch,
         seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after,
         self_rollout_share=args.self_rollout_share, scene_switch_share=args.scene_switch_share,
+        still_share=args.still_share,
         edge_weight=args.edge_weight, lr=args.lr, warmup=args.warmup,
         restart_schedule=args.restart_schedule, worlds=args.worlds,
         seed=args.seed, threads=args.threads, model=json.loads(args.model),

@@ -8,6 +8,8 @@ scripted   a chain of manoeuvres: straight runs (keys, or a constant mouse vecto
            and back along a line (revisits places), squares, and idle stretches.
 keys       the random policy with the mouse off: whole-pixel shifts only (a curriculum start).
 mixed      random or scripted, half and half, per call.
+calm       long still stretches (60 % of segments) between random moves: a person who
+           looks around, stops, and watches the world move on its own.
 """
 
 from __future__ import annotations
@@ -121,6 +123,17 @@ def keys_policy(length: int, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+def calm_policy(length: int, rng: np.random.Generator) -> np.ndarray:
+    out = random_policy(length, rng)
+    t = 0
+    while t < length:
+        n = int(rng.integers(4, 41))
+        if rng.random() < 0.6:
+            out[t : t + n] = 0.0
+        t += n
+    return out
+
+
 def mixed_policy(length: int, rng: np.random.Generator) -> np.ndarray:
     return random_policy(length, rng) if rng.random() < 0.5 else scripted_policy(length, rng)
 
@@ -131,6 +144,7 @@ POLICIES: Mapping[str, ActionPolicy] = MappingProxyType(
         "scripted": scripted_policy,
         "keys": keys_policy,
         "mixed": mixed_policy,
+        "calm": calm_policy,
     }
 )
 

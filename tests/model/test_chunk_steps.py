@@ -47,6 +47,20 @@ def test_shift_warp_trains_after_serving() -> None:
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
 
+def test_shift_warp_reuses_its_band_buffers_without_leaking_old_kernels() -> None:
+    """Without autograd the band matrices live in reused buffers: each call's kernels must
+    replace the last call's, in inference mode and in plain no-grad mode alike."""
+    g = torch.Generator().manual_seed(2)
+    prev = torch.randn(2, 3, 32, 32, generator=g)
+    r, p, n = 3, 8, 4
+    for ctx in (torch.inference_mode, torch.no_grad, torch.inference_mode):
+        with ctx():
+            for _ in range(3):
+                ky = torch.randn(2, n, n, 2 * r + 1, generator=g).mul(4).softmax(-1)
+                kx = torch.randn(2, n, n, 2 * r + 1, generator=g).mul(4).softmax(-1)
+                assert torch.allclose(shift_warp(prev, ky, kx, r, p), reference_warp(prev, ky, kx, r, p), atol=1e-5)
+
+
 def test_a_one_hot_kernel_shifts_the_frame() -> None:
     prev = torch.arange(64 * 64, dtype=torch.float32).view(1, 1, 64, 64)
     r = 3

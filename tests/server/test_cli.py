@@ -21,9 +21,9 @@ def test_serve_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     s = cli.settings_from(parse(
         "--port", "9001", "--capacity", "3", "--threads", "2", "--batch-sizes", "1,2",
         "--buckets", "64", "--api-key", "a", "--min-steps", "3", "--no-batching",
-        "--dtype", "auto",
+        "--dtype", "bfloat16",
     ))
-    assert (s.port, s.capacity, s.threads, s.dtype) == (9001, 3, 2, "auto")
+    assert (s.port, s.capacity, s.threads, s.dtype) == (9001, 3, 2, "bfloat16")
     assert s.warmup_batch_sizes == (1, 2) and s.buckets == (64,)
     assert s.api_keys == frozenset({"a", "b", "c"}) and s.min_steps == 3 and not s.batching
 
@@ -32,7 +32,7 @@ def test_defaults_serve_on_loopback_port_8000(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("WORLDSERVE_PORT", raising=False)
     monkeypatch.delenv("WORLDSERVE_HOST", raising=False)
     s = cli.settings_from(parse())
-    assert (s.host, s.port, s.threads, s.dtype) == ("127.0.0.1", 8000, 1, "float32")
+    assert (s.host, s.port, s.threads, s.dtype) == ("127.0.0.1", 8000, 1, "auto")
 
 
 def test_bad_values_are_refused() -> None:

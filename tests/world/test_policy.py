@@ -32,3 +32,11 @@ def test_policies_are_deterministic_given_the_rng() -> None:
 def test_unknown_policy_name_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown policy 'walk'"):
         resolve_policy("walk")
+
+
+def test_calm_policy_stands_still_far_more_than_mixed() -> None:
+    rng = np.random.default_rng(3)
+    still = lambda a: float((~a.any(axis=1)).mean())  # noqa: E731
+    calm = np.mean([still(POLICIES["calm"](200, rng)) for _ in range(20)])
+    mixed = np.mean([still(POLICIES["mixed"](200, rng)) for _ in range(20)])
+    assert calm > 0.45 and calm > 3 * mixed
