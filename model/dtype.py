@@ -1,17 +1,37 @@
 """Which float type the model runs in on this machine.
 
 CPUs with native bf16 matrix instructions (AVX-512 BF16, AMX) multiply bf16 several times
-faster than fp32; elsewhere bf16 is emulated and slower. ``pick_dtype("auto")`` times both
-on a matmul of the model's own shapes and takes bf16 only where it clearly wins.
+faster than fp32; elsewhere bf16 is emulated and slower. ``pick_dtype("auto")`` reads the
+CPU's flags where the OS lists them (Linux: ``avx512_bf16`` or ``amx_bf16`` in
+/proc/cpuinfo), so the choice never depends on a noisy moment at start-up; where it cannot
+tell, it times both on a matmul of the model's own shapes and takes bf16 only where it
+clearly wins.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import torch
 
 DTYPES = ("auto", "float32", "bfloat16")
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def native_bf16(cpuinfo: Path | None = None) -> bool | None:
+    """Whether this CPU has bf16 matrix instructions, from its flags (``cpuinfo``, default
+    /proc/cpuinfo); None if unknown."""
+    try:
+        text = (cpuinfo or CPUINFO).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return not BF16_FLAGS.isdisjoint(value.split())
+    return None
 
 
 def matmul_gflops(dtype: torch.dtype, m: int, k: int, n: int, seconds: float = 0.2) -> float:
@@ -27,12 +47,17 @@ def matmul_gflops(dtype: torch.dtype, m: int, k: int, n: int, seconds: float = 0
 
 
 def pick_dtype(name: str, width: int = 192, tokens: int = 128) -> torch.dtype:
-    """``float32`` / ``bfloat16`` as named; ``auto``: bf16 on a CUDA device or where a CPU
-    matmul of ``tokens`` x ``width`` x 4·``width`` runs at least 1.5x faster in bf16."""
+    """``float32`` / ``bfloat16`` as named; ``auto``: bf16 where the CPU flags say it has
+    bf16 matrix instructions (``native_bf16``), fp32 where they say it has not; where the
+    flags are unknown, bf16 if a matmul of ``tokens`` x ``width`` x 4·``width`` runs at
+    least 1.5x faster in bf16 than in fp32."""
     if name not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {name!r}")
     if name != "auto":
         return getattr(torch, name)
+    native = native_bf16()
+    if native is not None:
+        return torch.bfloat16 if native else torch.float32
     shape = (tokens, width, 4 * width)
     f32, bf16 = matmul_gflops(torch.float32, *shape), matmul_gflops(torch.bfloat16, *shape)
     return torch.bfloat16 if bf16 >= 1.5 * f32 else torch.float32

@@ -24,9 +24,9 @@ class Settings:
     # torch threads of the model thread. 1 by default: on a small shared CPU two threads
     # can run 30x slower than one under contention (None: torch's default).
     threads: int | None = 1
-    # the model's float type: auto (bf16 on CUDA, or where this CPU multiplies it >= 1.5x
-    # faster than fp32: AVX-512 BF16, AMX; fp32 elsewhere), float32 (what the model was
-    # trained in), or bfloat16. bf16 costs ~0.1-0.25 dB PSNR (bench/quality.py --dtype).
+    # the model's float type: auto (bf16 where the CPU has bf16 matrix instructions,
+    # AVX-512 BF16 or AMX; fp32 elsewhere), float32 (what the model was trained in), or
+    # bfloat16. bf16 costs ~0.1-0.25 dB PSNR (bench/quality.py --dtype).
     dtype: str = "auto"
     buckets: tuple[int, ...] | None = None  # buckets served (a subset of the model's); None: all
     warmup_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes warmed and batched

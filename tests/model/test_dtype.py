@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+import model.dtype as md
 from model.dtype import pick_dtype
 from model.runner import ModelRunner
 from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
@@ -34,3 +37,15 @@ def test_default_weights_in_bf16_stay_close_to_fp32() -> None:
         frames[dtype] = np.concatenate(out).astype(np.float64)
     err = np.sqrt(np.mean((frames["float32"] - frames["bfloat16"]) ** 2))
     assert err < 4.0, f"bf16 frames differ from fp32 by RMS {err:.1f} / 255"
+
+
+def test_auto_follows_the_cpu_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
+    assert md.native_bf16(info) is True
+    monkeypatch.setattr(md, "CPUINFO", info)
+    assert pick_dtype("auto") is torch.bfloat16
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2\n")
+    assert pick_dtype("auto") is torch.float32
+    assert md.native_bf16(tmp_path / "missing") is None
