@@ -26,6 +26,7 @@ from model.config import ModelConfig
 from model.dit import WorldModel
 from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
+from model.memory import tune_malloc
 from model.weights import DEFAULT_WEIGHTS, load_model
 from session.plan import (
     Batch,
@@ -81,6 +82,7 @@ class ModelRunner:
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
         without one such a session starts from an all-zero previous frame."""
+        tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
         self.dtype = dtype

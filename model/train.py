@@ -42,6 +42,7 @@ from safetensors.torch import load_file, save_file
 from model.config import ModelConfig
 from model.dit import WorldModel
 from model.kv_cache import KVCachePool
+from model.memory import tune_malloc
 from model.weights import load_state, save_model
 from model.world import DEFAULT_MAP_SIZE, World, record_episode, sample_scene
 
@@ -306,6 +307,7 @@ def progress(step: int, elapsed: float, budget: float, loss: float, stats: dict[
 
 
 def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
+    tune_malloc()
     if tc.threads:
         torch.set_num_threads(tc.threads)
     out = Path(tc.out)
