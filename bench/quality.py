@@ -132,9 +132,10 @@ def make_worlds(n: int, bucket: int, rng: np.random.Generator, first_seed: int) 
     return worlds
 
 
-def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
-    worlds = make_worlds(episodes, bucket, rng, 0)
-    actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
+def rollouts(runner: ModelRunner, bucket: int, worlds: list[World], actions: np.ndarray, seed: int) -> Rollouts:
+    """Renderer and model driven by the same ``actions`` (E, T, A), the model anchored on
+    the renderer's first frame."""
+    episodes, length = actions.shape[:2]
     truth = np.zeros((episodes, length, bucket, bucket, 3), np.uint8)
     for i, w in enumerate(worlds):
         truth[i, 0] = w.render(bucket)
@@ -142,32 +143,25 @@ def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int,
             w.step(actions[i, t])
             truth[i, t] = w.render(bucket)
     drv = Driver(runner, bucket)
-    drv.open(truth[:, 0], [w.scene.to_prompt() for w in worlds], seed=1)
+    drv.open(truth[:, 0], [w.scene.to_prompt() for w in worlds], seed=seed)
     model = truth.copy()
     for t in range(1, length):
         model[:, t] = drv.step(actions[:, t])
     drv.close()
     return Rollouts(truth, model, actions)
+
+
+def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
+    worlds = make_worlds(episodes, bucket, rng, 0)
+    actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
+    return rollouts(runner, bucket, worlds, actions, seed=1)
 
 
 def still_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
     """The camera held still: only actors, water and weather move. Repeating the last
     frame is nearly right here, so this shows a model that drifts when nothing is asked."""
     worlds = make_worlds(episodes, bucket, rng, 300)
-    actions = np.zeros((episodes, length, ACTION_DIM), np.float32)
-    truth = np.zeros((episodes, length, bucket, bucket, 3), np.uint8)
-    for i, w in enumerate(worlds):
-        truth[i, 0] = w.render(bucket)
-        for t in range(1, length):
-            w.step(actions[i, t])
-            truth[i, t] = w.render(bucket)
-    drv = Driver(runner, bucket)
-    drv.open(truth[:, 0], [w.scene.to_prompt() for w in worlds], seed=4)
-    model = truth.copy()
-    for t in range(1, length):
-        model[:, t] = drv.step(actions[:, t])
-    drv.close()
-    return Rollouts(truth, model, actions)
+    return rollouts(runner, bucket, worlds, np.zeros((episodes, length, ACTION_DIM), np.float32), seed=4)
 
 
 def scene_switch(runner: ModelRunner, bucket: int, episodes: int, rng: np.random.Generator) -> bool:
