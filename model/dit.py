@@ -250,9 +250,9 @@ def _band(weights: torch.Tensor, role: str = "") -> torch.Tensor:
     r = taps // 2, so column x of ``rows @ M`` is sum_i weights[x, i] rows[clamp(x + i - r)].
 
     Without autograd (serving, self-rollout) the matrix is built in a buffer kept per
-    thread, ``role`` and shape, instead of a fresh allocation per forward (page faults on a
-    half-megabyte zero fill cost a tenth of a batch-8 denoising step). The caller must be
-    done with the last matrix of a role before asking for the next one."""
+    thread, ``role`` and shape, instead of a fresh zero-filled allocation per forward (with
+    ``tests/model/test_chunk_steps.py`` holding it to the reference warp). The caller must
+    be done with the last matrix of a role before asking for the next one."""
     b, n, taps = weights.shape
     key = (n, taps, weights.device)
     if key not in _BAND_INDEX:
