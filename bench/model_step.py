@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from model.config import ModelConfig
 from model.consistency import cached_vs_full
 from model.dit import WorldModel
-from model.dtype import DTYPES, pick_dtype
+from model.dtype import DTYPES, matmul_gflops, pick_dtype
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS, load_model
 from session.plan import ChunkWork, SessionSpec, StepPlan
@@ -36,19 +36,8 @@ def matmul_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (512, 1024), trials
     """The best GFLOP/s of square matmuls over a few sizes and trials, after a warm-up: a
     single cold trial can read half the real peak (clock ramp, a noisy neighbour), and an
     efficiency above 1 would follow."""
-    best = 0.0
-    for n in sizes:
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:  # warm-up
-            a @ b
-        for _ in range(trials):
-            reps, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                a @ b
-                reps += 1
-            best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9)
-    return best
+    matmul_gflops(dtype, 1024, 1024, 1024, seconds)  # warm-up: let the clock ramp
+    return max(matmul_gflops(dtype, n, n, n, seconds) for n in sizes for _ in range(trials))
 
 
 def timed(fn, min_seconds: float = 0.6, min_reps: int = 3) -> float:
