@@ -1,6 +1,7 @@
 """Model step speed: ms per denoising forward, frames/s and efficiency per bucket and batch size.
 
     python -m bench.model_step [--threads N] [--dtype auto|float32|bfloat16] [--weights PATH]
+                               [--device cpu|cuda] [--batches 1 2 4 8 16]
 
 First measures this machine's matmul peak (GFLOP/s, same dtype and threads), then for each
 resolution bucket and batch size prints ms per denoising forward, frames/s with the full step
@@ -29,23 +30,29 @@ from model.weights import DEFAULT_WEIGHTS, load_model
 from session.plan import ChunkWork, SessionSpec, StepPlan
 
 BATCHES = (1, 2, 4, 8, 16)
+CPU = torch.device("cpu")
 
 
 def matmul_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (512, 1024), trials: int = 3,
-                seconds: float = 0.4) -> float:
+                seconds: float = 0.4, device: torch.device = CPU) -> float:
     """The best GFLOP/s of square matmuls over a few sizes and trials, after a warm-up: a
     single cold trial can read half the real peak (clock ramp, a noisy neighbour), and an
-    efficiency above 1 would follow."""
-    matmul_gflops(dtype, 1024, 1024, 1024, seconds)  # warm-up: let the clock ramp
-    return max(matmul_gflops(dtype, n, n, n, seconds) for n in sizes for _ in range(trials))
+    efficiency above 1 would follow. A GPU needs far bigger matmuls to reach its peak."""
+    if device.type == "cuda":
+        sizes = (4096, 8192)
+    matmul_gflops(dtype, sizes[-1], sizes[-1], sizes[-1], seconds, device)  # warm-up: let the clock ramp
+    return max(matmul_gflops(dtype, n, n, n, seconds, device) for n in sizes for _ in range(trials))
 
 
-def timed(fn, min_seconds: float = 0.6, min_reps: int = 3) -> float:
+def timed(fn, min_seconds: float = 0.6, min_reps: int = 3, device: torch.device = CPU) -> float:
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     fn()
+    sync()
     reps, t0 = 0, time.perf_counter()
     while reps < min_reps or time.perf_counter() - t0 < min_seconds:
         fn()
         reps += 1
+    sync()
     return (time.perf_counter() - t0) / reps
 
 
@@ -64,15 +71,16 @@ def measure(runner: ModelRunner, bucket: int, batch: int) -> tuple[float, float,
             pool = runner.pools[bucket]
             ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
             shape = (batch, cfg.frames_per_chunk, cfg.channels, bucket, bucket)
-            x = torch.randn(shape, dtype=runner.dtype)
-            prev = torch.randn(shape, dtype=runner.dtype)
-            act = torch.zeros(batch, cfg.frames_per_chunk, cfg.action_dim, dtype=runner.dtype)
-            scene = torch.zeros(batch, cfg.scene_dim, dtype=runner.dtype)
+            dev, dt = runner.device, runner.dtype
+            x = torch.randn(shape, dtype=dt, device=dev)
+            prev = torch.randn(shape, dtype=dt, device=dev)
+            act = torch.zeros(batch, cfg.frames_per_chunk, cfg.action_dim, dtype=dt, device=dev)
+            scene = torch.zeros(batch, cfg.scene_dim, dtype=dt, device=dev)
             step = lambda: runner.model.denoise_chunk(x, prev, 0.5, act, scene, ctx)  # noqa: E731
             with FlopCounterMode(display=False) as counter:
                 step()
-            t_fwd = timed(step)
-            t_chunk = timed(lambda: runner._run_chunk(bucket, cfg.denoising_steps, items))
+            t_fwd = timed(step, device=dev)
+            t_chunk = timed(lambda: runner._run_chunk(bucket, cfg.denoising_steps, items), device=dev)
     finally:
         runner.execute(StepPlan(freed=ids))
     return t_fwd, t_chunk, float(counter.get_total_flops())
@@ -84,21 +92,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="auto", choices=DTYPES)
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    dtype = pick_dtype(args.dtype)
+    device = torch.device(args.device)
+    dtype = pick_dtype(args.dtype, device=device)
     if args.weights.exists():
         model, source = load_model(args.weights), str(args.weights)
     else:
         model, source = WorldModel(ModelConfig()), "random init (no weights file)"
     cfg = model.cfg
     params = sum(p.numel() for p in model.parameters())
-    peak = matmul_peak(dtype)
+    peak = matmul_peak(dtype, device=device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{args.threads} threads"
     print(f"model: {source}, {params / 1e6:.2f}M params, depth {cfg.depth}, width {cfg.width}, "
-          f"{cfg.denoising_steps} steps + commit, dtype {str(dtype).removeprefix('torch.')}, "
-          f"{args.threads} threads")
-    print(f"matmul peak: {peak:.1f} GFLOP/s (best of 512² and 1024² matmuls, same dtype and threads)")
-    runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches))
+          f"{cfg.denoising_steps} steps + commit, dtype {str(dtype).removeprefix('torch.')}, {where}")
+    print(f"matmul peak: {peak:.1f} GFLOP/s (best square matmul, same dtype and {where})")
+    runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches), device=device)
     print(f"{'bucket':>6} {'batch':>5} {'tokens':>6} {'ms/fwd':>8} {'ms/chunk':>9} {'frames/s':>9} "
           f"{'GFLOP/s':>8} {'eff':>5}")
     throughput: dict[tuple[int, int], float] = {}

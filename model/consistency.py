@@ -12,7 +12,8 @@ from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 
 
-def _sequence(model: WorldModel, n: int, bucket: int, seed: int):
+def _sequence(model: WorldModel, n: int, bucket: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """A random sequence drawn on the host (the same on every device), moved to the model's."""
     cfg = model.cfg
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(1, n, cfg.channels, bucket, bucket, generator=g) * 2 - 1
@@ -24,8 +25,8 @@ def _sequence(model: WorldModel, n: int, bucket: int, seed: int):
         start = (i // fc) * fc
         if start > 0:  # every frame of a chunk sees the frame before the chunk
             prev[:, i] = x[:, start - 1]
-    dtype = next(model.parameters()).dtype
-    return x.to(dtype), prev.to(dtype), actions.to(dtype), scene.to(dtype)
+    w = next(model.parameters())
+    return tuple(t.to(w.device, w.dtype) for t in (x, prev, actions, scene))
 
 
 @torch.inference_mode()
@@ -37,12 +38,12 @@ def cached_vs_full(model: WorldModel, n_chunks: int, bucket: int, seed: int = 1)
     fc = cfg.frames_per_chunk
     n = n_chunks * fc
     x, prev, actions, scene = _sequence(model, n, bucket, seed)
-    dtype = x.dtype
+    dtype, dev = x.dtype, x.device
     pos = torch.arange(n)
     full, _ = model.forward_sequence(
-        x, prev, torch.zeros(1, n), actions, scene, pos, torch.zeros(n, dtype=torch.bool)
+        x, prev, torch.zeros(1, n, device=dev), actions, scene, pos, torch.zeros(n, dtype=torch.bool)
     )
-    pool = KVCachePool.create(cfg, bucket, 1, model.rope, dtype=dtype)
+    pool = KVCachePool.create(cfg, bucket, 1, model.rope, dtype=dtype, device=dev)
     slot = pool.allocate()
     err = 0.0
     for c in range(n_chunks):
@@ -56,10 +57,10 @@ def cached_vs_full(model: WorldModel, n_chunks: int, bucket: int, seed: int = 1)
 
     last = slice((n_chunks - 1) * fc, n)
     g = torch.Generator().manual_seed(seed + 1)
-    noisy = (torch.rand(x[:, last].shape, generator=g) * 2 - 1).to(dtype)
+    noisy = (torch.rand(x[:, last].shape, generator=g) * 2 - 1).to(dev, dtype)
     ctx = pool.context([slot], np.array([(n_chunks - 1) * fc]))
     out = model.denoise_chunk(noisy, prev[:, last], 0.5, actions[:, last], scene, ctx)
-    noise = torch.zeros(1, n)
+    noise = torch.zeros(1, n, device=dev)
     noise[:, last] = 0.5
     flags = torch.zeros(n, dtype=torch.bool)
     flags[last] = True

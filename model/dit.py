@@ -404,7 +404,7 @@ class WorldModel(nn.Module):
         """One denoising forward: noisy chunk (B, F, C, H, W) at ``inp.levels[level]`` -> x0 guess."""
         f = x.shape[1]
         tokens = self._tokens(x, inp)
-        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
+        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype, tokens.device)
         for i, blk in enumerate(self.blocks):
             tokens, _, _ = blk(
                 tokens, inp.mods[level][i], f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask
@@ -417,7 +417,7 @@ class WorldModel(nn.Module):
         level = inp.levels.index(0.0)
         f = x.shape[1]
         tokens = self._tokens(x, inp)
-        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype)
+        rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype, tokens.device)
         ks, vs = [], []
         last = len(self.blocks) - 1
         for i, blk in enumerate(self.blocks):
@@ -463,12 +463,14 @@ class WorldModel(nn.Module):
         cfg = self.cfg
         t = cfg.tokens_per_frame(h)
         tokens, c = self._embed(x, prev, noise, actions, scene)
-        rope_sp = self.rope.spatial_frames(h, n, tokens.dtype)
+        dev = tokens.device
+        rope_sp = self.rope.spatial_frames(h, n, tokens.dtype, dev)
         mods = [blk.modulation(c) for blk in self.blocks]
+        frame_pos, noisy = frame_pos.cpu(), noisy.cpu()  # host-side layout, like the cache's cursors
         is_sink = frame_pos < cfg.sink_frames
-        rope_tq = self.rope.time(frame_pos, torch.zeros_like(is_sink), t).to(tokens.dtype)
-        rope_tk = self.rope.time(frame_pos, is_sink, t).to(tokens.dtype)
-        fmask = sequence_mask(cfg, frame_pos, noisy)  # (N, N)
+        rope_tq = self.rope.time(frame_pos, torch.zeros_like(is_sink), t).to(tokens.dtype, dev)
+        rope_tk = self.rope.time(frame_pos, is_sink, t).to(tokens.dtype, dev)
+        fmask = sequence_mask(cfg, frame_pos, noisy).to(dev)  # (N, N)
         mask = fmask.repeat_interleave(t, 0).repeat_interleave(t, 1)[None, None]  # (1,1,NT,NT)
         ks, vs = [], []
         for blk, mod in zip(self.blocks, mods, strict=True):

@@ -34,20 +34,29 @@ def native_bf16(cpuinfo: Path | None = None) -> bool | None:
     return None
 
 
-def matmul_gflops(dtype: torch.dtype, m: int, k: int, n: int, seconds: float = 0.2) -> float:
-    """GFLOP/s of an (m, k) @ (k, n) matmul in ``dtype`` on the current threads."""
-    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+def matmul_gflops(
+    dtype: torch.dtype, m: int, k: int, n: int, seconds: float = 0.2, device: str | torch.device = "cpu"
+) -> float:
+    """GFLOP/s of an (m, k) @ (k, n) matmul in ``dtype`` on the current threads (or GPU)."""
+    a = torch.randn(m, k, dtype=dtype, device=device)
+    b = torch.randn(k, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(3):
         a @ b
+    sync()
     reps, t0 = 0, time.perf_counter()
     while reps < 3 or time.perf_counter() - t0 < seconds:
         a @ b
         reps += 1
+        if reps % 16 == 0:
+            sync()
+    sync()
     return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
 
 
-def pick_dtype(name: str, width: int = 192, tokens: int = 128) -> torch.dtype:
-    """``float32`` / ``bfloat16`` as named; ``auto``: bf16 where the CPU flags say it has
+def pick_dtype(name: str, width: int = 192, tokens: int = 128, device: str | torch.device = "cpu") -> torch.dtype:
+    """``float32`` / ``bfloat16`` as named; ``auto`` on a GPU: bf16 where it supports it;
+    ``auto`` on the CPU: bf16 where the CPU flags say it has
     bf16 matrix instructions (``native_bf16``), fp32 where they say it has not; where the
     flags are unknown, bf16 if a matmul of ``tokens`` x ``width`` x 4·``width`` runs at
     least 1.5x faster in bf16 than in fp32."""
@@ -55,6 +64,8 @@ def pick_dtype(name: str, width: int = 192, tokens: int = 128) -> torch.dtype:
         raise ValueError(f"dtype must be one of {DTYPES}, got {name!r}")
     if name != "auto":
         return getattr(torch, name)
+    if torch.device(device).type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     native = native_bf16()
     if native is not None:
         return torch.bfloat16 if native else torch.float32

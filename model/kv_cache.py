@@ -96,7 +96,7 @@ class KVCachePool:
         sink = torch.from_numpy(valid & (frames < cfg.sink_frames)).reshape(-1)
         rot = self.rope.time(rel, sink, t)  # (B*P*T, D)
         rot = Rope(rot.cos.view(b, -1, rot.cos.shape[-1]), rot.sin.view(b, -1, rot.sin.shape[-1]))
-        k_all[:, :, :nc] = rot.to(self.k.dtype).apply(torch.index_select(self.k, 1, idx))
+        k_all[:, :, :nc] = rot.to(self.k.dtype, self.k.device).apply(torch.index_select(self.k, 1, idx))
 
         own = np.arange(fc)
         rope_q = self.rope.time(torch.from_numpy(own), torch.zeros(fc, dtype=torch.bool), t)
@@ -118,7 +118,8 @@ class KVCachePool:
         rope_q.identity = fc == 1
         rope_k.identity = fc == 1 and bool((own_frames >= cfg.sink_frames).all())
         return ChunkContext(
-            k=k_all, v=v_all, mask=mask, rope_q=rope_q.to(k_all.dtype), rope_k=rope_k.to(k_all.dtype)
+            k=k_all, v=v_all, mask=mask, rope_q=rope_q.to(k_all.dtype, k_all.device),
+            rope_k=rope_k.to(k_all.dtype, k_all.device),
         )
 
     def commit(self, slots: list[int], frame_ids: np.ndarray, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -41,8 +41,8 @@ class Rope:
         shape = (*self.cos.shape[:-1], *([1] * (extra_dims + 1)), self.cos.shape[-1])
         return torch.addcmul(x * self.cos.view(shape), rotated, self.sin.view(shape))
 
-    def to(self, dtype: torch.dtype) -> Rope:
-        return Rope(self.cos.to(dtype), self.sin.to(dtype), self.identity)
+    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Rope:
+        return Rope(self.cos.to(device, dtype), self.sin.to(device, dtype), self.identity)
 
 
 def _freqs(n_pairs: int, theta: float) -> torch.Tensor:
@@ -63,7 +63,7 @@ class RopeTables:
         self.f_y = _freqs(self.y_pairs, cfg.rope_theta)
         self.f_x = _freqs(self.x_pairs, cfg.rope_theta)
         self._spatial: dict[int, Rope] = {}
-        self._spatial_frames: dict[tuple[int, int, torch.dtype], Rope] = {}
+        self._spatial_frames: dict[tuple[int, int, torch.dtype, torch.device], Rope] = {}
 
     def _table(self, angles: torch.Tensor, keep: torch.Tensor | None = None) -> Rope:
         """angles (N, D/2) -> Rope; ``keep`` (N, D/2) zeroes pairs where it is 0."""
@@ -91,20 +91,24 @@ class RopeTables:
             self._spatial[bucket] = self._table(angles)
         return self._spatial[bucket]
 
-    def spatial_frames(self, bucket: int, frames: int, dtype: torch.dtype) -> Rope:
-        """``spatial(bucket)`` repeated for ``frames`` frames, in ``dtype`` (cached)."""
-        key = (bucket, frames, dtype)
+    def spatial_frames(
+        self, bucket: int, frames: int, dtype: torch.dtype, device: torch.device | str = "cpu"
+    ) -> Rope:
+        """``spatial(bucket)`` repeated for ``frames`` frames, in ``dtype`` on ``device`` (cached)."""
+        key = (bucket, frames, dtype, torch.device(device))
         if key not in self._spatial_frames:
             sp = self.spatial(bucket)
-            self._spatial_frames[key] = Rope(sp.cos.repeat(frames, 1), sp.sin.repeat(frames, 1)).to(dtype)
+            self._spatial_frames[key] = Rope(sp.cos.repeat(frames, 1), sp.sin.repeat(frames, 1)).to(dtype, device)
         return self._spatial_frames[key]
 
     def time(self, times: torch.Tensor, is_sink: torch.Tensor, tokens: int) -> Rope:
         """Rotation by frame time for ``len(times)`` frames of ``tokens`` tokens each.
 
         ``times`` (N,) frame times (absolute or relative to the chunk); ``is_sink`` (N,) bool:
-        those frames get their time dims zeroed. Spatial dims are left untouched.
+        those frames get their time dims zeroed. Spatial dims are left untouched. The tables
+        are built on the host; callers move them with ``Rope.to``.
         """
+        times, is_sink = times.cpu(), is_sink.cpu()
         n = times.shape[0]
         half = self.cfg.head_dim // 2
         angles = torch.zeros(n, half, dtype=torch.float64)

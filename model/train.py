@@ -43,11 +43,11 @@ from model.config import ModelConfig
 from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
+from model.train_data import BatchSource, DataSpec
 from model.weights import load_state, save_model
-from model.world import DEFAULT_MAP_SIZE, World, record_episode, sample_scene
+from model.world import DEFAULT_MAP_SIZE
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
-TRAIN_SEED_BASE = 10_000
 NEW_MODULES = ("motion_prior.",)  # may be missing from older checkpoints
 
 
@@ -76,60 +76,12 @@ class TrainConfig:
     checkpoint_minutes: float = 5.0
     seed: int = 0
     threads: int = 0  # 0: torch's default
+    device: str = "cpu"  # "cuda" trains on a GPU (TF32 matmuls); the data stays on the CPU
+    data_workers: int = 0  # processes recording batches (0: in the training process)
     model: dict = field(default_factory=dict)  # ModelConfig overrides
 
 
 # ---------------------------------------------------------------------------- data
-
-
-class WorldPool:
-    """A few live worlds to record short episodes from; slowly refreshed for variety."""
-
-    def __init__(self, n: int, buckets: tuple[int, ...], rng: np.random.Generator, map_size: int,
-                 scene_switch_share: float = 0.0, still_share: float = 0.0):
-        self.rng, self.buckets, self.map_size = rng, buckets, map_size
-        self.scene_switch_share = scene_switch_share
-        self.still_share = still_share
-        self.next_seed = TRAIN_SEED_BASE + int(rng.integers(0, 1_000_000))
-        self.worlds = [self._new() for _ in range(n)]
-
-    def _new(self) -> World:
-        self.next_seed += 1
-        return World(self.next_seed, sample_scene(self.rng), self.buckets, map_size=self.map_size)
-
-    def refresh(self) -> None:
-        self.worlds[int(self.rng.integers(len(self.worlds)))] = self._new()
-
-    def sequences(self, n: int, length: int, bucket: int, far: bool) -> dict[str, np.ndarray]:
-        """``n`` sequences of ``length`` frames (frames, prevs, actions, per-frame scenes);
-        with ``far`` the sink frame lies well before the rest, as in a long session. In a
-        share of them the scene changes part-way, as when a user types a new prompt."""
-        frames, prevs, acts, scenes = [], [], [], []
-        for _ in range(n):
-            world = self.worlds[int(self.rng.integers(len(self.worlds)))]
-            if self.rng.random() < 0.1:
-                world.set_scene(sample_scene(self.rng))
-            gap = int(self.rng.integers(8, 24)) if far else 0
-            if far:  # sink = frame 0, the rest from well after it
-                idx = [0, *range(gap + 1, gap + length)]
-                prev_idx = [-1, *range(gap, gap + length - 1)]
-            else:
-                idx = list(range(1, length + 1))
-                prev_idx = [-1, *range(1, length)]
-            switch = None
-            if self.rng.random() < self.scene_switch_share:
-                switch = (idx[int(self.rng.integers(1, length))], sample_scene(self.rng))
-            policy = "calm" if self.rng.random() < self.still_share else "mixed"
-            ep = record_episode(world, length + gap + 1, policy, self.rng, buckets=(bucket,), switch=switch)
-            f, a = ep.frames[bucket], ep.actions
-            frames.append(f[idx])
-            prevs.append(np.stack([f[j] if j >= 0 else np.zeros_like(f[0]) for j in prev_idx]))
-            acts.append(a[idx])
-            scenes.append(ep.scenes[idx])
-        return {
-            "frames": np.stack(frames), "prevs": np.stack(prevs), "actions": np.stack(acts),
-            "scenes": np.stack(scenes), "far": np.array(far),
-        }
 
 
 def positions(length: int, far: bool, cfg: ModelConfig) -> list[int]:
@@ -141,11 +93,17 @@ def positions(length: int, far: bool, cfg: ModelConfig) -> list[int]:
 
 def noise_levels(shape: tuple[int, ...], cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
     """Half from the sampler's schedules (every step count), half uniform in (0, 1]."""
+    dev = g.device
     sched = torch.tensor(sorted({t for n in range(cfg.min_steps, cfg.denoising_steps + 1)
-                                 for t in cfg.noise_levels(n)}))
-    pick = sched[torch.randint(len(sched), shape, generator=g)]
-    uni = torch.rand(shape, generator=g).clamp_min(0.02)
-    return torch.where(torch.rand(shape, generator=g) < 0.5, pick, uni)
+                                 for t in cfg.noise_levels(n)}), device=dev)
+    pick = sched[torch.randint(len(sched), shape, generator=g, device=dev)]
+    uni = torch.rand(shape, generator=g, device=dev).clamp_min(0.02)
+    return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, pick, uni)
+
+
+def randn(shape: torch.Size | tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Standard normal noise on the generator's device."""
+    return torch.randn(shape, generator=g, device=g.device)
 
 
 # ---------------------------------------------------------------------------- self-rollout
@@ -163,7 +121,7 @@ def self_rollout(
     cfg = model.cfg
     b, n, c, h, w = x.shape
     out = x.clone()
-    pool = KVCachePool.create(cfg, h, b, model.rope)
+    pool = KVCachePool.create(cfg, h, b, model.rope, device=x.device)
     slots = [pool.allocate() for _ in range(b)]
     levels = cfg.noise_levels()
     prev = gt_prev[:, :1]
@@ -173,12 +131,12 @@ def self_rollout(
         ctx = pool.context(slots, np.full(b, pos[i]))
         a, sc = actions[:, i : i + 1], scene[:, i]
         if i > 0:
-            xt = torch.randn(b, 1, c, h, w, generator=g)
+            xt = randn((b, 1, c, h, w), g)
             x0 = xt
             for k, t in enumerate(levels):
                 x0 = model.denoise_chunk(xt, prev, t, a, sc, ctx).clamp(-1, 1)
                 if k + 1 < len(levels):
-                    xt = (1 - levels[k + 1]) * x0 + levels[k + 1] * torch.randn(x0.shape, generator=g)
+                    xt = (1 - levels[k + 1]) * x0 + levels[k + 1] * randn(x0.shape, g)
             out[:, i : i + 1] = WorldModel.encode(WorldModel.decode(x0))
         kv = model.commit_chunk(out[:, i : i + 1], prev, a, sc, ctx)
         pool.commit(slots, np.full((b, 1), pos[i]), *kv)
@@ -203,15 +161,19 @@ def edge_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) ->
 def train_step(
     model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
     use_rollout: bool, edge_weight: float = 0.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss of one batch on the model's device (``g`` draws the noise there), and
+    statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync)."""
+    dev = next(model.parameters()).device
+    put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
-    x = enc(torch.from_numpy(batch["frames"]))  # (B, N, C, H, W)
-    prev = enc(torch.from_numpy(batch["prevs"]))
+    x = enc(put(batch["frames"]))  # (B, N, C, H, W)
+    prev = enc(put(batch["prevs"]))
     prev[:, 0] = 0.0  # frame 0 starts the epoch: there is no previous frame
-    actions = torch.from_numpy(batch["actions"])
-    scene = torch.from_numpy(batch["scenes"])
+    actions = put(batch["actions"])
+    scene = put(batch["scenes"])
     b, n = x.shape[:2]
-    stats: dict[str, float] = {}
+    stats: dict[str, torch.Tensor] = {}
     far = bool(batch["far"])  # one layout per step: the mask is shared by the batch
     pos = positions(n, far, cfg)
     ctx_frames, ctx_prev = x, prev
@@ -223,13 +185,13 @@ def train_step(
         ctx_prev = torch.cat((prev[:, :1], gen[:, :-1]), 1)
         if far:  # the first frame after the far sink follows an unseen frame: keep the truth
             ctx_prev[:, 1] = prev[:, 1]
-        stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).item()
+        stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
     t = noise_levels((b, n), cfg, g)
-    eps = torch.randn(x.shape, generator=g)
+    eps = randn(x.shape, g)
     noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
     seq = torch.cat((ctx_frames, noisy), 1)
     seq_prev = torch.cat((ctx_prev, ctx_prev), 1)
-    seq_noise = torch.cat((torch.zeros(b, n), t), 1)
+    seq_noise = torch.cat((t.new_zeros(b, n), t), 1)
     seq_act = torch.cat((actions, actions), 1)
     seq_scene = torch.cat((scene, scene), 1)
     seq_pos = torch.tensor(pos + pos)
@@ -239,14 +201,13 @@ def train_step(
     loss = F.mse_loss(pred, x)
     if edge_weight > 0:  # sharp guesses matter most at the low noise levels that make the output
         edges = edge_loss(pred, x, 1.0 - t)
-        stats["edge"] = edges.item()
+        stats["edge"] = edges.detach()
         loss = loss + edge_weight * edges
     with torch.no_grad():
         err = ((pred - x) ** 2).mean(dim=(2, 3, 4))
         for name, lo, hi in (("lo", 0.0, 0.4), ("hi", 0.4, 1.01)):
-            sel = (t >= lo) & (t < hi)
-            if sel.any():
-                stats[f"mse_{name}"] = err[sel].mean().item()
+            sel = ((t >= lo) & (t < hi)).float()
+            stats[f"mse_{name}"] = (err * sel).sum() / sel.sum()  # NaN when no frame fell there
     return loss, stats
 
 
@@ -264,7 +225,7 @@ def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.op
                 if torch.is_tensor(val):
                     tensors[f"opt.{names[id(p)]}.{key}"] = val.reshape(-1) if val.dim() == 0 else val
     tmp = out / "ckpt.tmp.safetensors"
-    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
     os.replace(tmp, out / "ckpt.safetensors")
     (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
 
@@ -280,8 +241,9 @@ def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.op
         pname, skey = key.rsplit(".", 1)
         if pname not in names:
             continue
-        state = opt.state[names[pname]]
-        state[skey] = val.reshape(()) if skey == "step" else val
+        param = names[pname]
+        # the step count stays a host scalar (AdamW's default); moments live with the weights
+        opt.state[param][skey] = val.reshape(()) if skey == "step" else val.to(param.device)
     return json.loads((out / "ckpt.json").read_text())
 
 
@@ -310,13 +272,18 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     tune_malloc()
     if tc.threads:
         torch.set_num_threads(tc.threads)
+    device = torch.device(tc.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = ModelConfig.from_dict(tc.model) if tc.model else ModelConfig()
     torch.manual_seed(tc.seed)
     model, ema = WorldModel(cfg), WorldModel(cfg)
     ema.load_state_dict(model.state_dict())
-    ema.requires_grad_(False)
+    model.to(device)
+    ema.to(device).requires_grad_(False)
     decay, no_decay = [], []
     for p in model.parameters():
         (no_decay if p.dim() < 2 else decay).append(p)
@@ -334,50 +301,54 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             meta["schedule_start"] = meta["step"]
     step0 = meta["step"]
     sched0 = int(meta.get("schedule_start", 0))
-    rng = np.random.default_rng([tc.seed, step0])
-    g = torch.Generator().manual_seed(tc.seed * 1_000_003 + step0)
-    pool = WorldPool(tc.worlds, cfg.buckets, rng, tc.map_size, tc.scene_switch_share, tc.still_share)
+    rng = np.random.default_rng([tc.seed, step0, 1])  # self-rollout draws; batches have their own
+    g = torch.Generator(device).manual_seed(tc.seed * 1_000_003 + step0)
+    base_tokens = cfg.tokens_per_frame(cfg.buckets[0])
+    spec = DataSpec(
+        buckets=cfg.buckets,
+        sequences={b: max(2, tc.batch // (cfg.tokens_per_frame(b) // base_tokens)) for b in cfg.buckets},
+        seq_frames=tc.seq_frames, big_bucket_every=tc.big_bucket_every, far_sink_share=tc.far_sink_share,
+        scene_switch_share=tc.scene_switch_share, still_share=tc.still_share, worlds=tc.worlds,
+        map_size=tc.map_size, world_refresh=tc.world_refresh,
+    )
+    params, ema_params = list(model.parameters()), list(ema.parameters())
     budget = tc.minutes * 60
-    t_start, cpu_start = time.perf_counter(), time.process_time()
-    last_ckpt = t_start
-    # the cosine schedule spans the whole planned run, resumes included
-    total = max(step0 + 1, int(meta.get("planned_steps", 0)) or tc.max_steps)
-    step, losses = step0, []
-    model.train()
-    while step < tc.max_steps:
-        elapsed = time.perf_counter() - t_start
-        if elapsed >= budget:
-            break
-        if step > step0 + 20 and "planned_steps" not in meta:
-            rate = (step - step0) / elapsed
-            meta["planned_steps"] = total = int(step0 + rate * budget * 1.02)
-        if step % tc.world_refresh == 0 and step > step0:
-            pool.refresh()
-        big = step % tc.big_bucket_every == tc.big_bucket_every - 1 and len(cfg.buckets) > 1
-        bucket = cfg.buckets[1 + int(rng.integers(len(cfg.buckets) - 1))] if big else cfg.buckets[0]
-        n_seq = max(2, tc.batch // (cfg.tokens_per_frame(bucket) // cfg.tokens_per_frame(cfg.buckets[0])))
-        batch = pool.sequences(n_seq, tc.seq_frames, bucket, bool(rng.random() < tc.far_sink_share))
-        use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
-        for grp in opt.param_groups:
-            grp["lr"] = lr_at(step, tc, total, sched0)
-        loss, stats = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        with torch.no_grad():
-            d = min(tc.ema, (1 + step) / (10 + step))
-            for pe, pm in zip(ema.parameters(), model.parameters(), strict=True):
-                pe.lerp_(pm, 1 - d)
-        losses.append(loss.item())
-        step += 1
-        progress(step, time.perf_counter() - t_start, budget, float(np.mean(losses[-50:])), stats)
-        if step % 100 == 0:
-            meta["history"].append({"step": step, "loss": float(np.mean(losses[-100:])), **stats})
-        if time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
-            _save(out, model, ema, opt, meta, step, t_start, cpu_start)
-            last_ckpt = time.perf_counter()
-    _save(out, model, ema, opt, meta, step, t_start, cpu_start)
+    with BatchSource(spec, tc.seed, step0, tc.data_workers) as source:
+        t_start, cpu_start = time.perf_counter(), time.process_time()
+        last_ckpt = t_start
+        # the cosine schedule spans the whole planned run, resumes included
+        total = max(step0 + 1, int(meta.get("planned_steps", 0)) or tc.max_steps)
+        step, losses = step0, []
+        model.train()
+        while step < tc.max_steps:
+            elapsed = time.perf_counter() - t_start
+            if elapsed >= budget:
+                break
+            if step > step0 + 20 and "planned_steps" not in meta:
+                rate = (step - step0) / elapsed
+                meta["planned_steps"] = total = int(step0 + rate * budget * 1.02)
+            batch = source.batch(step)
+            use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
+            for grp in opt.param_groups:
+                grp["lr"] = lr_at(step, tc, total, sched0)
+            loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            with torch.no_grad():
+                d = min(tc.ema, (1 + step) / (10 + step))
+                torch._foreach_lerp_(ema_params, params, 1 - d)
+            losses.append(loss.item())
+            stats = {k: v for k, v in ((k, float(v)) for k, v in stat_t.items()) if math.isfinite(v)}
+            step += 1
+            progress(step, time.perf_counter() - t_start, budget, float(np.mean(losses[-50:])), stats)
+            if step % 100 == 0:
+                meta["history"].append({"step": step, "loss": float(np.mean(losses[-100:])), **stats})
+            if time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
+                _save(out, model, ema, opt, meta, step, t_start, cpu_start)
+                last_ckpt = time.perf_counter()
+        _save(out, model, ema, opt, meta, step, t_start, cpu_start)
     sys.stderr.write("\n")
     report = {
         "steps": step, "steps_this_run": step - step0,
@@ -385,7 +356,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         "loss_first_10_this_run": float(np.mean(losses[:10])) if losses else None,
         "loss_last_10_this_run": float(np.mean(losses[-10:])) if losses else None,
         "cpu_seconds_total": meta["cpu_seconds"], "wall_seconds_total": meta["wall_seconds"],
-        "threads": torch.get_num_threads(), "config": asdict(tc), "model": json.loads(cfg.to_json()),
+        "threads": torch.get_num_threads(), "device": str(device), "config": asdict(tc),
+        "model": json.loads(cfg.to_json()),
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     if export is not None:
@@ -437,6 +409,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--worlds", type=int, default=TrainConfig.worlds)
     ap.add_argument("--seed", type=int, default=TrainConfig.seed)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default=TrainConfig.device, help="cpu or cuda")
+    ap.add_argument("--data-workers", type=int, default=TrainConfig.data_workers,
+                    help="processes recording batches (a GPU needs several)")
+    ap.add_argument("--big-bucket-every", type=int, default=TrainConfig.big_bucket_every)
+    ap.add_argument("--ema", type=float, default=TrainConfig.ema)
+    ap.add_argument("--checkpoint-minutes", type=float, default=TrainConfig.checkpoint_minutes)
     ap.add_argument("--model", default="{}", help="JSON of ModelConfig overrides")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--export", type=Path, default=None, help="write EMA weights here (.safetensors + .json)")
@@ -454,7 +432,9 @@ def main(argv: list[str] | None = None) -> None:
         still_share=args.still_share,
         edge_weight=args.edge_weight, lr=args.lr, warmup=args.warmup,
         restart_schedule=args.restart_schedule, worlds=args.worlds,
-        seed=args.seed, threads=args.threads, model=json.loads(args.model),
+        seed=args.seed, threads=args.threads, model=json.loads(args.model), device=args.device,
+        data_workers=args.data_workers, big_bucket_every=args.big_bucket_every, ema=args.ema,
+        checkpoint_minutes=args.checkpoint_minutes,
     )
     train(tc, args.resume, args.export)
 
