@@ -11,9 +11,12 @@ Checks (fp32 without TF32 unless named):
   in 8-bit levels;
 - ``cpu_vs_gpu``: one denoising forward on the same inputs on both, largest difference;
 - ``bf16_rel``: the bf16 forward against fp32, ‖bf16 − fp32‖ / ‖fp32‖.
+- ``graph_vs_eager``: the runner's chunks replayed as CUDA graphs (``model/chunk_graph.py``)
+  against the eager path, same sessions, largest frame difference.
 Speed (bf16): ms per denoising forward, eager against the replay of a captured CUDA graph
-(the forward is a few hundred small kernels: launches, not arithmetic, set its time), then
-the ``bench.model_step`` table on the GPU.
+(the forward is a few hundred small kernels: launches, not arithmetic, set its time); ms
+per whole chunk through the runner, eager against graphs; then the ``bench.model_step``
+table on the GPU (the runner's default there: graphs).
 """
 
 from __future__ import annotations
@@ -129,11 +132,15 @@ def main(argv: list[str] | None = None) -> None:
     kv = cached_vs_full(gpu32, n_chunks=gpu32.cfg.cache_frames + 4, bucket=64)
     print(f"kv_maxerr (cuda fp32): {kv:.2e}")
 
-    runner = ModelRunner(load(), device=dev, max_sessions=8)
     ids = [f"s{i}" for i in range(4)]
-    together, alone = frames_of(runner, ids, True, 8), frames_of(runner, ids, False, 8)
+    eager = ModelRunner(load(), device=dev, max_sessions=8, graphs=False)
+    together, alone = frames_of(eager, ids, True, 12), frames_of(eager, ids, False, 12)
     bva = max(int(np.abs(together[s].astype(int) - alone[s].astype(int)).max()) for s in ids)
-    print(f"batch_vs_alone (cuda fp32, 4 sessions x 8 frames): max {bva} levels of 255")
+    print(f"batch_vs_alone (cuda fp32, 4 sessions x 12 frames): max {bva} levels of 255")
+    graphed = ModelRunner(load(), device=dev, max_sessions=8, graphs=True)
+    replayed = frames_of(graphed, ids, True, 12)
+    gve = max(int(np.abs(replayed[s].astype(int) - together[s].astype(int)).max()) for s in ids)
+    print(f"graph_vs_eager (cuda fp32, chunks replayed as CUDA graphs): max {gve} levels of 255")
 
     with torch.inference_mode():
         cpu32 = load()
@@ -153,6 +160,15 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batches:
         eager, graph, diff = graph_speedup(bf, b, dev)
         print(f"{b:>5} {eager:>9.3f} {graph:>9.3f} {eager / graph:>8.2f} {diff:>12.2e}", flush=True)
+
+    print("whole chunks through the runner (bf16, bucket 64, 4 steps + commit + decode):")
+    print(f"{'batch':>5} {'eager ms':>9} {'graph ms':>9} {'speedup':>8} {'graph frames/s':>15}")
+    runners = {g: ModelRunner(load(), device=dev, dtype=torch.bfloat16, max_sessions=max(args.batches), graphs=g)
+               for g in (False, True)}
+    for b in args.batches:
+        t_eager = model_step.measure(runners[False], 64, b)[1] * 1e3
+        t_graph = model_step.measure(runners[True], 64, b)[1] * 1e3
+        print(f"{b:>5} {t_eager:>9.2f} {t_graph:>9.2f} {t_eager / t_graph:>8.2f} {b * 1e3 / t_graph:>15.0f}", flush=True)
 
     model_step.main(["--device", "cuda", "--dtype", "bfloat16", "--weights", str(args.weights),
                      "--batches", *map(str, args.batches)])

@@ -275,6 +275,19 @@ def _band(weights: torch.Tensor, role: str = "") -> torch.Tensor:
     return band.view(b, n, n)
 
 
+_LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
+
+
+def _level_tensor(levels: tuple[float, ...], device: torch.device) -> torch.Tensor:
+    """The noise levels as a tensor on ``device``, made once: no host-to-device copy per
+    chunk, which is also what lets a CUDA graph capture ``prepare_chunk``."""
+    key = (levels, device)
+    if key not in _LEVELS:
+        with torch.inference_mode(False):  # a normal tensor: training reads it too
+            _LEVELS[key] = torch.tensor(levels, device=device)
+    return _LEVELS[key]
+
+
 class WorldModel(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -383,7 +396,7 @@ class WorldModel(nn.Module):
         t = base.shape[1] // f
         base = (base.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
         levels = tuple(float(v) for v in levels)
-        noise = torch.tensor(levels, device=prev.device)[:, None, None].expand(len(levels), b, f)
+        noise = _level_tensor(levels, prev.device)[:, None, None].expand(len(levels), b, f)
         cond = self._conditioning(noise, actions[None], scene[None])  # (S, B, F, W)
         per_block = [blk.modulation(cond) for blk in self.blocks]  # [block][6] (S, B, F, W)
         mods = [[tuple(m[i] for m in blk) for blk in per_block] for i in range(len(levels))]

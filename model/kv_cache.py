@@ -78,17 +78,26 @@ class KVCachePool:
         s, k = self.cfg.sink_frames, self.cfg.window_frames
         return frame if frame < s else s + (frame - s) % k
 
-    def context(self, slots: list[int], chunk_starts: np.ndarray) -> ChunkContext:
+    def context(
+        self, slots: list[int], chunk_starts: np.ndarray,
+        out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> ChunkContext:
         """Gather the slots of a batch and rotate their keys for chunks starting at
         ``chunk_starts`` (B,) epoch frame indices, into buffers with room at the end for the
         chunk's own keys/values. Built once per chunk, reused by every denoising step and
-        the commit pass."""
+        the commit pass. ``out``: buffers (L, >= B, Nc + Tq, H, D) to fill (their first B
+        rows) instead of new ones, as a captured chunk (``model/chunk_graph.py``) needs."""
         cfg, t = self.cfg, self.cfg.tokens_per_frame(self.bucket)
         b, fc = len(slots), cfg.frames_per_chunk
         idx = torch.as_tensor(slots, device=self.k.device)
         nc = self.k.shape[2]
         shape = (self.k.shape[0], b, nc + fc * t, *self.k.shape[3:])  # the chunk's own keys last
-        k_all, v_all = self.k.new_empty(shape), self.v.new_empty(shape)
+        if out is None:
+            k_all, v_all = self.k.new_empty(shape), self.v.new_empty(shape)
+        else:
+            k_all, v_all = out[0][:, :b], out[1][:, :b]
+            if k_all.shape != shape or v_all.shape != shape:
+                raise ValueError(f"context buffers {tuple(out[0].shape)} do not hold {shape}")
         v_all[:, :, :nc] = torch.index_select(self.v, 1, idx)
         frames = self.frame_at[slots]  # (B, P)
         valid = frames >= 0

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from model.chunk_graph import ChunkGraphs
 from model.config import ModelConfig
 from model.dit import WorldModel
 from model.dtype import pick_dtype
@@ -78,10 +79,13 @@ class ModelRunner:
         device: str | torch.device = "cpu",
         scene_encoder: SceneEncoder = default_scene_encoder,
         start_frame: StartFrame | None = None,
+        graphs: bool | None = None,
     ):
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
-        without one such a session starts from an all-zero previous frame."""
+        without one such a session starts from an all-zero previous frame. ``graphs``:
+        run steady-state chunks from fixed buffers (``model/chunk_graph.py``), captured
+        and replayed as CUDA graphs on a GPU; default on for CUDA, off elsewhere."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -94,6 +98,8 @@ class ModelRunner:
             for b in self.cfg.buckets
         }
         self.sessions: dict[str, SessionSlot] = {}
+        use_graphs = self.device.type == "cuda" if graphs is None else graphs
+        self.graphs = ChunkGraphs(self.model, dtype, self.device) if use_graphs else None
 
     @classmethod
     def from_pretrained(
@@ -292,6 +298,8 @@ class ModelRunner:
         states = [self.sessions[it.session_id] for it in items]
         b, fc, c = len(items), cfg.frames_per_chunk, cfg.channels
         pool = self.pools[bucket]
+        if self.graphs is not None and self._steady(pool, states):
+            return self._run_graph(bucket, steps, items, states)
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
         prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, c, bucket, bucket)
         actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
@@ -311,6 +319,32 @@ class ModelRunner:
         k, v = model.commit_step(clean, inp, ctx)
         frames = pixels.cpu().numpy()
         self._advance(states, clean, frames, k, v)
+        return frames
+
+    def _steady(self, pool: KVCachePool, states: list[SessionSlot]) -> bool:
+        """Whether a chunk has what a captured chunk assumes: one frame past the sink
+        frames, and a full cache (no mask)."""
+        cfg = self.cfg
+        return (cfg.frames_per_chunk == 1 and all(s.frame_index >= cfg.sink_frames for s in states)
+                and bool((pool.frame_at[[s.slot for s in states]] >= 0).all()))
+
+    def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot]) -> np.ndarray:
+        """``_run_chunk`` through a ``ChunkGraph``: the same chunk from fixed buffers."""
+        assert self.graphs is not None
+        graph = self.graphs.get(bucket, steps, len(items))
+        b = len(items)
+        self.pools[bucket].context([s.slot for s in states], np.array([s.frame_index for s in states]),
+                                   out=(graph.ctx_k, graph.ctx_v))
+        graph.prev[:b] = torch.stack([s.prev for s in states])
+        graph.actions[:b] = torch.from_numpy(np.stack([it.actions for it in items]))
+        graph.scene[:b] = torch.stack([s.scene for s in states])
+        shape = (self.cfg.frames_per_chunk, self.cfg.channels, bucket, bucket)
+        for i in range(steps):  # each session's generator draws in the eager path's order
+            graph.noise[i, :b] = self._noise(states, shape)
+        pixels, clean, k, v = graph.run()
+        frames = pixels[:b].cpu().numpy()
+        # the graph's outputs are overwritten by its next replay: keep copies
+        self._advance(states, clean[:b].clone(), frames, k[:, :b], v[:, :b])
         return frames
 
     def _commit(self, states: list[SessionSlot], clean: torch.Tensor, actions: torch.Tensor) -> None:

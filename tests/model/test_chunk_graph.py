@@ -1,0 +1,81 @@
+"""Steady-state chunks from fixed buffers (``model/chunk_graph.py``) give the eager path's frames.
+
+On a GPU these buffers are captured as CUDA graphs (``bench.gpu_check`` checks the replay);
+here the same buffers run eagerly, which holds the bookkeeping to the eager path: padding to
+a power of two, the cache gathered into the graph's buffers, each session's noise drawn in
+the same order, and outputs copied out before the next chunk overwrites them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from model.chunk_graph import padded
+from model.config import ModelConfig
+from model.dit import WorldModel
+from model.runner import ModelRunner
+from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+
+TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
+
+
+def test_batches_pad_to_a_power_of_two() -> None:
+    assert [padded(b) for b in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 4, 4, 8, 8, 16]
+
+
+def _rollout(graphs: bool, plan: list[tuple[int, int]]) -> tuple[list[np.ndarray], ModelRunner]:
+    """Frames of a rollout: ``plan`` lists (sessions in the batch, steps) per chunk."""
+    torch.manual_seed(0)
+    model = WorldModel(TINY)
+    with torch.no_grad():  # off the identity init, so frames depend on every input
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    runner = ModelRunner(model, max_sessions=4, graphs=graphs)
+    ids = [f"s{i}" for i in range(max(n for n, _ in plan))]
+    rng = np.random.default_rng(0)
+    runner.execute(StepPlan(new_sessions=[
+        SessionSpec(s, 64, seed=i, scene="snowy night", observation=rng.integers(0, 256, (64, 64, 3), np.uint8))
+        for i, s in enumerate(ids)
+    ]))
+    frames: list[np.ndarray] = []
+    for c, (n, steps) in enumerate(plan):
+        acts = {s: np.full((1, ACTION_DIM), 0.3 * (i + 1) * ((c % 3) - 1), np.float32) for i, s in enumerate(ids)}
+        out = runner.execute(StepPlan(batches=[Batch(64, steps, [ChunkWork(s, c, acts[s]) for s in ids[:n]])]))
+        assert not out.errors
+        frames += [r.frames for r in out.results]
+    return frames, runner
+
+
+def test_graph_path_gives_the_eager_frames_exactly() -> None:
+    # the cache fills (eager path), then the steady state: graphs are made, reused and
+    # switched between (4 sessions, 4 steps) and (2 sessions, 2 steps)
+    plan = [(4, 4)] * (TINY.cache_frames + 3) + [(2, 2)] * 2 + [(4, 4)] * 2
+    eager, _ = _rollout(False, plan)
+    graphed, runner = _rollout(True, plan)
+    assert runner.graphs is not None and len(runner.graphs) == 2
+    assert len(eager) == len(graphed) == 4 * (TINY.cache_frames + 5) + 4
+    assert all(np.array_equal(a, b) for a, b in zip(eager, graphed, strict=True))
+    assert all(a.std() > 0 for a in graphed) and not np.array_equal(graphed[-1], graphed[-2])
+
+
+def test_a_padded_batch_differs_by_rounding_alone() -> None:
+    # 3 sessions run in a graph of 4 rows: other matmul shapes, so an 8-bit level may flip
+    plan = [(3, 4)] * TINY.cache_frames  # the observation is frame 0: the last chunk is steady
+    eager, _ = _rollout(False, plan)
+    graphed, runner = _rollout(True, plan)
+    assert runner.graphs is not None and len(runner.graphs) == 1
+    last = slice(-3, None)  # the first steady chunk; the ones before ran eagerly in both
+    assert all(np.array_equal(a, b) for a, b in zip(eager[:-3], graphed[:-3], strict=True))
+    diff = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(eager[last], graphed[last], strict=True)]
+    assert max(d.max() for d in diff) <= 1 and np.mean([np.mean(d > 0) for d in diff]) < 0.01
+
+
+def test_context_into_buffers_of_the_wrong_shape_is_refused() -> None:
+    runner = ModelRunner(WorldModel(TINY), max_sessions=2)
+    runner.execute(StepPlan(new_sessions=[SessionSpec("a", 64, seed=0, scene="")]))
+    pool = runner.pools[64]
+    bad = torch.zeros(TINY.depth, 1, 3, TINY.heads, TINY.head_dim)
+    with pytest.raises(ValueError, match="do not hold"):
+        pool.context([runner.sessions["a"].slot], np.array([1]), out=(bad, bad))
