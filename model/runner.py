@@ -79,13 +79,14 @@ class ModelRunner:
         device: str | torch.device = "cpu",
         scene_encoder: SceneEncoder = default_scene_encoder,
         start_frame: StartFrame | None = None,
-        graphs: bool | None = None,
+        graphs: bool = False,
     ):
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
         without one such a session starts from an all-zero previous frame. ``graphs``:
         run steady-state chunks from fixed buffers (``model/chunk_graph.py``), captured
-        and replayed as CUDA graphs on a GPU; default on for CUDA, off elsewhere."""
+        and replayed as CUDA graphs on a GPU (off by default: on the CPU it gains nothing,
+        and its capture has not yet been checked on a GPU; ``bench.gpu_check`` does)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -98,8 +99,7 @@ class ModelRunner:
             for b in self.cfg.buckets
         }
         self.sessions: dict[str, SessionSlot] = {}
-        use_graphs = self.device.type == "cuda" if graphs is None else graphs
-        self.graphs = ChunkGraphs(self.model, dtype, self.device) if use_graphs else None
+        self.graphs = ChunkGraphs(self.model, dtype, self.device) if graphs else None
 
     @classmethod
     def from_pretrained(
@@ -108,10 +108,13 @@ class ModelRunner:
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``model/world``) starts sessions
         from its world's view unless ``start_frame`` is given (``None`` turns that off).
-        ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto" times this machine)."""
+        ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
+        CPU with bf16 matrix instructions)."""
         if threads is not None:
             torch.set_num_threads(threads)
-        kw["dtype"] = pick_dtype(dtype) if isinstance(dtype, str) else dtype
+        device = kw.get("device", "cpu")
+        assert isinstance(device, (str, torch.device))
+        kw["dtype"] = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
         if "start_frame" not in kw and Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve():
             from model.world import start_frame
 
@@ -341,7 +344,12 @@ class ModelRunner:
         shape = (self.cfg.frames_per_chunk, self.cfg.channels, bucket, bucket)
         for i in range(steps):  # each session's generator draws in the eager path's order
             graph.noise[i, :b] = self._noise(states, shape)
-        pixels, clean, k, v = graph.run()
+        try:
+            pixels, clean, k, v = graph.run()
+        except RuntimeError as exc:  # a capture this GPU or torch refuses: stay eager from now on
+            log.warning("chunk graphs off, running eagerly: %s", exc)
+            self.graphs = None
+            return self._run_chunk(bucket, steps, items)
         frames = pixels[:b].cpu().numpy()
         # the graph's outputs are overwritten by its next replay: keep copies
         self._advance(states, clean[:b].clone(), frames, k[:, :b], v[:, :b])

@@ -60,9 +60,11 @@ def load_model_runner(settings: Settings) -> Runner:
     path = settings.weights or weights_mod.DEFAULT_WEIGHTS
     slots = max(settings.capacity, max(settings.warmup_batch_sizes)) + 1
     runner: Runner = runner_mod.ModelRunner.from_pretrained(
-        path, threads=settings.threads, max_sessions=slots, dtype=settings.dtype
+        path, threads=settings.threads, max_sessions=slots, dtype=settings.dtype,
+        device=settings.device, graphs=settings.cuda_graphs,
     )
-    log.info("model %s, %s, %s thread(s)", path, getattr(runner, "dtype", "?"), settings.threads or "default")
+    log.info("model %s, %s on %s, %s thread(s)", path, getattr(runner, "dtype", "?"), settings.device,
+             settings.threads or "default")
     return runner
 
 

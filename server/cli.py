@@ -41,6 +41,9 @@ def serve_parser(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=d.threads, help="torch threads of the model")
     ap.add_argument("--dtype", choices=DTYPES, default=d.dtype,
                     help="the model's float type; auto (default): bf16 where the CPU has bf16 matrix instructions")
+    ap.add_argument("--device", default=d.device, help="cpu (default), cuda or cuda:N")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="on a GPU, replay steady-state chunks as CUDA graphs")
     ap.add_argument("--capacity", type=int, default=d.capacity, help="sessions held at once")
     ap.add_argument("--detached-ttl", type=float, default=d.detached_ttl_s,
                     help="seconds a dropped session stays resumable")
@@ -103,6 +106,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         weights=args.weights,
         threads=args.threads,
         dtype=args.dtype,
+        device=args.device,
+        cuda_graphs=args.cuda_graphs,
         capacity=args.capacity,
         detached_ttl_s=args.detached_ttl,
         buckets=args.buckets,

@@ -49,3 +49,10 @@ def test_auto_follows_the_cpu_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2\n")
     assert pick_dtype("auto") is torch.float32
     assert md.native_bf16(tmp_path / "missing") is None
+
+
+def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert pick_dtype("auto", device="cuda") == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert pick_dtype("auto", device="cuda:0") == torch.float32
