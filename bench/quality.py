@@ -7,7 +7,11 @@ driven by held-out action scripts; its rollout is compared with the renderer's f
 actions. Prints per bucket:
 
 - PSNR at horizons 1, 8, 32 beside the repeat-the-last-frame baseline, each from the mean
-  squared error over all episodes (``pooled_psnr``);
+  squared error over all episodes (``pooled_psnr``), and beside two references that know
+  the commanded camera shift exactly (``shift_oracle``): the first frame moved, with the
+  area it never showed filled by its mean colour (``oracle_mean``, what averaging the
+  unknown earns) or by real content of the same scene from elsewhere (``oracle_sharp``,
+  what drawing plausible new terrain earns);
 - the same with the camera held still (only the world's own motion), where repeat-last is
   nearly right: a model that drifts when nothing is asked shows here;
 - action control: share of moving steps where the model's global motion (phase correlation
@@ -82,6 +86,38 @@ def motion_ok(prev: np.ndarray, cur: np.ndarray, action: np.ndarray, bucket: int
         return None
     got = np.asarray(global_shift(prev, cur), dtype=np.float64)
     return bool(np.all(np.abs(got - want) <= 1.0))
+
+
+def shifted(frame: np.ndarray, dy: float, dx: float) -> np.ndarray:
+    """``frame`` (H, W, 3) moved by (dy, dx) pixels, bilinear, as float; NaN where the
+    source lies outside the frame (content the first frame never showed)."""
+    h, w, _ = frame.shape
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    sy, sx = ys - dy, xs - dx
+    y0, x0 = np.floor(sy).astype(int), np.floor(sx).astype(int)
+    fy, fx = (sy - y0)[..., None], (sx - x0)[..., None]
+    f = frame.astype(np.float64)
+    at = lambda oy, ox: f[np.clip(y0 + oy, 0, h - 1), np.clip(x0 + ox, 0, w - 1)]  # noqa: E731
+    out = (at(0, 0) * (1 - fy) * (1 - fx) + at(1, 0) * fy * (1 - fx)
+           + at(0, 1) * (1 - fy) * fx + at(1, 1) * fy * fx)
+    out[(sy < 0) | (sy > h - 1) | (sx < 0) | (sx > w - 1)] = np.nan
+    return out
+
+
+def shift_oracle(truth: np.ndarray, actions: np.ndarray, horizon: int, bucket: int, sharp: bool) -> np.ndarray:
+    """A reference for the PSNR table: the first frame moved by the camera shift the actions
+    command (exact, unlike any model), the area it never showed filled with its mean colour
+    (the best guess under squared error) or, ``sharp``, with real content of the same frame
+    from elsewhere (what a model that draws plausible new terrain gets). Actors and weather
+    are left out. truth (E, T, H, W, 3), actions (E, T, A) -> (E, H, W, 3) at ``horizon``."""
+    out = []
+    for i in range(truth.shape[0]):
+        dy, dx = np.sum([expected_shift(a, bucket) for a in actions[i, 1 : horizon + 1]], axis=0)
+        m = shifted(truth[i, 0], dy, dx)
+        fill = (np.roll(truth[i, horizon], (bucket // 2, bucket // 2), (0, 1)).astype(np.float64) if sharp
+                else truth[i, 0].reshape(-1, 3).mean(0))
+        out.append(np.where(np.isnan(m), fill, m))
+    return np.stack(out)
 
 
 @dataclass
@@ -279,6 +315,9 @@ def main(argv: list[str] | None = None) -> None:
         for h in HORIZONS:
             res[f"psnr_h{h}"] = pooled_psnr(roll.model[:, h], roll.truth[:, h])
             res[f"psnr_h{h}_repeat"] = pooled_psnr(roll.truth[:, 0], roll.truth[:, h])
+            for kind, sharp in (("mean", False), ("sharp", True)):
+                ref = shift_oracle(roll.truth, roll.actions, h, bucket, sharp)
+                res[f"psnr_h{h}_oracle_{kind}"] = pooled_psnr(ref, roll.truth[:, h])
         model_ok, truth_ok = [], []
         for i in range(episodes):
             for t in range(1, roll.truth.shape[1]):

@@ -1,6 +1,8 @@
 import numpy as np
 
-from bench.quality import pooled_psnr, psnr
+from bench.quality import pooled_psnr, psnr, shift_oracle, shifted
+from model.world import expected_shift
+from session.plan import ACTION_DIM, KEYS
 
 
 def test_pooled_psnr_is_the_psnr_of_the_mean_error() -> None:
@@ -20,3 +22,28 @@ def test_one_identical_episode_does_not_outweigh_the_rest() -> None:
     per_episode_mean = np.mean([psnr(p, t) for p, t in zip(pred, truth, strict=True)])
     assert per_episode_mean > 35  # the exact pair's +148 dB drags the dB mean up
     assert pooled_psnr(pred, truth) < 10
+
+
+def test_shifted_moves_content_and_marks_what_was_never_seen() -> None:
+    frame = np.random.default_rng(2).integers(0, 256, (8, 8, 3)).astype(np.uint8)
+    out = shifted(frame, 2, -3)
+    assert np.array_equal(out[2:, :5], frame[:6, 3:].astype(np.float64))
+    assert np.isnan(out[:2]).all() and np.isnan(out[:, 5:]).all()
+    half = shifted(frame, 0, 0.5)[:, 1:]  # sub-pixel: the average of the two neighbours
+    assert np.allclose(half, (frame[:, :-1].astype(np.float64) + frame[:, 1:]) / 2)
+
+
+def test_shift_oracle_follows_the_commanded_camera() -> None:
+    rng = np.random.default_rng(3)
+    first = rng.integers(0, 256, (64, 64, 3)).astype(np.uint8)
+    right = np.zeros(ACTION_DIM, np.float32)
+    right[KEYS.index("right")] = 1.0
+    dy, dx = expected_shift(right, 64)
+    assert (dy, dx) == (0.0, -2.0)  # the scene slides left by 2 px at 64 px
+    truth = np.stack([first, np.roll(first, -2, axis=1)])[None]  # (1 episode, 2 frames)
+    actions = np.stack([np.zeros_like(right), right])[None]
+    ref = shift_oracle(truth, actions, 1, 64, sharp=False)[0]
+    assert np.array_equal(ref[:, :62], truth[0, 1, :, :62].astype(np.float64))
+    assert np.allclose(ref[:, 62:], first.reshape(-1, 3).mean(0))
+    sharp = shift_oracle(truth, actions, 1, 64, sharp=True)[0]
+    assert np.array_equal(sharp[:, :62], ref[:, :62]) and not np.allclose(sharp[:, 62:], ref[:, 62:])
