@@ -15,7 +15,9 @@ actions. Prints per bucket:
 - the same with the camera held still (only the world's own motion), where repeat-last is
   nearly right: a model that drifts when nothing is asked shows here;
 - action control: share of moving steps where the model's global motion (phase correlation
-  between consecutive frames) matches the commanded shift, beside the renderer's own score;
+  between consecutive frames) matches the commanded shift, beside the renderer's own score,
+  and the model's share over the steps where the renderer's own frames pass
+  (``control_acc_judged``: the measurement fails on near-uniform views);
 - scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the
   new scene's (closer to the renderer's new-scene frames than to the old-scene ones) within 4 frames;
 - long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x
@@ -332,6 +334,10 @@ def main(argv: list[str] | None = None) -> None:
             res[f"still_psnr_h{h}_repeat"] = pooled_psnr(still.truth[:, 0], still.truth[:, h])
         res["control_acc"] = float(np.mean(model_ok)) if model_ok else float("nan")
         res["control_acc_renderer"] = float(np.mean(truth_ok)) if truth_ok else float("nan")
+        # the steps where the measurement itself works: phase correlation finds the commanded
+        # shift on the renderer's own frames (it fails on near-uniform views)
+        judged = [m for m, r in zip(model_ok, truth_ok, strict=True) if r]
+        res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")
         res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
         if bucket == runner.buckets[0] or not args.quick:
             long = long_rollout(runner, bucket, min(episodes, 4), long_len if bucket == runner.buckets[0] else long_len // 5, rng)
