@@ -11,7 +11,9 @@ actions. Prints per bucket:
   the commanded camera shift exactly (``shift_oracle``): the first frame moved, with the
   area it never showed filled by its mean colour (``oracle_mean``, what averaging the
   unknown earns) or by real content of the same scene from elsewhere (``oracle_sharp``,
-  what drawing plausible new terrain earns);
+  what drawing plausible new terrain earns); at h8 and h32 also split by region: where the
+  first frame's content only has to be carried along (``known``) and where new content has
+  to be made up (``unseen``);
 - the same with the camera held still (only the world's own motion), where repeat-last is
   nearly right: a model that drifts when nothing is asked shows here;
 - action control: share of moving steps where the model's global motion (phase correlation
@@ -106,6 +108,37 @@ def shifted(frame: np.ndarray, dy: float, dx: float) -> np.ndarray:
     return out
 
 
+def camera_shift(actions: np.ndarray, horizon: int, bucket: int) -> tuple[float, float]:
+    """The static scene's total pixel shift over frames 1..``horizon`` of ``actions`` (T, A)."""
+    dy, dx = np.sum([expected_shift(a, bucket) for a in actions[1 : horizon + 1]], axis=0)
+    return float(dy), float(dx)
+
+
+def region_psnr(roll: Rollouts, horizon: int, bucket: int) -> dict[str, float]:
+    """The model's PSNR at ``horizon`` over the area the first frame already showed (moved
+    by the commanded camera shift: content that only has to be carried along) and over the
+    area it never showed (content that has to be made up), with repeat-last and the mean
+    -colour oracle beside it."""
+    sums = {k: 0.0 for k in ("known_model", "known_repeat", "unseen_model", "unseen_repeat", "unseen_mean")}
+    n_known = n_unseen = 0
+    for i in range(roll.truth.shape[0]):
+        known = ~np.isnan(shifted(roll.truth[i, 0], *camera_shift(roll.actions[i], horizon, bucket))[..., 0])
+        t = roll.truth[i, horizon].astype(np.float64)
+        preds = {"model": roll.model[i, horizon], "repeat": roll.truth[i, 0]}
+        for k, p in preds.items():
+            sq = ((p.astype(np.float64) - t) ** 2).sum(-1)
+            sums[f"known_{k}"] += float(sq[known].sum())
+            sums[f"unseen_{k}"] += float(sq[~known].sum())
+        sums["unseen_mean"] += float(((roll.truth[i, 0].reshape(-1, 3).mean(0) - t) ** 2).sum(-1)[~known].sum())
+        n_known += int(known.sum())
+        n_unseen += int((~known).sum())
+    out = {}
+    for k, v in sums.items():
+        n = n_known if k.startswith("known") else n_unseen
+        out[f"psnr_h{horizon}_{k}"] = psnr_of_mse(v / (3 * n)) if n else float("nan")
+    return out
+
+
 def shift_oracle(truth: np.ndarray, actions: np.ndarray, horizon: int, bucket: int, sharp: bool) -> np.ndarray:
     """A reference for the PSNR table: the first frame moved by the camera shift the actions
     command (exact, unlike any model), the area it never showed filled with its mean colour
@@ -114,8 +147,7 @@ def shift_oracle(truth: np.ndarray, actions: np.ndarray, horizon: int, bucket: i
     are left out. truth (E, T, H, W, 3), actions (E, T, A) -> (E, H, W, 3) at ``horizon``."""
     out = []
     for i in range(truth.shape[0]):
-        dy, dx = np.sum([expected_shift(a, bucket) for a in actions[i, 1 : horizon + 1]], axis=0)
-        m = shifted(truth[i, 0], dy, dx)
+        m = shifted(truth[i, 0], *camera_shift(actions[i], horizon, bucket))
         fill = (np.roll(truth[i, horizon], (bucket // 2, bucket // 2), (0, 1)).astype(np.float64) if sharp
                 else truth[i, 0].reshape(-1, 3).mean(0))
         out.append(np.where(np.isnan(m), fill, m))
@@ -320,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
             for kind, sharp in (("mean", False), ("sharp", True)):
                 ref = shift_oracle(roll.truth, roll.actions, h, bucket, sharp)
                 res[f"psnr_h{h}_oracle_{kind}"] = pooled_psnr(ref, roll.truth[:, h])
+            if h > 1:
+                res.update(region_psnr(roll, h, bucket))
         model_ok, truth_ok = [], []
         for i in range(episodes):
             for t in range(1, roll.truth.shape[1]):

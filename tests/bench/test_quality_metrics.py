@@ -1,6 +1,6 @@
 import numpy as np
 
-from bench.quality import pooled_psnr, psnr, shift_oracle, shifted
+from bench.quality import Rollouts, pooled_psnr, psnr, region_psnr, shift_oracle, shifted
 from model.world import expected_shift
 from session.plan import ACTION_DIM, KEYS
 
@@ -47,3 +47,17 @@ def test_shift_oracle_follows_the_commanded_camera() -> None:
     assert np.allclose(ref[:, 62:], first.reshape(-1, 3).mean(0))
     sharp = shift_oracle(truth, actions, 1, 64, sharp=True)[0]
     assert np.array_equal(sharp[:, :62], ref[:, :62]) and not np.allclose(sharp[:, 62:], ref[:, 62:])
+
+
+def test_region_psnr_splits_carried_content_from_new_content() -> None:
+    rng = np.random.default_rng(4)
+    first = rng.integers(0, 256, (64, 64, 3)).astype(np.uint8)
+    right = np.zeros(ACTION_DIM, np.float32)
+    right[KEYS.index("right")] = 1.0
+    truth = np.stack([first, np.roll(first, -2, axis=1)])[None]
+    model = truth.copy()
+    model[0, 1, :, 62:] = 255 - truth[0, 1, :, 62:]  # right where carried, wrong where new
+    roll = Rollouts(truth=truth, model=model, actions=np.stack([np.zeros_like(right), right])[None])
+    res = region_psnr(roll, 1, 64)
+    assert res["psnr_h1_known_model"] > 100 and res["psnr_h1_unseen_model"] < 10
+    assert res["psnr_h1_known_repeat"] < 20  # repeat-last did not carry the content along
