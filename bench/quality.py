@@ -117,13 +117,16 @@ def camera_shift(actions: np.ndarray, horizon: int, bucket: int) -> tuple[float,
 def region_psnr(roll: Rollouts, horizon: int, bucket: int) -> dict[str, float]:
     """The model's PSNR at ``horizon`` over the area the first frame already showed (moved
     by the commanded camera shift: content that only has to be carried along) and over the
-    area it never showed (content that has to be made up), with repeat-last and the mean
-    -colour oracle beside it."""
-    sums = {k: 0.0 for k in ("known_model", "known_repeat", "unseen_model", "unseen_repeat", "unseen_mean")}
+    area it never showed (content that has to be made up), with repeat-last and the shift
+    oracle beside it (the first frame moved; its mean colour where it showed nothing)."""
+    keys = ("known_model", "known_repeat", "known_oracle", "unseen_model", "unseen_repeat", "unseen_mean")
+    sums = {k: 0.0 for k in keys}
     n_known = n_unseen = 0
     for i in range(roll.truth.shape[0]):
-        known = ~np.isnan(shifted(roll.truth[i, 0], *camera_shift(roll.actions[i], horizon, bucket))[..., 0])
+        moved = shifted(roll.truth[i, 0], *camera_shift(roll.actions[i], horizon, bucket))
+        known = ~np.isnan(moved[..., 0])
         t = roll.truth[i, horizon].astype(np.float64)
+        sums["known_oracle"] += float(((moved - t) ** 2).sum(-1)[known].sum())
         preds = {"model": roll.model[i, horizon], "repeat": roll.truth[i, 0]}
         for k, p in preds.items():
             sq = ((p.astype(np.float64) - t) ** 2).sum(-1)

@@ -61,3 +61,4 @@ def test_region_psnr_splits_carried_content_from_new_content() -> None:
     res = region_psnr(roll, 1, 64)
     assert res["psnr_h1_known_model"] > 100 and res["psnr_h1_unseen_model"] < 10
     assert res["psnr_h1_known_repeat"] < 20  # repeat-last did not carry the content along
+    assert res["psnr_h1_known_oracle"] > 100  # the exact shift did
