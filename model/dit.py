@@ -363,9 +363,10 @@ class WorldModel(nn.Module):
 
     def _head(
         self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, prev: torch.Tensor,
-        prior: torch.Tensor,
+        prior: torch.Tensor, kernels: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Final tokens -> clean-frame guess (B, F, C, H, W)."""
+        """Final tokens -> clean-frame guess (B, F, C, H, W). ``kernels``, if given, receives
+        the motion kernels (B*F, gh, gw, 2, taps), y then x, softmax over the offsets."""
         b, f, ch, h, w = prev.shape
         cfg, p = self.cfg, self.cfg.patch
         g, r = h // p, cfg.radius(h)
@@ -374,6 +375,8 @@ class WorldModel(nn.Module):
         taps = 2 * r + 1
         logits = out[..., ch * p * p :].reshape(b * f, g, g, 2, taps)
         kern = (logits + prior).float().softmax(-1)
+        if kernels is not None:
+            kernels.append(kern)
         moved = shift_warp(prev.reshape(b * f, ch, h, w).float(), kern[..., 0, :], kern[..., 1, :], r, p)
         return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
@@ -462,7 +465,7 @@ class WorldModel(nn.Module):
     def forward_sequence(
         self, x: torch.Tensor, prev: torch.Tensor, noise: torch.Tensor, actions: torch.Tensor,
         scene: torch.Tensor, frame_pos: torch.Tensor, noisy: torch.Tensor,
-        return_kv: bool = False,
+        return_kv: bool = False, kernels: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """All N frames of a sequence in one pass with the block-causal mask.
 
@@ -470,7 +473,8 @@ class WorldModel(nn.Module):
         frame_pos (N,) the frames' epoch indices; noisy (N,) bool — a noisy frame is a
         generation query: it sees the clean context of its chunk's window and the noisy
         frames of its own chunk, and nothing attends to it (see ``sequence_mask``).
-        Returns x0 guesses (B, N, C, H, W) and, if asked, keys/values (L, B, N*T, H, D).
+        Returns x0 guesses (B, N, C, H, W) and, if asked, keys/values (L, B, N*T, H, D);
+        ``kernels`` receives the motion kernels (see ``_head``).
         """
         n, h = x.shape[1], x.shape[3]
         cfg = self.cfg
@@ -492,7 +496,7 @@ class WorldModel(nn.Module):
                 ks.append(k)
                 vs.append(v)
         shift, scale = self.final_ada(c).chunk(2, -1)
-        out = self._head(tokens, shift, scale, prev, self._prior(actions, h))
+        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), kernels)
         return out, ((torch.stack(ks), torch.stack(vs)) if return_kv else None)
 
     @staticmethod

@@ -45,7 +45,7 @@ from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.train_data import BatchSource, DataSpec
 from model.weights import load_state, save_model
-from model.world import DEFAULT_MAP_SIZE
+from model.world import DEFAULT_MAP_SIZE, expected_shift
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
 NEW_MODULES = ("motion_prior.",)  # may be missing from older checkpoints
@@ -69,6 +69,7 @@ class TrainConfig:
     scene_switch_share: float = 0.25  # sequences whose prompt changes part-way
     still_share: float = 0.0  # sequences from the "calm" policy (long still stretches)
     edge_weight: float = 0.1  # image-gradient matching term against blur (0: MSE only)
+    motion_weight: float = 0.0  # motion kernels pulled toward the commanded camera shift
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
     map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
@@ -158,9 +159,39 @@ def edge_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) ->
     return total
 
 
+def shift_targets(actions: np.ndarray, bucket: int, radius: int) -> np.ndarray:
+    """The motion kernel the camera asks for, per frame: actions (B, N, A) -> (B, N, 2, taps)
+    weights over offsets -radius..radius, y then x. The static scene moves by d pixels
+    (``expected_shift``), so the warp must read the previous frame at offset -d; a
+    fractional d splits its weight between the two nearest offsets."""
+    b, n, _ = actions.shape
+    taps = 2 * radius + 1
+    out = np.zeros((b, n, 2, taps), np.float32)
+    for i in range(b):
+        for j in range(n):
+            for axis, d in enumerate(expected_shift(actions[i, j], bucket)):
+                pos = float(np.clip(radius - d, 0, taps - 1))
+                lo = int(np.floor(pos))
+                frac = pos - lo
+                out[i, j, axis, lo] += 1 - frac
+                if frac > 0:
+                    out[i, j, axis, lo + 1] += frac
+    return out
+
+
+def motion_loss(kernels: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of every token's kernels (B*N, gh, gw, 2, taps) against the camera's
+    (B, N, 2, taps), per frame weighted (B, N). Things that move on their own disagree with
+    the camera; a small weight lets the frame loss overrule it there."""
+    b, n = weight.shape
+    logp = kernels.clamp_min(1e-6).log().view(b, n, -1, 2, kernels.shape[-1])
+    ce = -(targets[:, :, None] * logp).sum(-1).mean(dim=(2, 3))  # (B, N)
+    return (ce * weight).mean()
+
+
 def train_step(
     model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
-    use_rollout: bool, edge_weight: float = 0.0,
+    use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync)."""
@@ -196,13 +227,24 @@ def train_step(
     seq_scene = torch.cat((scene, scene), 1)
     seq_pos = torch.tensor(pos + pos)
     flags = torch.cat((torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)))
-    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags)
+    kernels: list[torch.Tensor] | None = [] if motion_weight > 0 else None
+    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags,
+                                    kernels=kernels)
     pred = out[:, n:]
     loss = F.mse_loss(pred, x)
     if edge_weight > 0:  # sharp guesses matter most at the low noise levels that make the output
         edges = edge_loss(pred, x, 1.0 - t)
         stats["edge"] = edges.detach()
         loss = loss + edge_weight * edges
+    if kernels:  # the noisy half's kernels against the commanded camera shift
+        h = x.shape[-1]
+        targets = put(shift_targets(batch["actions"], h, cfg.radius(h)))
+        kern = kernels[0].view(b, 2 * n, *kernels[0].shape[1:])[:, n:].reshape(b * n, *kernels[0].shape[1:])
+        w = (1.0 - t).clone()
+        w[:, 0] = 0.0  # frame 0 has no previous frame to move
+        motion = motion_loss(kern, targets, w)
+        stats["motion"] = motion.detach()
+        loss = loss + motion_weight * motion
     with torch.no_grad():
         err = ((pred - x) ** 2).mean(dim=(2, 3, 4))
         for name, lo, hi in (("lo", 0.0, 0.4), ("hi", 0.4, 1.01)):
@@ -331,7 +373,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, tc, total, sched0)
-            loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight)
+            loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -402,6 +444,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--still-share", type=float, default=TrainConfig.still_share,
                     help="share of sequences with long still stretches (the calm policy)")
     ap.add_argument("--edge-weight", type=float, default=TrainConfig.edge_weight)
+    ap.add_argument("--motion-weight", type=float, default=TrainConfig.motion_weight,
+                    help="cross-entropy of the motion kernels against the commanded camera shift")
     ap.add_argument("--lr", type=float, default=TrainConfig.lr)
     ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     ap.add_argument("--restart-schedule", action="store_true",
@@ -430,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
         seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after,
         self_rollout_share=args.self_rollout_share, scene_switch_share=args.scene_switch_share,
         still_share=args.still_share,
-        edge_weight=args.edge_weight, lr=args.lr, warmup=args.warmup,
+        edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr, warmup=args.warmup,
         restart_schedule=args.restart_schedule, worlds=args.worlds,
         seed=args.seed, threads=args.threads, model=json.loads(args.model), device=args.device,
         data_workers=args.data_workers, big_bucket_every=args.big_bucket_every, ema=args.ema,

@@ -38,3 +38,53 @@ def test_a_few_steps_lower_the_loss_then_resume_and_export(tmp_path: Path) -> No
     a = np.zeros((1, ACTION_DIM), np.float32)
     out = runner.execute(StepPlan(batches=[Batch(64, 4, [ChunkWork("s", 0, a)])]))
     assert not out.errors and out.results[0].frames.shape == (1, 64, 64, 3)
+
+
+def test_shift_targets_put_the_weight_on_the_commanded_offset() -> None:
+    from model.train import shift_targets
+    from session.plan import KEYS
+
+    acts = np.zeros((1, 3, ACTION_DIM), np.float32)
+    acts[0, 1, KEYS.index("right")] = 1.0  # the scene moves 2 px left: read prev 2 px right
+    acts[0, 2, len(KEYS)] = 0.25  # mouse: half a pixel
+    t = shift_targets(acts, 64, 5)
+    assert t.shape == (1, 3, 2, 11) and np.allclose(t.sum(-1), 1.0)
+    assert t[0, 0, 0, 5] == t[0, 0, 1, 5] == 1.0  # still
+    assert t[0, 1, 1, 7] == 1.0 and t[0, 1, 0, 5] == 1.0
+    assert np.allclose(t[0, 2, 1, 5:7], 0.5)
+
+
+def test_motion_loss_prefers_the_commanded_kernel() -> None:
+    import torch
+
+    from model.train import motion_loss
+
+    targets = torch.zeros(2, 3, 2, 11)
+    targets[..., 7] = 1.0
+    right = torch.full((6, 4, 4, 2, 11), 1e-3)
+    right[..., 7] = 1.0 - 10e-3
+    uniform = torch.full((6, 4, 4, 2, 11), 1 / 11)
+    w = torch.ones(2, 3)
+    assert motion_loss(right, targets, w) < 0.1 < motion_loss(uniform, targets, w)
+    assert motion_loss(uniform, targets, torch.zeros(2, 3)) == 0.0
+
+
+def test_the_motion_term_reaches_the_kernels() -> None:
+    import torch
+
+    from model.config import ModelConfig
+    from model.dit import WorldModel
+    from model.train import train_step
+    from model.train_data import WorldPool
+
+    cfg = ModelConfig(**TINY)
+    model = WorldModel(cfg)
+    batch = WorldPool(1, cfg.buckets, np.random.default_rng(0), map_size=256).sequences(2, 5, 64, far=False)
+    g = torch.Generator().manual_seed(0)
+    loss, stats = train_step(model, batch, cfg, g, use_rollout=False, motion_weight=0.1)
+    assert "motion" in stats and float(stats["motion"]) > 0
+    loss.backward()
+    assert float(model.motion_prior["b64"].weight.grad.abs().sum()) > 0  # the prior learns the shift
+    g = torch.Generator().manual_seed(0)
+    plain, stats = train_step(model, batch, cfg, g, use_rollout=False)
+    assert "motion" not in stats and float(plain.detach()) < float(loss.detach())
