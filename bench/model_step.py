@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model: {source}, {params / 1e6:.2f}M params, depth {cfg.depth}, width {cfg.width}, "
           f"{cfg.denoising_steps} steps + commit, dtype {str(dtype).removeprefix('torch.')}, {where}")
     print(f"matmul peak: {peak:.1f} GFLOP/s (best square matmul, same dtype and {where})")
+    m, k, n = 8 * cfg.tokens_per_chunk(cfg.buckets[0]), cfg.width, int(cfg.mlp_ratio * cfg.width)
+    shaped = max(matmul_gflops(dtype, m, k, n, 0.4, device) for _ in range(3))
+    print(f"matmul at the model's MLP shape, batch 8 ({m}x{k}x{n}): {shaped:.1f} GFLOP/s "
+          f"({shaped / peak:.2f} of the peak)")
     runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches), device=device)
     print(f"{'bucket':>6} {'batch':>5} {'tokens':>6} {'ms/fwd':>8} {'ms/chunk':>9} {'frames/s':>9} "
           f"{'GFLOP/s':>8} {'eff':>5}")
