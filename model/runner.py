@@ -325,11 +325,10 @@ class ModelRunner:
         return frames
 
     def _steady(self, pool: KVCachePool, states: list[SessionSlot]) -> bool:
-        """Whether a chunk has what a captured chunk assumes: one frame past the sink
-        frames, and a full cache (no mask)."""
-        cfg = self.cfg
-        return (cfg.frames_per_chunk == 1 and all(s.frame_index >= cfg.sink_frames for s in states)
-                and bool((pool.frame_at[[s.slot for s in states]] >= 0).all()))
+        """Whether a chunk has what a captured chunk assumes: one-frame chunks and a full
+        cache (no mask; a full cache also puts the chunk past the sink frames, so its own
+        queries and keys take no time rotation)."""
+        return self.cfg.frames_per_chunk == 1 and bool((pool.frame_at[[s.slot for s in states]] >= 0).all())
 
     def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot]) -> np.ndarray:
         """``_run_chunk`` through a ``ChunkGraph``: the same chunk from fixed buffers."""
@@ -347,6 +346,7 @@ class ModelRunner:
         try:
             pixels, clean, k, v = graph.run()
         except RuntimeError as exc:  # a capture this GPU or torch refuses: stay eager from now on
+            # (the eager run draws this chunk's noise again, one step further in each stream)
             log.warning("chunk graphs off, running eagerly: %s", exc)
             self.graphs = None
             return self._run_chunk(bucket, steps, items)
