@@ -59,16 +59,7 @@ class ChunkGraph:
         fc = self.actions.shape[1]
         prev = self.prev[:, None].expand(-1, fc, -1, -1, -1)
         inp = model.prepare_chunk(prev, self.actions, self.scene, [*levels, 0.0])
-        x = x0 = self.noise[0]
-        for i in range(len(levels)):
-            x0 = model.denoise_step(x, inp, i, ctx).clamp(-1, 1)
-            if i + 1 < len(levels):
-                nxt = levels[i + 1]
-                x = (1 - nxt) * x0 + nxt * self.noise[i + 1]
-        pixels = model.decode(x0)
-        clean = model.encode(pixels).to(self.prev.dtype)
-        k, v = model.commit_step(clean, inp, ctx)
-        return pixels, clean, k, v
+        return model.sample_chunk(inp, ctx, lambda i: self.noise[i], self.prev.dtype)
 
     def run(self) -> tuple[torch.Tensor, ...]:
         """Run the chunk on what the buffers hold now. On CUDA the first call captures the

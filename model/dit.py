@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -445,6 +446,27 @@ class WorldModel(nn.Module):
             ks.append(k)
             vs.append(v)
         return torch.stack(ks), torch.stack(vs)
+
+    def sample_chunk(
+        self, inp: ChunkInputs, ctx: ChunkContext, noise: Callable[[int], torch.Tensor],
+        dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The few-step sampler and the commit pass of one chunk: ``inp`` prepared for the
+        step levels then 0.0; ``noise(i)`` the noise of step ``i``, asked for in order.
+        Returns pixels uint8 (B, F, H, W, 3) (what the client sees), the clean chunk decoded
+        and re-encoded in ``dtype`` (exactly what the model conditions on next), and the
+        chunk's keys, values (L, B, F*T, H, D) for the cache."""
+        levels = inp.levels[:-1]
+        x = x0 = noise(0)
+        for i in range(len(levels)):
+            x0 = self.denoise_step(x, inp, i, ctx).clamp(-1, 1)
+            if i + 1 < len(levels):
+                nxt = levels[i + 1]
+                x = (1 - nxt) * x0 + nxt * noise(i + 1)
+        pixels = self.decode(x0)
+        clean = self.encode(pixels).to(dtype)
+        k, v = self.commit_step(clean, inp, ctx)
+        return pixels, clean, k, v
 
     def denoise_chunk(
         self, x: torch.Tensor, prev: torch.Tensor, noise_level: float, actions: torch.Tensor,

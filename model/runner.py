@@ -310,16 +310,7 @@ class ModelRunner:
         levels = cfg.noise_levels(steps)
         inp = model.prepare_chunk(prev, actions, scene, [*levels, 0.0])  # shared by every forward
         shape = (fc, c, bucket, bucket)
-        x = self._noise(states, shape)
-        x0 = x
-        for i in range(len(levels)):
-            x0 = model.denoise_step(x, inp, i, ctx).clamp(-1, 1)
-            if i + 1 < len(levels):
-                nxt = levels[i + 1]
-                x = (1 - nxt) * x0 + nxt * self._noise(states, shape)
-        pixels = model.decode(x0)  # (B, F, H, W, 3) uint8: what the client sees
-        clean = model.encode(pixels).to(self.dtype)  # and exactly what the model conditions on
-        k, v = model.commit_step(clean, inp, ctx)
+        pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype)
         frames = pixels.cpu().numpy()
         self._advance(states, clean, frames, k, v)
         return frames
