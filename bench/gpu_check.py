@@ -16,7 +16,7 @@ Checks (fp32 without TF32 unless named):
 Speed (bf16): ms per denoising forward, eager against the replay of a captured CUDA graph
 (the forward is a few hundred small kernels: launches, not arithmetic, set its time); ms
 per whole chunk through the runner, eager against graphs; then the ``bench.model_step``
-table on the GPU (the runner's default there: graphs).
+table on the GPU with the runner's chunks replayed as graphs.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         t_graph = model_step.measure(runners[True], 64, b)[1] * 1e3
         print(f"{b:>5} {t_eager:>9.2f} {t_graph:>9.2f} {t_eager / t_graph:>8.2f} {b * 1e3 / t_graph:>15.0f}", flush=True)
 
-    model_step.main(["--device", "cuda", "--dtype", "bfloat16", "--weights", str(args.weights),
+    model_step.main(["--device", "cuda", "--cuda-graphs", "--dtype", "bfloat16", "--weights", str(args.weights),
                      "--batches", *map(str, args.batches)])
 
 

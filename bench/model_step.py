@@ -1,7 +1,7 @@
 """Model step speed: ms per denoising forward, frames/s and efficiency per bucket and batch size.
 
     python -m bench.model_step [--threads N] [--dtype auto|float32|bfloat16] [--weights PATH]
-                               [--device cpu|cuda] [--batches 1 2 4 8 16]
+                               [--device cpu|cuda] [--cuda-graphs] [--batches 1 2 4 8 16]
 
 First measures this machine's matmul peak (GFLOP/s, same dtype and threads), then for each
 resolution bucket and batch size prints ms per denoising forward, frames/s with the full step
@@ -93,7 +93,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="time whole chunks as the runner replays them from CUDA graphs")
     args = ap.parse_args(argv)
+    if args.cuda_graphs and not args.device.startswith("cuda"):
+        ap.error("--cuda-graphs needs --device cuda")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     dtype = pick_dtype(args.dtype, device=device)
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     shaped = max(matmul_gflops(dtype, m, k, n, 0.4, device) for _ in range(3))
     print(f"matmul at the model's MLP shape, batch 8 ({m}x{k}x{n}): {shaped:.1f} GFLOP/s "
           f"({shaped / peak:.2f} of the peak)")
-    runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches), device=device)
+    runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches), device=device, graphs=args.cuda_graphs)
     print(f"{'bucket':>6} {'batch':>5} {'tokens':>6} {'ms/fwd':>8} {'ms/chunk':>9} {'frames/s':>9} "
           f"{'GFLOP/s':>8} {'eff':>5}")
     throughput: dict[tuple[int, int], float] = {}

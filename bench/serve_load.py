@@ -1,6 +1,7 @@
 """Serving load: the real default model behind the engine, in-process, no network.
 
     python -m bench.serve_load [--quick] [--seconds S] [--threads N] [--dtype D] [--weights PATH]
+                               [--device cpu|cuda] [--cuda-graphs] [--batch-sizes 1 2 4 8] [--limit N]
 
 Sessions join one by one at random moments over ``--join-spread`` seconds (as clients do,
 not in lockstep); the scheduler starts each new clock in phase with the running ones.
@@ -9,7 +10,8 @@ Push-mode sessions at the smallest bucket ask for 24 fps at full quality; a cons
 session drains its latest-frame holder, as a transport would. Reports:
 
 - sessions_at_24fps: the most sessions held for ``--seconds`` (60 by default) with a
-  deadline-miss rate (misses + skipped frames over frames due) below 1%, degradation off;
+  deadline-miss rate (misses + skipped frames over frames due) below 1%, degradation off
+  (the load doubles from one session until it fails or reaches ``--limit``, then bisects);
 - the same with cross-session batching off (each session stepped alone): batching_gain;
 - overhead at saturation: every session asks for far more frames than the engine can make
   (240 fps); the engine's delivered frames/s is set against what the runner alone reaches on
@@ -28,6 +30,7 @@ import argparse
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,9 +75,10 @@ class LoadResult:
 async def run_load(
     runner: ModelRunner, timings: list[BatchTiming], sessions: int, seconds: float, *,
     fps: float = 24.0, batching: bool = True, degrade: bool = False, join_spread: float = 0.0,
+    batch_sizes: tuple[int, ...] = BATCH_SIZES,
 ) -> LoadResult:
     bucket = runner.buckets[0]
-    info = RunnerInfo(runner.buckets, runner.frames_per_chunk, runner.max_steps, BATCH_SIZES)
+    info = RunnerInfo(runner.buckets, runner.frames_per_chunk, runner.max_steps, batch_sizes)
     opts = SchedulerOptions(
         batching=batching, degrade=DegradeOptions() if degrade else NEVER,
         admission=AdmissionOptions(threshold=1e9),  # the bench decides the load
@@ -181,43 +185,74 @@ def runner_fps_on_mix(runner: ModelRunner, mix: Counter[tuple[int, int]], second
     return frames / busy if busy else float("nan")
 
 
+async def largest_held(holds: Callable[[int], Awaitable[bool]], limit: int) -> int:
+    """The largest n in 1..``limit`` for which ``holds(n)``, assuming that a load which holds
+    also holds with fewer sessions: doubling from 1, then bisecting; 0 if one session fails."""
+    good, bad, n = 0, limit + 1, 1
+    while good < limit:
+        if not await holds(n):
+            bad = n
+            break
+        good, n = n, min(2 * n, limit)
+    while bad - good > 1 and bad <= limit:
+        mid = (good + bad) // 2
+        if await holds(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 async def capacity(
     runner: ModelRunner, timings: list[BatchTiming], seconds: float, batching: bool, limit: int,
-    join_spread: float,
+    join_spread: float, batch_sizes: tuple[int, ...] = BATCH_SIZES,
 ) -> tuple[int, float, list[LoadResult]]:
-    """The most sessions held at 24 fps with < 1% misses (stepping up one at a time)."""
-    best, best_miss, results = 0, float("nan"), []
-    for n in range(1, limit + 1):
-        res = await run_load(runner, timings, n, seconds, batching=batching, join_spread=join_spread)
+    """The most sessions held at 24 fps with < 1% misses: the load doubles from one session
+    until a level fails (or ``limit`` holds), then bisects between the last level held and
+    the first that failed (``largest_held``)."""
+    held: dict[int, float] = {}  # sessions -> miss rate of the levels that held
+    results: list[LoadResult] = []
+
+    async def holds(n: int) -> bool:
+        res = await run_load(runner, timings, n, seconds, batching=batching, join_spread=join_spread,
+                             batch_sizes=batch_sizes)
         results.append(res)
-        print(f"  batching={'on ' if batching else 'off'} sessions={n:2d} delivered={res.delivered_fps:6.1f} fps "
+        print(f"  batching={'on ' if batching else 'off'} sessions={n:3d} delivered={res.delivered_fps:7.1f} fps "
               f"miss_rate={res.miss_rate:.3f} min_share={res.min_share:.2f}", flush=True)
-        if res.miss_rate >= 0.01:
-            break
-        best, best_miss = n, res.miss_rate
-    return best, best_miss, results
+        if res.miss_rate < 0.01:
+            held[n] = res.miss_rate
+            return True
+        return False
+
+    good = await largest_held(holds, limit)
+    return good, held.get(good, float("nan")), results
 
 
 async def main_async(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
-    runner = ModelRunner.from_pretrained(args.weights, max_sessions=64, dtype=args.dtype)
+    sizes = tuple(args.batch_sizes)
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(64, 2 * args.limit + 2),
+                                         dtype=args.dtype, device=args.device, graphs=args.cuda_graphs)
     steps = tuple(range(2, runner.max_steps + 1))
-    timings = warm_up(runner, runner.buckets[:1], steps, BATCH_SIZES)  # the bench may block
+    timings = warm_up(runner, runner.buckets[:1], steps, sizes)  # the bench may block
     seconds = args.seconds
     spread = args.join_spread
-    print(f"weights {args.weights}, {args.threads} thread(s), {str(runner.dtype).removeprefix('torch.')}, "
+    where = (f"{torch.cuda.get_device_name(runner.device)}{', CUDA graphs' if args.cuda_graphs else ''}"
+             if runner.device.type == "cuda" else f"{args.threads} thread(s)")
+    print(f"weights {args.weights}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
           f"bucket {runner.buckets[0]}, {runner.max_steps} steps, {seconds:.0f} s per load level, "
           f"sessions join over {spread:g} s")
-    n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread)
-    n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread)
-    sat = max(BATCH_SIZES[-1], n_on + 1)
-    res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0)
+    n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread, sizes)
+    n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread, sizes)
+    sat = max(sizes[-1], n_on + 1)
+    res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0, batch_sizes=sizes)
     alone = runner_fps_on_mix(runner, res.batches, min(seconds, 10))
     overhead = 1 - res.delivered_fps / alone
     mix = " ".join(f"{size}x{steps}steps:{n}" for (size, steps), n in sorted(res.batches.items()))
     print(f"  saturation: {sat} sessions, engine {res.delivered_fps:.1f} frames/s, runner alone on the "
           f"same batches {alone:.1f} frames/s; batches (size x steps: count) {mix}")
-    over = await run_load(runner, timings, max(2, 2 * n_on), seconds, degrade=True, join_spread=spread)
+    over = await run_load(runner, timings, max(2, 2 * n_on), seconds, degrade=True, join_spread=spread,
+                          batch_sizes=sizes)
     hist = " ".join(f"L{k}:{v}" for k, v in sorted(over.levels.items()))
     firsts: list[str] = []
     for ch in over.ladder:
@@ -242,7 +277,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--join-spread", type=float, default=1.0,
                     help="seconds over which the sessions of a load level join, at random moments")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    ap.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    ap.add_argument("--cuda-graphs", action="store_true", help="replay steady-state chunks as CUDA graphs")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES),
+                    help="batch sizes the scheduler forms (the server's --batch-sizes)")
     args = ap.parse_args(argv)
+    if args.cuda_graphs and not args.device.startswith("cuda"):
+        ap.error("--cuda-graphs needs --device cuda")
     if args.seconds is None:
         args.seconds = 10.0 if args.quick else 60.0
     asyncio.run(main_async(args))
