@@ -132,7 +132,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"{t_chunk * 1e3:>9.2f} {fps:>9.1f} {gflops:>8.1f} {gflops / peak:>5.2f}", flush=True)
     small = cfg.buckets[0]
     fp32 = model.float()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # the check is of fp32 arithmetic
     kv_err = cached_vs_full(fp32, n_chunks=cfg.cache_frames + 4, bucket=small)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     # batching pays when B sessions cost less than B times one: the total frames/s at B=8
     # over B=1 is the per-session gain (each session's frame costs 1/gain of running alone)
     gain = throughput.get((small, 8), float("nan")) / throughput[small, args.batches[0]]

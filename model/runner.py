@@ -84,9 +84,9 @@ class ModelRunner:
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
         without one such a session starts from an all-zero previous frame. ``graphs``:
-        run steady-state chunks from fixed buffers (``model/chunk_graph.py``), captured
-        and replayed as CUDA graphs on a GPU (off by default: on the CPU it gains nothing,
-        and its capture has not yet been checked on a GPU; ``bench.gpu_check`` does)."""
+        run one-frame chunks past the sink from fixed buffers (``model/chunk_graph.py``),
+        captured and replayed as CUDA graphs on a GPU (off by default: on the CPU it gains
+        nothing; ``bench.gpu_check`` holds the replay to the eager path on a GPU)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -301,7 +301,7 @@ class ModelRunner:
         states = [self.sessions[it.session_id] for it in items]
         b, fc, c = len(items), cfg.frames_per_chunk, cfg.channels
         pool = self.pools[bucket]
-        if self.graphs is not None and self._steady(pool, states):
+        if self.graphs is not None and self._graphable(states):
             return self._run_graph(bucket, steps, items, states)
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
         prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, c, bucket, bucket)
@@ -315,19 +315,24 @@ class ModelRunner:
         self._advance(states, clean, frames, k, v)
         return frames
 
-    def _steady(self, pool: KVCachePool, states: list[SessionSlot]) -> bool:
-        """Whether a chunk has what a captured chunk assumes: one-frame chunks and a full
-        cache (no mask; a full cache also puts the chunk past the sink frames, so its own
-        queries and keys take no time rotation)."""
-        return self.cfg.frames_per_chunk == 1 and bool((pool.frame_at[[s.slot for s in states]] >= 0).all())
+    def _graphable(self, states: list[SessionSlot]) -> bool:
+        """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
+        frames (its own queries and keys take no time rotation)."""
+        return self.cfg.frames_per_chunk == 1 and all(s.frame_index >= self.cfg.sink_frames for s in states)
 
     def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot]) -> np.ndarray:
-        """``_run_chunk`` through a ``ChunkGraph``: the same chunk from fixed buffers."""
+        """``_run_chunk`` through a ``ChunkGraph``: the same chunk from fixed buffers (the
+        masked variant while a session's cache is still filling)."""
         assert self.graphs is not None
-        graph = self.graphs.get(bucket, steps, len(items))
+        pool = self.pools[bucket]
+        slots = [s.slot for s in states]
+        masked = not bool((pool.frame_at[slots] >= 0).all())
+        graph = self.graphs.get(bucket, steps, len(items), masked)
         b = len(items)
-        self.pools[bucket].context([s.slot for s in states], np.array([s.frame_index for s in states]),
-                                   out=(graph.ctx_k, graph.ctx_v))
+        ctx = pool.context(slots, np.array([s.frame_index for s in states]), out=(graph.ctx_k, graph.ctx_v))
+        if graph.mask is not None:
+            assert ctx.mask is not None
+            graph.mask[:b] = ctx.mask
         graph.prev[:b] = torch.stack([s.prev for s in states])
         graph.actions[:b] = torch.from_numpy(np.stack([it.actions for it in items]))
         graph.scene[:b] = torch.stack([s.scene for s in states])

@@ -61,7 +61,7 @@ def load_model_runner(settings: Settings) -> Runner:
     slots = max(settings.capacity, max(settings.warmup_batch_sizes)) + 1
     runner: Runner = runner_mod.ModelRunner.from_pretrained(
         path, threads=settings.threads, max_sessions=slots, dtype=settings.dtype,
-        device=settings.device, graphs=settings.cuda_graphs,
+        device=settings.device, graphs=settings.cuda_graphs and settings.device.startswith("cuda"),
     )
     log.info("model %s, %s on %s, %s thread(s)", path, getattr(runner, "dtype", "?"), settings.device,
              settings.threads or "default")

@@ -42,8 +42,8 @@ def serve_parser(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dtype", choices=DTYPES, default=d.dtype,
                     help="the model's float type; auto (default): bf16 where the CPU has bf16 matrix instructions")
     ap.add_argument("--device", default=d.device, help="cpu (default), cuda or cuda:N")
-    ap.add_argument("--cuda-graphs", action="store_true",
-                    help="on a GPU, replay steady-state chunks as CUDA graphs")
+    ap.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=d.cuda_graphs,
+                    help="on a GPU, replay chunks as CUDA graphs (default: on)")
     ap.add_argument("--capacity", type=int, default=d.capacity, help="sessions held at once")
     ap.add_argument("--detached-ttl", type=float, default=d.detached_ttl_s,
                     help="seconds a dropped session stays resumable")

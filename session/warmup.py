@@ -38,10 +38,14 @@ def warm_up(
     fpc = runner.frames_per_chunk
     actions = np.zeros((fpc, ACTION_DIM), np.float32)
     for bucket in buckets:
+        # anchored on a blank frame: nothing to render, and the first chunk is already
+        # past the sink, as a served session's are
+        blank = np.zeros((bucket, bucket, 3), np.uint8)
         for size in sorted(set(batch_sizes)):
             ids = [f"__warmup_{bucket}_{size}_{i}" for i in range(size)]
             opened = runner.execute(
-                StepPlan(new_sessions=[SessionSpec(sid, bucket, seed=i, scene="") for i, sid in enumerate(ids)])
+                StepPlan(new_sessions=[SessionSpec(sid, bucket, seed=i, scene="", observation=blank)
+                                       for i, sid in enumerate(ids)])
             )
             _check(opened.errors)
             block = 0

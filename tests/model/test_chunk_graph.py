@@ -1,9 +1,10 @@
-"""Steady-state chunks from fixed buffers (``model/chunk_graph.py``) give the eager path's frames.
+"""Chunks from fixed buffers (``model/chunk_graph.py``) give the eager path's frames.
 
 On a GPU these buffers are captured as CUDA graphs (``bench.gpu_check`` checks the replay);
 here the same buffers run eagerly, which holds the bookkeeping to the eager path: padding to
 a power of two, the cache gathered into the graph's buffers, each session's noise drawn in
-the same order, and outputs copied out before the next chunk overwrites them.
+the same order, the mask of a cache still filling, and outputs copied out before the next
+chunk overwrites them.
 """
 
 from __future__ import annotations
@@ -49,26 +50,50 @@ def _rollout(graphs: bool, plan: list[tuple[int, int]]) -> tuple[list[np.ndarray
 
 
 def test_graph_path_gives_the_eager_frames_exactly() -> None:
-    # the cache fills (eager path), then the steady state: graphs are made, reused and
+    # the cache fills (masked graphs), then the steady state: graphs are made, reused and
     # switched between (4 sessions, 4 steps) and (2 sessions, 2 steps)
     plan = [(4, 4)] * (TINY.cache_frames + 3) + [(2, 2)] * 2 + [(4, 4)] * 2
     eager, _ = _rollout(False, plan)
     graphed, runner = _rollout(True, plan)
-    assert runner.graphs is not None and len(runner.graphs) == 2
+    assert runner.graphs is not None
+    # each shape's two variants (filling, steady) are made together
+    assert sorted(runner.graphs._graphs) == [(64, 2, 2, False), (64, 2, 2, True), (64, 4, 4, False), (64, 4, 4, True)]
     assert len(eager) == len(graphed) == 4 * (TINY.cache_frames + 5) + 4
     assert all(np.array_equal(a, b) for a, b in zip(eager, graphed, strict=True))
     assert all(a.std() > 0 for a in graphed) and not np.array_equal(graphed[-1], graphed[-2])
 
 
+def test_every_generated_frame_takes_a_graph_once_the_anchor_is_in() -> None:
+    # the observation is the sink frame: from the first generated chunk on, no eager chunk
+    model = WorldModel(TINY)
+    runner = ModelRunner(model, max_sessions=2, graphs=True)
+    eager_chunks: list[int] = []
+    run_chunk = runner._run_chunk
+
+    def spy(bucket: int, steps: int, items: list[ChunkWork]) -> np.ndarray:
+        if not runner._graphable([runner.sessions[it.session_id] for it in items]):
+            eager_chunks.append(len(items))
+        return run_chunk(bucket, steps, items)
+
+    runner._run_chunk = spy  # type: ignore[method-assign]
+    obs = np.zeros((64, 64, 3), np.uint8)
+    runner.execute(StepPlan(new_sessions=[SessionSpec("a", 64, seed=0, scene="", observation=obs),
+                                          SessionSpec("b", 64, seed=1, scene="")]))
+    a = np.zeros((1, ACTION_DIM), np.float32)
+    for c in range(TINY.cache_frames + 2):
+        runner.execute(StepPlan(batches=[Batch(64, 4, [ChunkWork("a", c, a)])]))
+    assert eager_chunks == []
+    runner.execute(StepPlan(batches=[Batch(64, 4, [ChunkWork("b", 0, a)])]))  # no anchor: frame 0 is a sink
+    assert eager_chunks == [1]
+
+
 def test_a_padded_batch_differs_by_rounding_alone() -> None:
     # 3 sessions run in a graph of 4 rows: other matmul shapes, so an 8-bit level may flip
-    plan = [(3, 4)] * TINY.cache_frames  # the observation is frame 0: the last chunk is steady
+    plan = [(3, 4)] * TINY.cache_frames  # the observation is frame 0: every chunk takes a graph
     eager, _ = _rollout(False, plan)
     graphed, runner = _rollout(True, plan)
-    assert runner.graphs is not None and len(runner.graphs) == 1
-    last = slice(-3, None)  # the first steady chunk; the ones before ran eagerly in both
-    assert all(np.array_equal(a, b) for a, b in zip(eager[:-3], graphed[:-3], strict=True))
-    diff = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(eager[last], graphed[last], strict=True)]
+    assert runner.graphs is not None and len(runner.graphs) == 2
+    diff = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(eager, graphed, strict=True)]
     assert max(d.max() for d in diff) <= 1 and np.mean([np.mean(d > 0) for d in diff]) < 0.01
 
 
