@@ -2,7 +2,7 @@
 cover the same paths on the host (and ``tests/model/test_device.py`` keeps every tensor on
 the model's device).
 
-    python -m bench.gpu_check [--weights PATH] [--batches 1 8 64 256]
+    python -m bench.gpu_check [--weights PATH] [--batches 1 8 64 256] [--quick]
 
 Checks (fp32 without TF32 unless named):
 - ``kv_maxerr``: cached chunk-by-chunk generation against one full-sequence pass, as on
@@ -16,7 +16,8 @@ Checks (fp32 without TF32 unless named):
 Speed (bf16): ms per denoising forward, eager against the replay of a captured CUDA graph
 (the forward is a few hundred small kernels: launches, not arithmetic, set its time); ms
 per whole chunk through the runner, eager against graphs; then the ``bench.model_step``
-table on the GPU with the runner's chunks replayed as graphs.
+table on the GPU with the runner's chunks replayed as graphs. ``--quick``: the checks and
+the whole-chunk table only.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256])
+    ap.add_argument("--quick", action="store_true", help="the checks and the whole-chunk table only")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench.gpu_check needs a CUDA GPU")
@@ -156,10 +158,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bf16_rel (bf16 forward vs fp32): {rel:.2e}")
 
     torch.backends.cuda.matmul.allow_tf32 = True
-    print(f"{'batch':>5} {'eager ms':>9} {'graph ms':>9} {'speedup':>8} {'graph-eager':>12}")
-    for b in args.batches:
-        eager, graph, diff = graph_speedup(bf, b, dev)
-        print(f"{b:>5} {eager:>9.3f} {graph:>9.3f} {eager / graph:>8.2f} {diff:>12.2e}", flush=True)
+    if not args.quick:
+        print(f"{'batch':>5} {'eager ms':>9} {'graph ms':>9} {'speedup':>8} {'graph-eager':>12}")
+        for b in args.batches:
+            eager, graph, diff = graph_speedup(bf, b, dev)
+            print(f"{b:>5} {eager:>9.3f} {graph:>9.3f} {eager / graph:>8.2f} {diff:>12.2e}", flush=True)
 
     print("whole chunks through the runner (bf16, bucket 64, 4 steps + commit + decode):")
     print(f"{'batch':>5} {'eager ms':>9} {'graph ms':>9} {'speedup':>8} {'graph frames/s':>15}")
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
         t_graph = model_step.measure(runners[True], 64, b)[1] * 1e3
         print(f"{b:>5} {t_eager:>9.2f} {t_graph:>9.2f} {t_eager / t_graph:>8.2f} {b * 1e3 / t_graph:>15.0f}", flush=True)
 
+    if args.quick:
+        return
     model_step.main(["--device", "cuda", "--cuda-graphs", "--dtype", "bfloat16", "--weights", str(args.weights),
                      "--batches", *map(str, args.batches)])
 

@@ -11,6 +11,7 @@ chunk into each slot. One thread owns a runner: it is not thread-safe.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import deque
@@ -64,7 +65,7 @@ class SessionSlot:
     prev: torch.Tensor  # (C, H, W) last committed clean frame; zeros before the first
     scene_text: str
     scene: torch.Tensor  # (scene_dim,)
-    gen: torch.Generator
+    gen: torch.Generator  # the session's noise, on the runner's device
     sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
     window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
 
@@ -185,7 +186,7 @@ class ModelRunner:
         if spec.session_id in self.sessions:
             self.free(spec.session_id)  # a new epoch replaces the old state
         self.cfg.check_bucket(spec.bucket)
-        gen = torch.Generator().manual_seed(spec.seed)
+        gen = torch.Generator(self.device).manual_seed(spec.seed)
         slot = self.pools[spec.bucket].allocate()
         c, b = self.cfg.channels, spec.bucket
         s = SessionSlot(
@@ -231,8 +232,12 @@ class ModelRunner:
         s.frame_index = st.frame_index
         s.sinks = [f for f in st.frames[: st.sink_count]]
         s.window.extend(st.frames[st.sink_count :])
-        if st.rng.size:
+        if st.rng.size == s.gen.get_state().numel():
             s.gen.set_state(torch.from_numpy(np.ascontiguousarray(st.rng, dtype=np.uint8)))
+        elif st.rng.size:  # a snapshot from a runner on another kind of device: its generator
+            # state does not fit this one's, so the noise goes on from a stream of its own
+            s.gen.manual_seed(_reseed(st))
+            log.info("snapshot's noise state is from another device kind: noise reseeded")
         if n:
             s.prev = self._encode(st.frames[-1:])[0]
         self._recache(s)
@@ -378,8 +383,11 @@ class ModelRunner:
             s.prev = clean[i, -1]
 
     def _noise(self, states: list[SessionSlot], shape: tuple[int, ...]) -> torch.Tensor:
-        """Fresh noise from each session's own generator, so batching never changes it."""
-        return torch.stack([torch.randn(shape, generator=s.gen) for s in states]).to(self.device, self.dtype)
+        """Fresh noise from each session's own generator, so batching never changes it; drawn
+        where the model runs (on a GPU, host-drawn noise for a big batch costs more than the
+        chunk's replay)."""
+        dev = self.device
+        return torch.stack([torch.randn(shape, generator=s.gen, device=dev) for s in states]).to(dev, self.dtype)
 
     # --- helpers ---
 
@@ -409,6 +417,13 @@ class ModelRunner:
             out.errors[it.session_id] = f"actions shape {it.actions.shape}, expected {want}"
             return False
         return True
+
+
+def _reseed(st: ModelState) -> int:
+    """A seed for a restored session's noise, from what its snapshot holds."""
+    digest = hashlib.blake2b(np.ascontiguousarray(st.rng).tobytes(), digest_size=8,
+                             person=st.frame_index.to_bytes(8, "little"))
+    return int.from_bytes(digest.digest(), "little") >> 1
 
 
 def resize_frames(frames: np.ndarray, size: int) -> np.ndarray:

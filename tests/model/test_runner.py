@@ -138,6 +138,27 @@ def test_export_and_restore_continue_the_same_stream() -> None:
     assert np.abs(fa.astype(int) - fb.astype(int)).mean() < 40
 
 
+def test_a_snapshot_from_another_device_kind_restores_with_a_stream_of_its_own() -> None:
+    # a CUDA generator's state is 16 bytes, a CPU one's far more: the snapshot still restores,
+    # its noise reseeded from what the snapshot holds (the same every time)
+    a = make_runner()
+    rollout(a, ["s"], chunks=4)
+    state = a.export_state("s")
+    state.rng = np.arange(16, dtype=np.uint8)
+    act = np.zeros((1, ACTION_DIM), np.float32)
+    frames = []
+    for _ in range(2):
+        b = make_runner()
+        b.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", restore=state)]))
+        frames.append(b.execute(StepPlan(batches=[Batch(32, 4, [ChunkWork("s", 4, act)])])).results[0].frames)
+    assert np.array_equal(frames[0], frames[1])
+    other = make_runner()
+    state.rng = np.arange(1, 17, dtype=np.uint8)
+    other.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", restore=state)]))
+    out = other.execute(StepPlan(batches=[Batch(32, 4, [ChunkWork("s", 4, act)])])).results[0].frames
+    assert not np.array_equal(out, frames[0])
+
+
 def test_bad_input_is_an_error_for_that_session_only() -> None:
     runner = make_runner()
     rollout(runner, ["good"], chunks=1)
