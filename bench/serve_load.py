@@ -6,8 +6,8 @@
 Sessions join one by one at random moments over ``--join-spread`` seconds (as clients do,
 not in lockstep); the scheduler starts each new clock in phase with the running ones. A level
 is measured from the moment every session has its first frame (``all_first_frames``, from
-the first join: opening a session renders its start frame on the model thread, ~30 ms of
-CPU at 64 px, and fills its cache), for ``--seconds``.
+the first join), for ``--seconds``. As in the server, a session's start frame (~30 ms of CPU
+at 64 px) is rendered on a worker thread before it joins, not on the model thread.
 
 Push-mode sessions at the smallest bucket ask for 24 fps at full quality; a consumer task per
 session drains its latest-frame holder, as a transport would. Reports:
@@ -134,7 +134,9 @@ async def run_load(
         t_start = time.monotonic()
         for i, sid in enumerate(ids):
             await asyncio.sleep(max(0.0, t_start + joins[i] - time.monotonic()))
-            verdict = engine.add_session(sid, SessionSpec(sid, bucket, seed=i, scene=""), fps=fps,
+            # as the server does: the start frame is rendered off the model thread
+            first = await asyncio.get_running_loop().run_in_executor(None, runner.first_frame, "", i, bucket)
+            verdict = engine.add_session(sid, SessionSpec(sid, bucket, seed=i, scene="", observation=first), fps=fps,
                                          lookahead=1, mode=Mode.PUSH)
             if not verdict.admitted:
                 raise RuntimeError(f"{sid} refused: {verdict}")

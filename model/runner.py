@@ -169,6 +169,11 @@ class ModelRunner:
             scene=s.scene_text,
         )
 
+    def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
+        """``start_frame``'s view for a fresh session (None without one); thread-safe."""
+        self.cfg.check_bucket(bucket)
+        return None if self.start_frame is None else self.start_frame(scene, seed, bucket)
+
     @torch.inference_mode()
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:
         """Run and time every (bucket, step count, batch size) on throwaway sessions."""

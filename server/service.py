@@ -198,14 +198,20 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         """``open`` behind the directory: in multi-worker mode the ``start`` must carry a
         reservation the router made on this worker (refused otherwise, and refused while
         the directory cannot be reached rather than serving a session nobody can find)."""
-        self._require_ready()
+        engine = self._require_ready()
         if self.draining:
             raise NotReady(Phase.DRAINING, 1.0)
+        first = None
+        if req.observation is None and req.bucket in self.buckets:
+            # the start frame (the default world renders ~30 ms of CPU) is made here, on a
+            # worker thread, not by the model thread while every running session waits
+            loop = asyncio.get_running_loop()
+            first = await loop.run_in_executor(None, engine.runner.first_frame, req.prompt, req.seed, req.bucket)
         if self.remote is None:
-            return self.open(req, peer)
+            return self.open(req, peer, first_frame=first)
         await self.remote.admit(req.session_id)
         try:
-            started = self.open(req, peer, session_id=req.session_id)
+            started = self.open(req, peer, session_id=req.session_id, first_frame=first)
         except BaseException:
             if req.session_id is not None and req.session_id not in self._live:
                 self.remote.ended(req.session_id, "refused")  # give the reservation back
@@ -213,15 +219,18 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         self.remote.opened(started.session_id, started.epoch)
         return started
 
-    def open(self, req: Start, peer: Peer, *, session_id: str | None = None) -> Started:
+    def open(
+        self, req: Start, peer: Peer, *, session_id: str | None = None, first_frame: np.ndarray | None = None,
+    ) -> Started:
         """A new session from a ``start`` message, attached to ``peer`` (with the given id:
-        a router's reservation; else a fresh one)."""
+        a router's reservation; else a fresh one). ``first_frame``: the runner's start frame
+        for a request without an observation, made beforehand off the model thread."""
         engine = self._require_ready()
         if self.draining:
             raise NotReady(Phase.DRAINING, 1.0)
         if req.bucket not in self.buckets:
             raise ProtocolError(f"bucket {req.bucket} is not served; served: {list(self.buckets)}", "bucket")
-        observation = None
+        observation = first_frame
         if req.observation is not None:
             try:
                 observation = req.observation.decode(self.settings.max_image_pixels)

@@ -167,6 +167,9 @@ class FakeRunner:
             for n in batch_sizes
         ]
 
+    def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
+        return None  # a fake session needs no anchor
+
     def _open(self, spec: SessionSpec, out: StepOutput) -> None:
         if spec.session_id in self.sessions:
             out.errors[spec.session_id] = "session is already open"

@@ -157,3 +157,10 @@ class Runner(Protocol):
     def export_state(self, session_id: str) -> ModelState: ...
 
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]: ...
+
+    def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
+        """The (bucket, bucket, 3) uint8 frame a fresh session with no observation is
+        anchored on, or None (it starts from nothing). Safe to call off the model thread: a
+        server renders it there and passes it as ``SessionSpec.observation``, so opening a
+        session does not hold up the chunks of the running ones."""
+        ...

@@ -1,0 +1,73 @@
+"""A fresh session's start frame is made off the model thread and reaches the runner as the
+session's observation: opening a session does not hold up the running sessions' chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+
+from server.protocol import Image, Start, Started
+from server.settings import Settings
+from session.fake_runner import FakeRunner, LinearCost
+from session.plan import StepOutput, StepPlan
+from tests.server.harness import recv_type, send, serve
+
+
+class AnchoredRunner(FakeRunner):
+    """A fake runner whose sessions start from a rendered frame, as the default model's do."""
+
+    def __init__(self) -> None:
+        super().__init__(cost=LinearCost({64: (0.002, 0.0005), 128: (0.004, 0.001)}), sleep=time.sleep)
+        self.rendered_on: list[str] = []
+        self.opened_with: dict[str, np.ndarray | None] = {}
+
+    def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
+        self.rendered_on.append(threading.current_thread().name)
+        return np.full((bucket, bucket, 3), seed % 256, np.uint8)
+
+    def execute(self, plan: StepPlan) -> StepOutput:
+        for spec in plan.new_sessions:
+            self.opened_with[spec.session_id] = spec.observation
+        return super().execute(plan)
+
+
+async def test_the_start_frame_is_rendered_off_the_model_thread() -> None:
+    runner = AnchoredRunner()
+
+    def factory(settings: Settings) -> AnchoredRunner:
+        return runner
+
+    async with serve(runner_factory=factory) as s:
+        ws = await s.connect()
+        await send(ws, Start(prompt="forest", seed=7, bucket=64, fps=20.0))
+        started = await recv_type(ws, Started)
+        assert isinstance(started, Started)
+        obs = await _opened(runner, started.session_id)
+        assert obs is not None and obs.shape == (64, 64, 3) and int(obs[0, 0, 0]) == 7
+        assert len(runner.rendered_on) == 1
+        assert not runner.rendered_on[0].startswith("worldserve-model"), runner.rendered_on
+
+
+async def test_a_client_observation_is_not_replaced() -> None:
+    runner = AnchoredRunner()
+    async with serve(runner_factory=lambda settings: runner) as s:
+        ws = await s.connect()
+        img = np.full((64, 64, 3), 200, np.uint8)
+        await send(ws, Start(prompt="forest", seed=7, bucket=64, fps=20.0,
+                             observation=Image("raw", img.tobytes(), (64, 64, 3), "uint8")))
+        started = await recv_type(ws, Started)
+        assert isinstance(started, Started)
+        obs = await _opened(runner, started.session_id)
+        assert obs is not None and int(obs[0, 0, 0]) == 200
+        assert runner.rendered_on == []  # nothing rendered for a session that brings its frame
+
+
+async def _opened(runner: AnchoredRunner, sid: str) -> np.ndarray | None:
+    for _ in range(500):
+        if sid in runner.opened_with:
+            return runner.opened_with[sid]
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{sid} never reached the runner")
