@@ -13,7 +13,10 @@ actions. Prints per bucket:
   unknown earns) or by real content of the same scene from elsewhere (``oracle_sharp``,
   what drawing plausible new terrain earns); at h8 and h32 also split by region: where the
   first frame's content only has to be carried along (``known``) and where new content has
-  to be made up (``unseen``);
+  to be made up (``unseen``), and the model's known region once more after moving its frame by
+  the integer offset (within ±2 px) that fits best (``known_aligned``: near ``known_model``
+  when what the model loses there is detail, not position);
+- the same per episode, with the episode's scene (printed after the bucket's numbers);
 - the same with the camera held still (only the world's own motion), where repeat-last is
   nearly right: a model that drifts when nothing is asked shows here;
 - action control: share of moving steps where the model's global motion (phase correlation
@@ -119,7 +122,8 @@ def region_psnr(roll: Rollouts, horizon: int, bucket: int) -> dict[str, float]:
     by the commanded camera shift: content that only has to be carried along) and over the
     area it never showed (content that has to be made up), with repeat-last and the shift
     oracle beside it (the first frame moved; its mean colour where it showed nothing)."""
-    keys = ("known_model", "known_repeat", "known_oracle", "unseen_model", "unseen_repeat", "unseen_mean")
+    keys = ("known_model", "known_aligned", "known_repeat", "known_oracle", "unseen_model", "unseen_repeat",
+            "unseen_mean")
     sums = {k: 0.0 for k in keys}
     n_known = n_unseen = 0
     for i in range(roll.truth.shape[0]):
@@ -133,6 +137,7 @@ def region_psnr(roll: Rollouts, horizon: int, bucket: int) -> dict[str, float]:
             sums[f"known_{k}"] += float(sq[known].sum())
             sums[f"unseen_{k}"] += float(sq[~known].sum())
         sums["unseen_mean"] += float(((roll.truth[i, 0].reshape(-1, 3).mean(0) - t) ** 2).sum(-1)[~known].sum())
+        sums["known_aligned"] += best_aligned(roll.model[i, horizon], t, known)
         n_known += int(known.sum())
         n_unseen += int((~known).sum())
     out = {}
@@ -140,6 +145,23 @@ def region_psnr(roll: Rollouts, horizon: int, bucket: int) -> dict[str, float]:
         n = n_known if k.startswith("known") else n_unseen
         out[f"psnr_h{horizon}_{k}"] = psnr_of_mse(v / (3 * n)) if n else float("nan")
     return out
+
+
+def best_aligned(pred: np.ndarray, truth: np.ndarray, region: np.ndarray, reach: int = 2) -> float:
+    """Summed squared error of ``pred`` against ``truth`` (H, W, 3) over ``region`` (H, W)
+    after moving ``pred`` by the integer offset within ±``reach`` px that fits best (pixels
+    the move brings in from outside the frame keep their unmoved error)."""
+    p, t = pred.astype(np.float64), truth.astype(np.float64)
+    h, w = region.shape
+    best = float(((p - t) ** 2).sum(-1)[region].sum())
+    for dy in range(-reach, reach + 1):
+        for dx in range(-reach, reach + 1):
+            moved = np.roll(p, (dy, dx), (0, 1))
+            inside = np.zeros((h, w), bool)
+            inside[max(0, dy): h + min(0, dy), max(0, dx): w + min(0, dx)] = True
+            err = ((np.where(inside[..., None], moved, p) - t) ** 2).sum(-1)
+            best = min(best, float(err[region].sum()))
+    return best
 
 
 def shift_oracle(truth: np.ndarray, actions: np.ndarray, horizon: int, bucket: int, sharp: bool) -> np.ndarray:
@@ -162,6 +184,26 @@ class Rollouts:
     truth: np.ndarray  # (E, T, H, W, 3)
     model: np.ndarray  # (E, T, H, W, 3); frame 0 is the anchor
     actions: np.ndarray  # (E, T, A)
+    scenes: list[str] | None = None  # each episode's scene prompt
+
+
+def _db(err: float) -> str:
+    return f"{psnr_of_mse(err):5.1f}" if err > 0 else "  inf"
+
+
+def episode_lines(roll: Rollouts, horizons: tuple[int, ...] = (1, 8, 32)) -> list[str]:
+    """One line per episode: its scene, whether the camera moved, and PSNR model / repeat-last
+    at each horizon (a static view makes repeat-last exact: printed as inf)."""
+    lines = []
+    for i in range(roll.truth.shape[0]):
+        moved = bool(np.any([np.any(expected_shift(a, roll.truth.shape[2])) for a in roll.actions[i, 1:]]))
+        cols = []
+        for h in horizons:
+            m, r = mse(roll.model[i, h], roll.truth[i, h]), mse(roll.truth[i, 0], roll.truth[i, h])
+            cols.append(f"h{h} {_db(m)} / {_db(r)}")
+        scene = roll.scenes[i] if roll.scenes else "?"
+        lines.append(f"  ep{i:<2} {scene[:40]:<40} {'moving' if moved else 'still '}  " + "  ".join(cols))
+    return lines
 
 
 class Driver:
@@ -221,7 +263,7 @@ def rollouts(runner: ModelRunner, bucket: int, worlds: list[World], actions: np.
     for t in range(1, length):
         model[:, t] = drv.step(actions[:, t])
     drv.close()
-    return Rollouts(truth, model, actions)
+    return Rollouts(truth, model, actions, [w.scene.to_prompt() for w in worlds])
 
 
 def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
@@ -386,6 +428,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bucket {bucket} ({time.perf_counter() - t0:.0f} s)")
         for k, v in res.items():
             print(f"  {k:<22} {v:8.3f}")
+        print(f"  per episode, PSNR model / repeat-last (bucket {bucket}):")
+        print("\n".join(episode_lines(roll)))
         if not summary:  # the smallest bucket asked for
             summary = res
     s = summary

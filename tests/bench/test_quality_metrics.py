@@ -1,6 +1,15 @@
 import numpy as np
 
-from bench.quality import Rollouts, pooled_psnr, psnr, region_psnr, shift_oracle, shifted
+from bench.quality import (
+    Rollouts,
+    best_aligned,
+    episode_lines,
+    pooled_psnr,
+    psnr,
+    region_psnr,
+    shift_oracle,
+    shifted,
+)
 from model.world import expected_shift
 from session.plan import ACTION_DIM, KEYS
 
@@ -62,3 +71,29 @@ def test_region_psnr_splits_carried_content_from_new_content() -> None:
     assert res["psnr_h1_known_model"] > 100 and res["psnr_h1_unseen_model"] < 10
     assert res["psnr_h1_known_repeat"] < 20  # repeat-last did not carry the content along
     assert res["psnr_h1_known_oracle"] > 100  # the exact shift did
+
+
+def test_best_aligned_forgives_position_and_nothing_else() -> None:
+    rng = np.random.default_rng(5)
+    truth = rng.integers(0, 256, (32, 32, 3)).astype(np.uint8)
+    inner = np.zeros((32, 32), bool)
+    inner[4:-4, 4:-4] = True
+    off_by_one = np.roll(truth, (1, -1), (0, 1))
+    assert best_aligned(off_by_one, truth, inner) == 0.0  # the right offset puts it back
+    blurred = ((truth.astype(np.float64) + np.roll(truth, 1, 1)) / 2).astype(np.uint8)
+    plain = float(((blurred.astype(np.float64) - truth) ** 2).sum(-1)[inner].sum())
+    assert 0.2 * plain < best_aligned(blurred, truth, inner) <= plain  # lost detail stays lost
+
+
+def test_episode_lines_name_each_episode_and_mark_a_static_view() -> None:
+    rng = np.random.default_rng(6)
+    frames = rng.integers(0, 256, (2, 33, 16, 16, 3)).astype(np.uint8)
+    frames[1] = frames[1, :1]  # episode 1 never changes: repeat-last is exact
+    model = frames.copy()
+    model[:, 1:] = 255 - model[:, 1:]
+    actions = np.zeros((2, 33, ACTION_DIM), np.float32)
+    actions[0, :, KEYS.index("right")] = 1.0
+    lines = episode_lines(Rollouts(frames, model, actions, ["a snowy night", "a sunny day"]))
+    assert len(lines) == 2
+    assert "a snowy night" in lines[0] and "moving" in lines[0]
+    assert "a sunny day" in lines[1] and "still" in lines[1] and "inf" in lines[1]
