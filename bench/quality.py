@@ -22,7 +22,8 @@ actions. Prints per bucket:
 - action control: share of moving steps where the model's global motion (phase correlation
   between consecutive frames) matches the commanded shift, beside the renderer's own score,
   and the model's share over the steps where the renderer's own frames pass
-  (``control_acc_judged``: the measurement fails on near-uniform views);
+  (``control_acc_judged``: phase correlation follows falling snow or rain, not the ground, where
+  the precipitation dominates the frame);
 - scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the
   new scene's (closer to the renderer's new-scene frames than to the old-scene ones) within 4 frames;
 - long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
         res["control_acc"] = float(np.mean(model_ok)) if model_ok else float("nan")
         res["control_acc_renderer"] = float(np.mean(truth_ok)) if truth_ok else float("nan")
         # the steps where the measurement itself works: phase correlation finds the commanded
-        # shift on the renderer's own frames (it fails on near-uniform views)
+        # shift on the renderer's own frames (falling snow or rain can dominate the frame's shift)
         judged = [m for m, r in zip(model_ok, truth_ok, strict=True) if r]
         res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")
         res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
