@@ -206,7 +206,10 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
             # worker thread, not by the model thread while every running session waits
             loop = asyncio.get_running_loop()
-            first = await loop.run_in_executor(None, engine.runner.first_frame, req.prompt, req.seed, req.bucket)
+            try:
+                first = await loop.run_in_executor(None, engine.runner.first_frame, req.prompt, req.seed, req.bucket)
+            except Exception:  # the runner makes its own start frame when it opens the session
+                log.exception("start frame for a %d px session failed off the model thread", req.bucket)
         if self.remote is None:
             return self.open(req, peer, first_frame=first)
         await self.remote.admit(req.session_id)
