@@ -47,6 +47,7 @@ from server.engine import Engine, model_executor
 from session.admission import AdmissionOptions
 from session.costmodel import CostModel
 from session.degrade import DegradationChanged, DegradeOptions
+from session.events import SessionStats
 from session.plan import ACTION_DIM, BatchTiming, ChunkWork, SessionSpec, StepPlan
 from session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
 from session.warmup import warm_up
@@ -156,9 +157,8 @@ async def run_load(
         elapsed = time.monotonic() - t0
         stop.set()
         stats = [scheduler.stats(s) for s in ids]
-        due = sum(s.frames_due for s in stats) - sum(s.frames_due for s in before)
-        missed = (sum(s.frames_skipped + s.deadline_misses for s in stats)
-                  - sum(s.frames_skipped + s.deadline_misses for s in before))
+        due = _frames_due(stats) - _frames_due(before)
+        missed = _frames_missed(stats) - _frames_missed(before)
         frames = [counts[s] - start_counts[s] for s in ids]
         for sid in ids:
             engine.remove_session(sid)
@@ -167,6 +167,14 @@ async def run_load(
         await engine.stop()
     return LoadResult(sessions, elapsed, frames, elapsed * fps, missed / max(due, 1), levels,
                       [c.changes for c in changes], batches, first_frames)
+
+
+def _frames_due(stats: list[SessionStats]) -> int:
+    return sum(s.frames_due for s in stats)
+
+
+def _frames_missed(stats: list[SessionStats]) -> int:
+    return sum(s.frames_skipped + s.deadline_misses for s in stats)
 
 
 def runner_alone_seconds(runner: ModelRunner, batch: int, steps: int, seconds: float) -> float:
@@ -209,7 +217,7 @@ async def largest_held(holds: Callable[[int], Awaitable[bool]], limit: int) -> i
             bad = n
             break
         good, n = n, min(2 * n, limit)
-    while bad - good > 1 and bad <= limit:
+    while bad - good > 1:
         mid = (good + bad) // 2
         if await holds(mid):
             good = mid

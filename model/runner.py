@@ -391,8 +391,7 @@ class ModelRunner:
         """Fresh noise from each session's own generator, so batching never changes it; drawn
         where the model runs (on a GPU, host-drawn noise for a big batch costs more than the
         chunk's replay)."""
-        dev = self.device
-        return torch.stack([torch.randn(shape, generator=s.gen, device=dev) for s in states]).to(dev, self.dtype)
+        return torch.stack([torch.randn(shape, generator=s.gen, device=self.device) for s in states]).to(self.dtype)
 
     # --- helpers ---
 
