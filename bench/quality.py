@@ -19,11 +19,13 @@ actions. Prints per bucket:
 - the same per episode, with the episode's scene (printed after the bucket's numbers);
 - the same with the camera held still (only the world's own motion), where repeat-last is
   nearly right: a model that drifts when nothing is asked shows here;
-- action control: share of moving steps where the model's global motion (phase correlation
-  between consecutive frames) matches the commanded shift, beside the renderer's own score,
-  and the model's share over the steps where the renderer's own frames pass
-  (``control_acc_judged``: phase correlation follows falling snow or rain, not the ground, where
-  the precipitation dominates the frame);
+- action control, on twice as many episodes of their own: share of moving steps where the
+  model's global motion between consecutive frames matches the commanded shift, beside the
+  renderer's own score, the model's share over the steps where the renderer's own frames pass
+  (``control_acc_judged``), and both per weather; per PSNR episode too. The motion is
+  measured by phase correlation of median-filtered frames, band-limited (``motion_ok``): plain
+  phase correlation follows falling snow or rain rather than the ground, and scored the
+  renderer 0.74 on a sample with six snowfall episodes in 24;
 - scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the
   new scene's (closer to the renderer's new-scene frames than to the old-scene ones) within 4 frames;
 - long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x
@@ -87,13 +89,41 @@ def sharpness(frame: np.ndarray) -> float:
     return float(np.abs(np.diff(g, axis=0)).mean() + np.abs(np.diff(g, axis=1)).mean())
 
 
+DESPECKLE = 5  # median window (px at 64): removes snowflakes and most of a rain streak
+BAND = 0.15  # cycles per pixel: the Gaussian weight on the whitened cross-spectrum
+
+
 def motion_ok(prev: np.ndarray, cur: np.ndarray, action: np.ndarray, bucket: int) -> bool | None:
-    """Does the global shift prev -> cur match the action's? None when the action is still."""
+    """Does the ground's shift prev -> cur match the action's? None when the action is still.
+
+    The frames are median-filtered and the phase correlation band-limited first: falling
+    snow and rain move on their own, and unfiltered they outvote a dim or bare ground
+    (renderer frames of the same steps pass 0.98 of the time this way, 0.74 without, on 24
+    held-out episodes with nine of them in snow or rain)."""
     want = np.round(np.asarray(expected_shift(action, bucket), dtype=np.float64))
     if not np.any(want):
         return None
-    got = np.asarray(global_shift(prev, cur), dtype=np.float64)
-    return bool(np.all(np.abs(got - want) <= 1.0))
+    scale = bucket // 64 or 1
+    got = global_shift(prev, cur, despeckle=DESPECKLE * scale | 1, band=BAND / scale)
+    return bool(np.all(np.abs(np.asarray(got, dtype=np.float64) - want) <= 1.0))
+
+
+def control_steps(roll: Rollouts) -> tuple[list[list[bool]], list[list[bool]]]:
+    """Per episode, ``motion_ok`` of the model's and of the renderer's frames at every step
+    whose action moves the camera."""
+    bucket = roll.truth.shape[2]
+    model_ok: list[list[bool]] = []
+    truth_ok: list[list[bool]] = []
+    for i in range(roll.truth.shape[0]):
+        model_ok.append([])
+        truth_ok.append([])
+        for t in range(1, roll.truth.shape[1]):
+            m = motion_ok(roll.model[i, t - 1], roll.model[i, t], roll.actions[i, t], bucket)
+            r = motion_ok(roll.truth[i, t - 1], roll.truth[i, t], roll.actions[i, t], bucket)
+            if m is not None:
+                model_ok[-1].append(m)
+                truth_ok[-1].append(bool(r))
+    return model_ok, truth_ok
 
 
 def shifted(frame: np.ndarray, dy: float, dx: float) -> np.ndarray:
@@ -192,9 +222,12 @@ def _db(err: float) -> str:
     return f"{psnr_of_mse(err):5.1f}" if err > 0 else "  inf"
 
 
-def episode_lines(roll: Rollouts, horizons: tuple[int, ...] = (1, 8, 32)) -> list[str]:
-    """One line per episode: its scene, whether the camera moved, and PSNR model / repeat-last
-    at each horizon (a static view makes repeat-last exact: printed as inf)."""
+def episode_lines(
+    roll: Rollouts, horizons: tuple[int, ...] = (1, 8, 32), control: list[list[bool]] | None = None,
+) -> list[str]:
+    """One line per episode: its scene, whether the camera moved, PSNR model / repeat-last
+    at each horizon (a static view makes repeat-last exact: printed as inf) and, given
+    ``control`` (``control_steps``), the model's moving steps that followed the action."""
     lines = []
     for i in range(roll.truth.shape[0]):
         moved = bool(np.any([np.any(expected_shift(a, roll.truth.shape[2])) for a in roll.actions[i, 1:]]))
@@ -202,6 +235,8 @@ def episode_lines(roll: Rollouts, horizons: tuple[int, ...] = (1, 8, 32)) -> lis
         for h in horizons:
             m, r = mse(roll.model[i, h], roll.truth[i, h]), mse(roll.truth[i, 0], roll.truth[i, h])
             cols.append(f"h{h} {_db(m)} / {_db(r)}")
+        if control is not None and control[i]:
+            cols.append(f"control {sum(control[i])}/{len(control[i])}")
         scene = roll.scenes[i] if roll.scenes else "?"
         lines.append(f"  ep{i:<2} {scene[:40]:<40} {'moving' if moved else 'still '}  " + "  ".join(cols))
     return lines
@@ -271,6 +306,30 @@ def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int,
     worlds = make_worlds(episodes, bucket, rng, 0)
     actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
     return rollouts(runner, bucket, worlds, actions, seed=1)
+
+
+def control_rollouts(
+    runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator,
+) -> tuple[Rollouts, list[str]]:
+    """Rollouts for action control only, on worlds of their own, twice as many as the PSNR
+    episodes: one snowfall episode more or less moves a 12-episode score by several points.
+    Returns them with each episode's weather."""
+    worlds = make_worlds(episodes, bucket, rng, 400)
+    actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
+    return rollouts(runner, bucket, worlds, actions, seed=7), [w.scene.weather for w in worlds]
+
+
+def control_by_weather(
+    model_ok: list[list[bool]], truth_ok: list[list[bool]], weather: list[str],
+) -> dict[str, tuple[float, float, int]]:
+    """{weather: (model share, renderer share, steps)} over the episodes of each weather."""
+    out = {}
+    for w in sorted(set(weather)):
+        m = [ok for oks, ww in zip(model_ok, weather, strict=True) if ww == w for ok in oks]
+        r = [ok for oks, ww in zip(truth_ok, weather, strict=True) if ww == w for ok in oks]
+        if m:
+            out[w] = (float(np.mean(m)), float(np.mean(r)), len(m))
+    return out
 
 
 def still_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
@@ -400,22 +459,19 @@ def main(argv: list[str] | None = None) -> None:
                 res[f"psnr_h{h}_oracle_{kind}"] = pooled_psnr(ref, roll.truth[:, h])
             if h > 1:
                 res.update(region_psnr(roll, h, bucket))
-        model_ok, truth_ok = [], []
-        for i in range(episodes):
-            for t in range(1, roll.truth.shape[1]):
-                m = motion_ok(roll.model[i, t - 1], roll.model[i, t], roll.actions[i, t], bucket)
-                r = motion_ok(roll.truth[i, t - 1], roll.truth[i, t], roll.actions[i, t], bucket)
-                if m is not None:
-                    model_ok.append(m)
-                    truth_ok.append(bool(r))
+        per_model, _ = control_steps(roll)
+        ctl, ctl_weather = control_rollouts(runner, bucket, 2 * episodes, max(HORIZONS) + 1,
+                                            np.random.default_rng([args.seed, bucket, 2]))
+        model_ok, truth_ok = control_steps(ctl)
+        by_weather = control_by_weather(model_ok, truth_ok, ctl_weather)
+        model_ok, truth_ok = [ok for e in model_ok for ok in e], [ok for e in truth_ok for ok in e]
         still = still_rollouts(runner, bucket, episodes, max(HORIZONS) + 1, np.random.default_rng([args.seed, bucket, 1]))
         for h in HORIZONS[1:]:
             res[f"still_psnr_h{h}"] = pooled_psnr(still.model[:, h], still.truth[:, h])
             res[f"still_psnr_h{h}_repeat"] = pooled_psnr(still.truth[:, 0], still.truth[:, h])
         res["control_acc"] = float(np.mean(model_ok)) if model_ok else float("nan")
         res["control_acc_renderer"] = float(np.mean(truth_ok)) if truth_ok else float("nan")
-        # the steps where the measurement itself works: phase correlation finds the commanded
-        # shift on the renderer's own frames (falling snow or rain can dominate the frame's shift)
+        # the steps where the measurement itself works on the renderer's own frames
         judged = [m for m, r in zip(model_ok, truth_ok, strict=True) if r]
         res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")
         res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
@@ -429,8 +485,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bucket {bucket} ({time.perf_counter() - t0:.0f} s)")
         for k, v in res.items():
             print(f"  {k:<22} {v:8.3f}")
+        print(f"  control by weather, model / renderer over moving steps ({2 * episodes} more episodes):")
+        print("\n".join(f"    {w:<9} {m:5.3f} / {r:5.3f}  ({n} steps)" for w, (m, r, n) in by_weather.items()))
         print(f"  per episode, PSNR model / repeat-last (bucket {bucket}):")
-        print("\n".join(episode_lines(roll)))
+        print("\n".join(episode_lines(roll, control=per_model)))
         if not summary:  # the smallest bucket asked for
             summary = res
     s = summary

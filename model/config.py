@@ -39,6 +39,7 @@ class ModelConfig:
     scene_dim: int = 18  # scene conditioning vector length (model.world.SCENE_DIM)
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
+    motion_layers: int = 1  # 2: a second kernel per token and a per-pixel mix (things moving on their own)
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -68,6 +69,8 @@ class ModelConfig:
             raise ValueError(
                 f"window_frames {self.window_frames} must hold a whole chunk of {self.frames_per_chunk}"
             )
+        if self.motion_layers not in (1, 2):
+            raise ValueError(f"motion_layers must be 1 or 2, got {self.motion_layers}")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 

@@ -8,7 +8,10 @@ time rotation (``model/rope.py``): a chunk sees itself, the sink frames and the 
 
 The head predicts the clean frame as a per-token motion kernel applied to the previous frame
 (separable, ±radius pixels in y and x: the shift the action causes) plus a residual for what
-the shift cannot explain (new terrain at the edges, things that move on their own).
+the shift cannot explain (new terrain at the edges, things that move on their own). With
+``motion_layers=2`` a second kernel per token, free of the action, moves what drifts on its
+own (falling snow, rain), and a per-pixel weight mixes the two moved frames: one kernel per
+16-pixel token cannot move the ground with the camera and the snow across it at once.
 
 Explicit steps, no whole-video API:
 - ``prepare_chunk``: what every step of one chunk shares, computed once (the previous frame's
@@ -276,6 +279,8 @@ def _band(weights: torch.Tensor, role: str = "") -> torch.Tensor:
     return band.view(b, n, n)
 
 
+DRIFT_START = 4.0  # initial mix logit: sigmoid(4) = 0.98 of each pixel from the camera-moved frame
+
 _LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
 
 
@@ -312,6 +317,10 @@ class WorldModel(nn.Module):
         self.motion_prior = nn.ModuleDict(
             {f"b{b}": nn.Linear(cfg.action_dim, 2 * (2 * cfg.radius(b) + 1)) for b in cfg.buckets}
         )
+        if cfg.motion_layers == 2:  # the second layer's kernels (y, x) and each pixel's mix logit
+            self.drift_heads = nn.ModuleDict(
+                {f"b{b}": nn.Linear(w, 2 * (2 * cfg.radius(b) + 1) + p * p) for b in cfg.buckets}
+            )
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -328,6 +337,14 @@ class WorldModel(nn.Module):
         for head in [*self.heads.values(), *self.motion_prior.values()]:
             nn.init.zeros_(head.weight)  # start as "copy the previous frame"
             nn.init.zeros_(head.bias)
+        if self.cfg.motion_layers == 2:
+            for name, head in self.drift_heads.items():
+                taps = 2 * self.cfg.radius(int(name[1:])) + 1
+                nn.init.zeros_(head.weight)
+                with torch.no_grad():  # the second layer starts still, and all but unused
+                    head.bias.zero_()
+                    head.bias[: 2 * taps].view(2, taps)[:, taps // 2] = 4.0
+                    head.bias[2 * taps :] = DRIFT_START
 
     # --- pieces shared by every path ---
 
@@ -371,14 +388,24 @@ class WorldModel(nn.Module):
         b, f, ch, h, w = prev.shape
         cfg, p = self.cfg, self.cfg.patch
         g, r = h // p, cfg.radius(h)
-        out = self.heads[f"b{h}"](modulate(self.final_norm(x), shift, scale, f))  # (B, F*T, O)
+        normed = modulate(self.final_norm(x), shift, scale, f)
+        out = self.heads[f"b{h}"](normed)  # (B, F*T, O)
         resid = unpatchify(out[..., : ch * p * p], f, ch, p, g)
         taps = 2 * r + 1
         logits = out[..., ch * p * p :].reshape(b * f, g, g, 2, taps)
         kern = (logits + prior).float().softmax(-1)
         if kernels is not None:
             kernels.append(kern)
-        moved = shift_warp(prev.reshape(b * f, ch, h, w).float(), kern[..., 0, :], kern[..., 1, :], r, p)
+        flat_prev = prev.reshape(b * f, ch, h, w).float()
+        moved = shift_warp(flat_prev, kern[..., 0, :], kern[..., 1, :], r, p)
+        if self.cfg.motion_layers == 2:
+            drift = self.drift_heads[f"b{h}"](normed)  # (B, F*T, 2*taps + p*p)
+            kern2 = drift[..., : 2 * taps].reshape(b * f, g, g, 2, taps).float().softmax(-1)
+            if kernels is not None:
+                kernels.append(kern2)
+            mix = unpatchify(drift[..., 2 * taps :], f, 1, p, g).reshape(b * f, 1, h, w).float().sigmoid()
+            moved2 = shift_warp(flat_prev, kern2[..., 0, :], kern2[..., 1, :], r, p)
+            moved = torch.lerp(moved2, moved, mix)  # mix = share of the camera-moved frame
         return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
     # --- cached, chunk-by-chunk steps ---

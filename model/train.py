@@ -48,7 +48,7 @@ from model.weights import load_state, save_model
 from model.world import DEFAULT_MAP_SIZE, expected_shift
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
-NEW_MODULES = ("motion_prior.",)  # may be missing from older checkpoints
+NEW_MODULES = ("motion_prior.", "drift_heads.")  # may be missing from older checkpoints
 
 
 @dataclass
@@ -65,6 +65,7 @@ class TrainConfig:
     ema: float = 0.998
     self_rollout_after: int = 600  # steps of plain teacher forcing first
     self_rollout_share: float = 0.35
+    rollout_lead: int = 0  # self-rollout steps: frames the model generates before the trained ones
     far_sink_share: float = 0.5
     scene_switch_share: float = 0.25  # sequences whose prompt changes part-way
     still_share: float = 0.0  # sequences from the "calm" policy (long still stretches)
@@ -191,10 +192,15 @@ def motion_loss(kernels: torch.Tensor, targets: torch.Tensor, weight: torch.Tens
 
 def train_step(
     model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
-    use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0,
+    use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0, rollout_lead: int = 0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
-    statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync)."""
+    statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
+
+    ``rollout_lead``: on a self-rollout step, the model runs that many frames past the
+    sink before the frames it is trained on, which keep only the sink before them: the
+    trained frames start from a rollout that has already drifted as far as a session's does
+    after ``rollout_lead`` frames. Other steps train on the sequence minus those frames."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
@@ -217,6 +223,13 @@ def train_step(
         if far:  # the first frame after the far sink follows an unseen frame: keep the truth
             ctx_prev[:, 1] = prev[:, 1]
         stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
+    if rollout_lead and n > 1 + rollout_lead:  # keep the sink and the frames after the lead
+        keep = [0, *range(1 + rollout_lead, n)]
+        x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
+        ctx_frames, ctx_prev = ctx_frames[:, keep], ctx_prev[:, keep]
+        pos = [pos[i] for i in keep]
+        batch = {**batch, "actions": batch["actions"][:, keep]}
+        n = len(keep)
     t = noise_levels((b, n), cfg, g)
     eps = randn(x.shape, g)
     noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
@@ -338,6 +351,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     if resume and (out / "ckpt.safetensors").exists():
         meta = load_checkpoint(out, model, ema, opt)
         print(f"resumed from {out} at step {meta['step']}", file=sys.stderr)
+        meta["model"] = json.loads(cfg.to_json())  # what this run trains (and exports)
         if tc.restart_schedule:
             meta.pop("planned_steps", None)
             meta["schedule_start"] = meta["step"]
@@ -373,7 +387,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, tc, total, sched0)
-            loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight)
+            loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
+                                      tc.rollout_lead)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -440,6 +455,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seq-frames", type=int, default=TrainConfig.seq_frames)
     ap.add_argument("--self-rollout-after", type=int, default=TrainConfig.self_rollout_after)
     ap.add_argument("--self-rollout-share", type=float, default=TrainConfig.self_rollout_share)
+    ap.add_argument("--rollout-lead", type=int, default=TrainConfig.rollout_lead,
+                    help="frames of self-rollout before the trained frames (the sequence holds them too)")
     ap.add_argument("--scene-switch-share", type=float, default=TrainConfig.scene_switch_share)
     ap.add_argument("--still-share", type=float, default=TrainConfig.still_share,
                     help="share of sequences with long still stretches (the calm policy)")
@@ -472,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     tc = TrainConfig(
         out=args.out, minutes=args.minutes, max_steps=args.max_steps, batch=args.batch,
         seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after,
-        self_rollout_share=args.self_rollout_share, scene_switch_share=args.scene_switch_share,
+        self_rollout_share=args.self_rollout_share, rollout_lead=args.rollout_lead, scene_switch_share=args.scene_switch_share,
         still_share=args.still_share,
         edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr, warmup=args.warmup,
         restart_schedule=args.restart_schedule, worlds=args.worlds,

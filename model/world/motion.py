@@ -50,29 +50,49 @@ def expected_shift(action: np.ndarray, bucket: int) -> tuple[float, float]:
     return -vy * ppu + 0.0, -vx * ppu + 0.0
 
 
-def _gray(frame: np.ndarray) -> np.ndarray:
+def _gray(frame: np.ndarray, despeckle: int = 0) -> np.ndarray:
     f = np.asarray(frame, dtype=np.float64)
     if f.ndim == 3:
         f = f @ np.array([0.299, 0.587, 0.114])
+    if despeckle > 1:
+        f = _median(f, despeckle)
     return f - f.mean()
 
 
+def _median(f: np.ndarray, size: int) -> np.ndarray:
+    """Median over a ``size`` × ``size`` window (edges replicated): removes specks smaller
+    than half the window (snowflakes, rain streaks) and keeps the ground's edges."""
+    h, w = f.shape
+    r = size // 2
+    p = np.pad(f, r, mode="edge")
+    return np.median(np.stack([p[dy : dy + h, dx : dx + w] for dy in range(size) for dx in range(size)]), 0)
+
+
 def global_shift(
-    prev: np.ndarray, cur: np.ndarray, max_shift: int | None = None
+    prev: np.ndarray, cur: np.ndarray, max_shift: int | None = None, *,
+    despeckle: int = 0, band: float | None = None,
 ) -> tuple[int, int]:
     """Integer (dy, dx) with ``cur ≈ np.roll(prev, (dy, dx), (0, 1))``, by phase correlation.
 
     Frames are (H, W) or (H, W, 3), any dtype. A Hann window tames the border; the peak
     is searched within ±``max_shift`` pixels (default a quarter of the frame side).
+    ``despeckle``: median-filter both frames over that window first, so falling snow or
+    rain (specks that move on their own) does not outvote the ground. ``band``: weight
+    the whitened spectrum by a Gaussian of that many cycles per pixel (band-limited phase
+    correlation), so fine texture that changes between frames counts less than the shapes.
     """
-    a, b = _gray(prev), _gray(cur)
+    a, b = _gray(prev, despeckle), _gray(cur, despeckle)
     if a.shape != b.shape:
         raise ValueError(f"frame shapes differ: {a.shape} vs {b.shape}")
     h, w = a.shape
     win = np.outer(np.hanning(h), np.hanning(w))
     fa, fb = np.fft.fft2(a * win), np.fft.fft2(b * win)
     cross = fb * np.conj(fa)
-    corr = np.fft.ifft2(cross / (np.abs(cross) + 1e-9)).real
+    spectrum = cross / (np.abs(cross) + 1e-9)
+    if band is not None:
+        fy, fx = np.fft.fftfreq(h)[:, None], np.fft.fftfreq(w)[None, :]
+        spectrum = spectrum * np.exp(-(fy**2 + fx**2) / (2 * band**2))
+    corr = np.fft.ifft2(spectrum).real
     limit = min(h, w) // 4 if max_shift is None else max_shift
     dy = (np.arange(h) + h // 2) % h - h // 2  # signed shift of each row of corr
     dx = (np.arange(w) + w // 2) % w - w // 2

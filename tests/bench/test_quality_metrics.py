@@ -3,6 +3,8 @@ import numpy as np
 from bench.quality import (
     Rollouts,
     best_aligned,
+    control_by_weather,
+    control_steps,
     episode_lines,
     pooled_psnr,
     psnr,
@@ -97,3 +99,28 @@ def test_episode_lines_name_each_episode_and_mark_a_static_view() -> None:
     assert len(lines) == 2
     assert "a snowy night" in lines[0] and "moving" in lines[0]
     assert "a sunny day" in lines[1] and "still" in lines[1] and "inf" in lines[1]
+
+
+def test_control_steps_score_each_moving_step_of_model_and_renderer() -> None:
+    rng = np.random.default_rng(7)
+    base = np.kron(rng.random((8, 8)), np.ones((8, 8))) * 200
+    frames = np.stack([np.roll(base, (0, -2 * t), (0, 1)) for t in range(5)])  # "right": view moves -2 px in x
+    truth = np.repeat(frames[..., None], 3, -1).astype(np.uint8)[None]
+    model = truth.copy()
+    model[0, 3:] = model[0, 2]  # the model stops following the camera after frame 2
+    actions = np.zeros((1, 5, ACTION_DIM), np.float32)
+    actions[0, 1:, KEYS.index("right")] = 1.0
+    actions[0, 4] = 0.0  # a still step is not scored
+    roll = Rollouts(truth, model, actions, ["a day"])
+    per_model, per_truth = control_steps(roll)
+    assert per_truth == [[True, True, True]]
+    assert per_model == [[True, True, False]]
+    assert "control 2/3" in episode_lines(roll, horizons=(1, 4), control=per_model)[0]
+
+
+def test_control_by_weather_pools_the_steps_of_each_weather() -> None:
+    model_ok = [[True, False], [True, True, True], [False]]
+    truth_ok = [[True, True], [True, True, False], [True]]
+    out = control_by_weather(model_ok, truth_ok, ["snowfall", "clear", "snowfall"])
+    assert out["clear"] == (1.0, 2 / 3, 3)
+    assert out["snowfall"] == (1 / 3, 1.0, 3)

@@ -35,3 +35,8 @@ def test_sequence_mask_matches_what_the_cache_holds() -> None:
     # frame 5 sees the sink 0, the window 3, 4 and itself; not 1 or 2
     assert m[5].tolist() == [True, False, False, True, True, True]
     assert not m[2, 3:].any()  # causal
+
+
+def test_cached_generation_equals_full_sequence_with_two_motion_layers() -> None:
+    cfg = tiny_config(motion_layers=2)
+    assert cached_vs_full(randomized(cfg), n_chunks=6, bucket=32) <= 1e-4

@@ -88,3 +88,30 @@ def test_the_motion_term_reaches_the_kernels() -> None:
     g = torch.Generator().manual_seed(0)
     plain, stats = train_step(model, batch, cfg, g, use_rollout=False)
     assert "motion" not in stats and float(plain.detach()) < float(loss.detach())
+
+
+def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> None:
+    import torch
+
+    from model.config import ModelConfig
+    from model.dit import WorldModel
+    from model.train import train_step
+    from model.train_data import WorldPool
+
+    cfg = ModelConfig(**TINY)
+    model = WorldModel(cfg)
+    batch = WorldPool(1, cfg.buckets, np.random.default_rng(0), map_size=256).sequences(2, 8, 64, far=False)
+    seen: list[tuple[int, list[int]]] = []
+    forward = model.forward_sequence
+
+    def spy(x, prev, noise, actions, scene, pos, noisy, **kw):  # type: ignore[no-untyped-def]
+        seen.append((x.shape[1], pos.tolist()))
+        return forward(x, prev, noise, actions, scene, pos, noisy, **kw)
+
+    model.forward_sequence = spy  # type: ignore[method-assign]
+    g = torch.Generator().manual_seed(0)
+    loss, stats = train_step(model, batch, cfg, g, use_rollout=True, rollout_lead=3)
+    assert torch.isfinite(loss) and "rollout_mse" in stats
+    # sink 0, then frames 4..7 after the 3 generated ones: clean context + noisy queries
+    assert seen == [(10, [0, 4, 5, 6, 7] * 2)]
+    loss.backward()

@@ -44,3 +44,22 @@ def test_global_shift_recovers_a_roll_of_a_textured_image() -> None:
     img = (img + np.roll(img, 1, 0) + np.roll(img, 1, 1)) * 80  # a little spatial correlation
     for shift in ((3, -2), (-4, 4), (0, 0), (8, -7)):
         assert global_shift(img, np.roll(img, shift, axis=(0, 1))) == shift
+
+
+def _snowy(ground: np.ndarray, flakes: np.ndarray) -> np.ndarray:
+    frame = np.repeat(ground[..., None], 3, 2)
+    frame[flakes] = 255.0
+    return frame
+
+
+def test_despeckled_shift_follows_the_ground_not_the_snow_falling_across_it() -> None:
+    rng = np.random.default_rng(3)
+    ground = np.kron(rng.random((16, 16)), np.ones((4, 4))) * 60 + 40
+    for _ in range(2):  # soft edges, like the renderer's terrain
+        ground = (ground + sum(np.roll(ground, s, a) for s in (1, -1) for a in (0, 1))) / 5
+    flakes = rng.random((64, 64)) < 0.06
+    prev = _snowy(ground, flakes)
+    cur = _snowy(np.roll(ground, (2, -2), (0, 1)), np.roll(flakes, (3, 1), (0, 1)))
+    assert global_shift(prev, cur) == (3, 1)  # plain phase correlation follows the flakes
+    assert global_shift(prev, cur, despeckle=5) == (2, -2)
+    assert global_shift(prev, cur, despeckle=5, band=0.15) == (2, -2)
