@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--buckets", type=int, nargs="+", default=None, help="only these buckets (default: all)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    runner = ModelRunner.from_pretrained(args.weights, max_sessions=16, dtype=pick_dtype(args.dtype))
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=32, dtype=pick_dtype(args.dtype))
     episodes = 4 if args.quick else 12
     long_len = 1000 if args.quick else 5000
     summary: dict[str, float] = {}
