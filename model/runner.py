@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.chunk_graph import ChunkGraphs
+from model.chunk_graph import ChunkGraphs, padded
 from model.config import ModelConfig
 from model.dit import WorldModel
 from model.dtype import pick_dtype
@@ -100,7 +100,10 @@ class ModelRunner:
             for b in self.cfg.buckets
         }
         self.sessions: dict[str, SessionSlot] = {}
-        self.graphs = ChunkGraphs(self.model, dtype, self.device) if graphs else None
+        # room for every shape a chunk can take (buckets x step counts x padded batch sizes x
+        # cache filling or full), so a server that warmed them all never captures one again
+        shapes = len(self.cfg.buckets) * self.cfg.denoising_steps * (padded(max_sessions).bit_length()) * 2
+        self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes) if graphs else None
 
     @classmethod
     def from_pretrained(

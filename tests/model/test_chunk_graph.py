@@ -104,3 +104,14 @@ def test_context_into_buffers_of_the_wrong_shape_is_refused() -> None:
     bad = torch.zeros(TINY.depth, 1, 3, TINY.heads, TINY.head_dim)
     with pytest.raises(ValueError, match="do not hold"):
         pool.context([runner.sessions["a"].slot], np.array([1]), out=(bad, bad))
+
+
+def test_every_shape_a_chunk_can_take_keeps_its_graph() -> None:
+    # the server warms buckets x step counts x batch sizes; none may be dropped and recaptured
+    runner = ModelRunner(WorldModel(TINY), max_sessions=256, graphs=True)
+    assert runner.graphs is not None
+    shapes = [(b, s, n, m) for b in TINY.buckets for s in range(TINY.min_steps, TINY.denoising_steps + 1)
+              for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) for m in (False, True)]
+    made = {k: runner.graphs.get(*k) for k in shapes}
+    assert len(runner.graphs) == len(shapes) == 144
+    assert all(runner.graphs.get(*k) is g for k, g in made.items())
