@@ -1,6 +1,6 @@
 """Quality of the world model against the procedural world's renderer, on held-out worlds.
 
-    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality]
+    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality] [--steps N]
 
 For every bucket: the model is anchored on the renderer's first frame (an observation), then
 driven by held-out action scripts; its rollout is compared with the renderer's for the same
@@ -243,7 +243,10 @@ def episode_lines(
 
 
 class Driver:
-    """Runs many sessions of the runner in lockstep, one batch per frame."""
+    """Runs many sessions of the runner in lockstep, one batch per frame, at ``steps``
+    denoising steps (``--steps``; default the model's full count)."""
+
+    steps: int | None = None
 
     def __init__(self, runner: ModelRunner, bucket: int):
         self.runner, self.bucket = runner, bucket
@@ -261,7 +264,7 @@ class Driver:
     def step(self, actions: np.ndarray) -> np.ndarray:
         """actions (E, A) -> frames (E, H, W, 3)."""
         items = [ChunkWork(sid, self.block, actions[i][None]) for i, sid in enumerate(self.ids)]
-        out = self.runner.execute(StepPlan(batches=[Batch(self.bucket, self.runner.max_steps, items)]))
+        out = self.runner.execute(StepPlan(batches=[Batch(self.bucket, self.steps or self.runner.max_steps, items)]))
         if out.errors:
             raise RuntimeError(f"runner errors: {out.errors}")
         self.block += 1
@@ -439,9 +442,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dtype", default="float32", choices=DTYPES, help="the model's float type")
     ap.add_argument("--buckets", type=int, nargs="+", default=None, help="only these buckets (default: all)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="denoising steps per frame (noise levels 1, (n-1)/n, ..., 1/n); default the model's")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     runner = ModelRunner.from_pretrained(args.weights, max_sessions=32, dtype=pick_dtype(args.dtype))
+    if args.steps is not None and not runner.cfg.min_steps <= args.steps <= runner.max_steps:
+        ap.error(f"--steps must lie in [{runner.cfg.min_steps}, {runner.max_steps}]")
+    Driver.steps = args.steps
     episodes = 4 if args.quick else 12
     long_len = 1000 if args.quick else 5000
     summary: dict[str, float] = {}
