@@ -1,7 +1,7 @@
 """Model step speed: ms per denoising forward, frames/s and efficiency per bucket and batch size.
 
     python -m bench.model_step [--threads N] [--dtype auto|float32|bfloat16] [--weights PATH]
-                               [--device cpu|cuda] [--cuda-graphs] [--batches 1 2 4 8 16]
+                               [--device cpu|cuda] [--cuda-graphs] [--batches 1 2 4 8 16] [--compile]
 
 First measures this machine's matmul peak (GFLOP/s, same dtype and threads), then for each
 resolution bucket and batch size prints ms per denoising forward, frames/s with the full step
@@ -56,8 +56,9 @@ def timed(fn, min_seconds: float = 0.6, min_reps: int = 3, device: torch.device 
     return (time.perf_counter() - t0) / reps
 
 
-def measure(runner: ModelRunner, bucket: int, batch: int) -> tuple[float, float, float]:
-    """(seconds per denoising forward, seconds per whole chunk, FLOPs per denoising forward)."""
+def measure(runner: ModelRunner, bucket: int, batch: int, compiled: bool = False) -> tuple[float, float, float, float]:
+    """(seconds per denoising forward, seconds per whole chunk, FLOPs per denoising forward,
+    seconds per denoising forward compiled by ``torch.compile`` (NaN unless ``compiled``))."""
     cfg = runner.cfg
     ids = [f"bench{i}" for i in range(batch)]
     runner.execute(StepPlan(new_sessions=[SessionSpec(s, bucket, seed=i, scene="") for i, s in enumerate(ids)]))
@@ -81,9 +82,13 @@ def measure(runner: ModelRunner, bucket: int, batch: int) -> tuple[float, float,
                 step()
             t_fwd = timed(step, device=dev)
             t_chunk = timed(lambda: runner._run_chunk(bucket, cfg.denoising_steps, items), device=dev)
+            t_comp = float("nan")
+            if compiled:  # one graph per shape, weights frozen in (inductor; C++ on a CPU)
+                fn = torch.compile(runner.model.denoise_chunk, dynamic=False)
+                t_comp = timed(lambda: fn(x, prev, 0.5, act, scene, ctx), device=dev)
     finally:
         runner.execute(StepPlan(freed=ids))
-    return t_fwd, t_chunk, float(counter.get_total_flops())
+    return t_fwd, t_chunk, float(counter.get_total_flops()), t_comp
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,7 +100,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="time whole chunks as the runner replays them from CUDA graphs")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time the denoising forward compiled by torch.compile (minutes of compiling)")
     args = ap.parse_args(argv)
+    if args.compile:
+        import torch._inductor.config as inductor
+
+        inductor.freezing = True  # weights as constants: what inference compiles with
     if args.cuda_graphs and not args.device.startswith("cuda"):
         ap.error("--cuda-graphs needs --device cuda")
     torch.set_num_threads(args.threads)
@@ -118,18 +129,20 @@ def main(argv: list[str] | None = None) -> None:
           f"({shaped / peak:.2f} of the peak)")
     runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches), device=device, graphs=args.cuda_graphs)
     print(f"{'bucket':>6} {'batch':>5} {'tokens':>6} {'ms/fwd':>8} {'ms/chunk':>9} {'frames/s':>9} "
-          f"{'GFLOP/s':>8} {'eff':>5}")
+          f"{'GFLOP/s':>8} {'eff':>5}" + (f" {'compiled ms/fwd':>15} {'eff':>5}" if args.compile else ""))
     throughput: dict[tuple[int, int], float] = {}
     eff: dict[tuple[int, int], float] = {}
     for bucket in cfg.buckets:
         for b in args.batches:
-            t_fwd, t_chunk, flops = measure(runner, bucket, b)
+            t_fwd, t_chunk, flops, t_comp = measure(runner, bucket, b, args.compile)
             fps = b * cfg.frames_per_chunk / t_chunk
             gflops = flops / t_fwd / 1e9
             throughput[bucket, b] = fps
             eff[bucket, b] = gflops / peak
             print(f"{bucket:>6} {b:>5} {b * cfg.tokens_per_chunk(bucket):>6} {t_fwd * 1e3:>8.2f} "
-                  f"{t_chunk * 1e3:>9.2f} {fps:>9.1f} {gflops:>8.1f} {gflops / peak:>5.2f}", flush=True)
+                  f"{t_chunk * 1e3:>9.2f} {fps:>9.1f} {gflops:>8.1f} {gflops / peak:>5.2f}"
+                  + (f" {t_comp * 1e3:>15.2f} {flops / t_comp / 1e9 / peak:>5.2f}" if args.compile else ""),
+                  flush=True)
     small = cfg.buckets[0]
     fp32 = model.float()
     tf32 = torch.backends.cuda.matmul.allow_tf32

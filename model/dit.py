@@ -279,7 +279,7 @@ def _band(weights: torch.Tensor, role: str = "") -> torch.Tensor:
     return band.view(b, n, n)
 
 
-DRIFT_START = 4.0  # initial mix logit: sigmoid(4) = 0.98 of each pixel from the camera-moved frame
+DRIFT_START = 2.0  # initial mix logit: sigmoid(2) = 0.88 of each pixel from the camera-moved frame
 
 _LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from model.config import ModelConfig
@@ -66,6 +67,7 @@ class TrainConfig:
     self_rollout_after: int = 600  # steps of plain teacher forcing first
     self_rollout_share: float = 0.35
     rollout_lead: int = 0  # self-rollout steps: frames the model generates before the trained ones
+    new_module_lr_scale: float = 1.0  # learning-rate factor for NEW_MODULES (a head added to trained weights)
     far_sink_share: float = 0.5
     scene_switch_share: float = 0.25  # sequences whose prompt changes part-way
     still_share: float = 0.0  # sequences from the "calm" policy (long still stretches)
@@ -323,6 +325,22 @@ def progress(step: int, elapsed: float, budget: float, loss: float, stats: dict[
     sys.stderr.flush()
 
 
+def make_optimizer(model: WorldModel, tc: TrainConfig, fresh: frozenset[str] = frozenset()) -> torch.optim.AdamW:
+    """AdamW, no decay on biases and norms; each group's ``scale`` multiplies the scheduled
+    learning rate: ``new_module_lr_scale`` for the ``fresh`` parameters (names the checkpoint
+    being resumed lacks: a head added to trained weights has to travel far while the rest
+    only adjusts), 1 elsewhere."""
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():  # (fresh, decayed)
+        groups.setdefault((name in fresh, p.dim() >= 2), []).append(p)
+    return torch.optim.AdamW(
+        [{"params": ps, "weight_decay": tc.weight_decay if decayed else 0.0,
+          "scale": tc.new_module_lr_scale if new else 1.0}
+         for (new, decayed), ps in sorted(groups.items())],
+        lr=tc.lr, betas=(0.9, 0.98),
+    )
+
+
 def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     tune_malloc()
     if tc.threads:
@@ -339,13 +357,11 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     ema.load_state_dict(model.state_dict())
     model.to(device)
     ema.to(device).requires_grad_(False)
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (no_decay if p.dim() < 2 else decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=tc.lr, betas=(0.9, 0.98),
-    )
+    fresh: frozenset[str] = frozenset()
+    if resume and (out / "ckpt.safetensors").exists():
+        with safe_open(str(out / "ckpt.safetensors"), "pt") as f:
+            fresh = frozenset(n for n, _ in model.named_parameters()) - {k[6:] for k in f.keys() if k.startswith("model.")}
+    opt = make_optimizer(model, tc, fresh)
     meta = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": [],
             "model": json.loads(cfg.to_json())}
     if resume and (out / "ckpt.safetensors").exists():
@@ -386,7 +402,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             batch = source.batch(step)
             use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
             for grp in opt.param_groups:
-                grp["lr"] = lr_at(step, tc, total, sched0)
+                grp["lr"] = lr_at(step, tc, total, sched0) * grp["scale"]
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
                                       tc.rollout_lead)
             opt.zero_grad(set_to_none=True)
@@ -457,6 +473,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--self-rollout-share", type=float, default=TrainConfig.self_rollout_share)
     ap.add_argument("--rollout-lead", type=int, default=TrainConfig.rollout_lead,
                     help="frames of self-rollout before the trained frames (the sequence holds them too)")
+    ap.add_argument("--new-module-lr-scale", type=float, default=TrainConfig.new_module_lr_scale,
+                    help="learning-rate factor for modules new to the checkpoint (e.g. drift_heads)")
     ap.add_argument("--scene-switch-share", type=float, default=TrainConfig.scene_switch_share)
     ap.add_argument("--still-share", type=float, default=TrainConfig.still_share,
                     help="share of sequences with long still stretches (the calm policy)")
@@ -489,7 +507,8 @@ def main(argv: list[str] | None = None) -> None:
     tc = TrainConfig(
         out=args.out, minutes=args.minutes, max_steps=args.max_steps, batch=args.batch,
         seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after,
-        self_rollout_share=args.self_rollout_share, rollout_lead=args.rollout_lead, scene_switch_share=args.scene_switch_share,
+        self_rollout_share=args.self_rollout_share, rollout_lead=args.rollout_lead,
+        new_module_lr_scale=args.new_module_lr_scale, scene_switch_share=args.scene_switch_share,
         still_share=args.still_share,
         edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr, warmup=args.warmup,
         restart_schedule=args.restart_schedule, worlds=args.worlds,

@@ -24,15 +24,15 @@ def test_motion_layers_must_be_one_or_two() -> None:
         tiny_config(motion_layers=3)
 
 
-def test_a_one_layer_model_loads_into_two_layers_and_starts_almost_unchanged() -> None:
+def test_a_one_layer_model_loads_into_two_layers_and_starts_close_to_it() -> None:
     one = randomized(tiny_config())
     two = WorldModel(tiny_config(motion_layers=2)).eval()
     load_state(two, one.state_dict(), "one-layer weights", allow_missing=("drift_heads.",))
     with torch.no_grad():
         a, _ = one.forward_sequence(*_inputs(one.cfg))
         b, _ = two.forward_sequence(*_inputs(two.cfg))
-        # the mix starts at sigmoid(4): 98% of each pixel from the camera-moved frame
-        assert 0 < (a - b).abs().mean() < 0.05 * a.abs().mean()
+        # the mix starts at sigmoid(2): 88% of each pixel from the camera-moved frame
+        assert 0 < (a - b).abs().mean() < 0.15 * a.abs().mean()
 
 
 def test_the_mix_chooses_per_pixel_between_the_two_moved_frames() -> None:

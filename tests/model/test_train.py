@@ -115,3 +115,18 @@ def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> No
     # sink 0, then frames 4..7 after the 3 generated ones: clean context + noisy queries
     assert seen == [(10, [0, 4, 5, 6, 7] * 2)]
     loss.backward()
+
+
+def test_a_head_new_to_the_checkpoint_learns_at_its_own_rate() -> None:
+    from model.config import ModelConfig
+    from model.dit import WorldModel
+    from model.train import make_optimizer
+
+    model = WorldModel(ModelConfig(**TINY, motion_layers=2))
+    fresh = frozenset(n for n, _ in model.named_parameters() if n.startswith("drift_heads."))
+    opt = make_optimizer(model, TrainConfig(new_module_lr_scale=30.0), fresh)
+    scale = {id(p): g["scale"] for g in opt.param_groups for p in g["params"]}
+    decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        assert scale[id(p)] == (30.0 if name.startswith("drift_heads.") else 1.0), name
+        assert decay[id(p)] == (0.01 if p.dim() >= 2 else 0.0), name
