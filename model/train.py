@@ -67,7 +67,7 @@ class TrainConfig:
     self_rollout_after: int = 600  # steps of plain teacher forcing first
     self_rollout_share: float = 0.35
     rollout_lead: int = 0  # self-rollout steps: frames the model generates before the trained ones
-    new_module_lr_scale: float = 1.0  # learning-rate factor for NEW_MODULES (a head added to trained weights)
+    new_module_lr_scale: float = 1.0  # learning-rate factor for parameters a resumed checkpoint lacks
     far_sink_share: float = 0.5
     scene_switch_share: float = 0.25  # sequences whose prompt changes part-way
     still_share: float = 0.0  # sequences from the "calm" policy (long still stretches)
