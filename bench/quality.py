@@ -19,7 +19,7 @@ actions. Prints per bucket:
 - the same per episode, with the episode's scene (printed after the bucket's numbers);
 - the same with the camera held still (only the world's own motion), where repeat-last is
   nearly right: a model that drifts when nothing is asked shows here;
-- action control, on twice as many episodes of their own: share of moving steps where the
+- action control, on 24 episodes of their own (``--quick`` too): share of moving steps where the
   model's global motion between consecutive frames matches the commanded shift, beside the
   renderer's own score, the model's share over the steps where the renderer's own frames pass
   (``control_acc_judged``), and both per weather; per PSNR episode too. The motion is
@@ -89,6 +89,7 @@ def sharpness(frame: np.ndarray) -> float:
     return float(np.abs(np.diff(g, axis=0)).mean() + np.abs(np.diff(g, axis=1)).mean())
 
 
+CONTROL_EPISODES = 24  # --quick too: a score from a handful of episodes hangs on whether one is in snow
 DESPECKLE = 5  # median window (px at 64): removes snowflakes and most of a rain streak
 BAND = 0.15  # cycles per pixel: the Gaussian weight on the whitened cross-spectrum
 
@@ -313,9 +314,9 @@ def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int,
 def control_rollouts(
     runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator,
 ) -> tuple[Rollouts, list[str]]:
-    """Rollouts for action control only, on worlds of their own, twice as many as the PSNR
-    episodes: one snowfall episode more or less moves a 12-episode score by several points.
-    Returns them with each episode's weather."""
+    """Rollouts for action control only, on worlds of their own (``CONTROL_EPISODES``, more
+    than the PSNR episodes: one snowfall episode more or less moves a 12-episode score by
+    several points). Returns them with each episode's weather."""
     worlds = make_worlds(episodes, bucket, rng, 400)
     actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
     return rollouts(runner, bucket, worlds, actions, seed=7), [w.scene.weather for w in worlds]
@@ -467,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
             if h > 1:
                 res.update(region_psnr(roll, h, bucket))
         per_model, _ = control_steps(roll)
-        ctl, ctl_weather = control_rollouts(runner, bucket, 2 * episodes, max(HORIZONS) + 1,
+        ctl, ctl_weather = control_rollouts(runner, bucket, CONTROL_EPISODES, max(HORIZONS) + 1,
                                             np.random.default_rng([args.seed, bucket, 2]))
         model_ok, truth_ok = control_steps(ctl)
         by_weather = control_by_weather(model_ok, truth_ok, ctl_weather)
@@ -495,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bucket {bucket} ({time.perf_counter() - t0:.0f} s)")
         for k, v in res.items():
             print(f"  {k:<22} {v:8.3f}")
-        print(f"  control by weather, model / renderer over moving steps ({2 * episodes} more episodes):")
+        print(f"  control by weather, model / renderer over moving steps ({CONTROL_EPISODES} more episodes):")
         print("\n".join(f"    {w:<9} {m:5.3f} / {r:5.3f}  ({n} steps)" for w, (m, r, n) in by_weather.items()))
         print(f"  per episode, PSNR model / repeat-last (bucket {bucket}):")
         print("\n".join(episode_lines(roll, control=per_model)))
