@@ -104,11 +104,12 @@ def motion_ok(prev: np.ndarray, cur: np.ndarray, action: np.ndarray, bucket: int
     if not np.any(want):
         return None
     scale = bucket // 64 or 1
-    got = global_shift(prev, cur, despeckle=DESPECKLE * scale | 1, band=BAND / scale) if filtered else global_shift(prev, cur)
+    kw = {"despeckle": DESPECKLE * scale | 1, "band": BAND / scale} if filtered else {}
+    got = global_shift(prev, cur, **kw)
     return bool(np.all(np.abs(np.asarray(got, dtype=np.float64) - want) <= 1.0))
 
 
-def control_steps(roll: Rollouts) -> tuple[list[list[bool]], list[list[bool]]]:
+def control_steps(roll: Rollouts, filtered: bool = True) -> tuple[list[list[bool]], list[list[bool]]]:
     """Per episode, ``motion_ok`` of the model's and of the renderer's frames at every step
     whose action moves the camera."""
     bucket = roll.truth.shape[2]
@@ -118,8 +119,8 @@ def control_steps(roll: Rollouts) -> tuple[list[list[bool]], list[list[bool]]]:
         model_ok.append([])
         truth_ok.append([])
         for t in range(1, roll.truth.shape[1]):
-            m = motion_ok(roll.model[i, t - 1], roll.model[i, t], roll.actions[i, t], bucket)
-            r = motion_ok(roll.truth[i, t - 1], roll.truth[i, t], roll.actions[i, t], bucket)
+            m = motion_ok(roll.model[i, t - 1], roll.model[i, t], roll.actions[i, t], bucket, filtered)
+            r = motion_ok(roll.truth[i, t - 1], roll.truth[i, t], roll.actions[i, t], bucket, filtered)
             if m is not None:
                 model_ok[-1].append(m)
                 truth_ok[-1].append(bool(r))
@@ -472,8 +473,7 @@ def main(argv: list[str] | None = None) -> None:
                                             np.random.default_rng([args.seed, bucket, 2]))
         model_ok, truth_ok = control_steps(ctl)
         by_weather = control_by_weather(model_ok, truth_ok, ctl_weather)
-        plain = [motion_ok(ctl.truth[i, t - 1], ctl.truth[i, t], ctl.actions[i, t], bucket, filtered=False)
-                 for i in range(ctl.truth.shape[0]) for t in range(1, ctl.truth.shape[1])]
+        plain = [ok for e in control_steps(ctl, filtered=False)[1] for ok in e]
         model_ok, truth_ok = [ok for e in model_ok for ok in e], [ok for e in truth_ok for ok in e]
         still = still_rollouts(runner, bucket, episodes, max(HORIZONS) + 1, np.random.default_rng([args.seed, bucket, 1]))
         for h in HORIZONS[1:]:
@@ -481,7 +481,7 @@ def main(argv: list[str] | None = None) -> None:
             res[f"still_psnr_h{h}_repeat"] = pooled_psnr(still.truth[:, 0], still.truth[:, h])
         res["control_acc"] = float(np.mean(model_ok)) if model_ok else float("nan")
         res["control_acc_renderer"] = float(np.mean(truth_ok)) if truth_ok else float("nan")
-        res["control_acc_renderer_plain"] = float(np.mean([p for p in plain if p is not None]))
+        res["control_acc_renderer_plain"] = float(np.mean(plain))
         # the steps where the measurement itself works on the renderer's own frames
         judged = [m for m, r in zip(model_ok, truth_ok, strict=True) if r]
         res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")

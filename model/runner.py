@@ -102,7 +102,7 @@ class ModelRunner:
         self.sessions: dict[str, SessionSlot] = {}
         # room for every shape a chunk can take (buckets x step counts x padded batch sizes x
         # cache filling or full), so a server that warmed them all never captures one again
-        shapes = len(self.cfg.buckets) * self.cfg.denoising_steps * (padded(max_sessions).bit_length()) * 2
+        shapes = len(self.cfg.buckets) * self.cfg.denoising_steps * padded(max_sessions).bit_length() * 2
         self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes) if graphs else None
 
     @classmethod
