@@ -46,7 +46,7 @@ from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.train_data import BatchSource, DataSpec
 from model.weights import load_state, save_model
-from model.world import DEFAULT_MAP_SIZE, expected_shift
+from model.world import ATTRIBUTES, DEFAULT_MAP_SIZE, expected_shift
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
 NEW_MODULES = ("motion_prior.", "drift_heads.")  # may be missing from older checkpoints
@@ -73,6 +73,7 @@ class TrainConfig:
     still_share: float = 0.0  # sequences from the "calm" policy (long still stretches)
     edge_weight: float = 0.1  # image-gradient matching term against blur (0: MSE only)
     motion_weight: float = 0.0  # motion kernels pulled toward the commanded camera shift
+    motion_weathers: tuple[str, ...] = ()  # the motion term only on frames of these weathers (empty: all)
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
     map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
@@ -192,9 +193,22 @@ def motion_loss(kernels: torch.Tensor, targets: torch.Tensor, weight: torch.Tens
     return (ce * weight).mean()
 
 
+def weather_mask(scenes: np.ndarray, weathers: tuple[str, ...]) -> np.ndarray:
+    """(B, N) float32: 1 where a frame's scene vector (B, N, S) has one of ``weathers``."""
+    names = ATTRIBUTES["weather"]
+    unknown = [w for w in weathers if w not in names]
+    if unknown:
+        raise ValueError(f"unknown weather {unknown}; one of {list(names)}")
+    order = list(ATTRIBUTES)
+    start = sum(len(ATTRIBUTES[k]) for k in order[: order.index("weather")])
+    block = np.asarray(scenes)[..., start : start + len(names)].argmax(-1)
+    return np.isin(block, [names.index(w) for w in weathers]).astype(np.float32)
+
+
 def train_step(
     model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
     use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0, rollout_lead: int = 0,
+    motion_weathers: tuple[str, ...] = (),
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -257,6 +271,8 @@ def train_step(
         kern = kernels[0].view(b, 2 * n, *kernels[0].shape[1:])[:, n:].reshape(b * n, *kernels[0].shape[1:])
         w = (1.0 - t).clone()
         w[:, 0] = 0.0  # frame 0 has no previous frame to move
+        if motion_weathers:
+            w = w * put(weather_mask(batch["scenes"], motion_weathers))
         motion = motion_loss(kern, targets, w)
         stats["motion"] = motion.detach()
         loss = loss + motion_weight * motion
@@ -404,7 +420,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, tc, total, sched0) * grp["scale"]
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
-                                      tc.rollout_lead)
+                                      tc.rollout_lead, tc.motion_weathers)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -481,6 +497,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--edge-weight", type=float, default=TrainConfig.edge_weight)
     ap.add_argument("--motion-weight", type=float, default=TrainConfig.motion_weight,
                     help="cross-entropy of the motion kernels against the commanded camera shift")
+    ap.add_argument("--motion-weathers", default="",
+                    help="comma-separated weathers the motion term is limited to (e.g. snowfall,rain)")
     ap.add_argument("--lr", type=float, default=TrainConfig.lr)
     ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     ap.add_argument("--restart-schedule", action="store_true",
@@ -510,7 +528,8 @@ def main(argv: list[str] | None = None) -> None:
         self_rollout_share=args.self_rollout_share, rollout_lead=args.rollout_lead,
         new_module_lr_scale=args.new_module_lr_scale, scene_switch_share=args.scene_switch_share,
         still_share=args.still_share,
-        edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr, warmup=args.warmup,
+        edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr,
+        motion_weathers=tuple(w for w in args.motion_weathers.split(",") if w), warmup=args.warmup,
         restart_schedule=args.restart_schedule, worlds=args.worlds,
         seed=args.seed, threads=args.threads, model=json.loads(args.model), device=args.device,
         data_workers=args.data_workers, big_bucket_every=args.big_bucket_every, ema=args.ema,

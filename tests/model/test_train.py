@@ -90,6 +90,35 @@ def test_the_motion_term_reaches_the_kernels() -> None:
     assert "motion" not in stats and float(plain.detach()) < float(loss.detach())
 
 
+def test_the_motion_term_can_be_limited_to_some_weathers() -> None:
+    import pytest
+    import torch
+
+    from model.config import ModelConfig
+    from model.dit import WorldModel
+    from model.train import train_step, weather_mask
+    from model.train_data import WorldPool
+    from model.world import SceneAttrs
+
+    scenes = np.stack([SceneAttrs(weather=w).to_vector() for w in ("clear", "snowfall", "rain", "fog")])[None]
+    assert weather_mask(scenes, ("snowfall", "rain")).tolist() == [[0.0, 1.0, 1.0, 0.0]]
+    with pytest.raises(ValueError, match="hail"):
+        weather_mask(scenes, ("hail",))
+    cfg = ModelConfig(**TINY)
+    model = WorldModel(cfg)
+    batch = WorldPool(1, cfg.buckets, np.random.default_rng(0), map_size=256).sequences(2, 5, 64, far=False)
+    weather = SceneAttrs.from_vector(batch["scenes"][0, 0]).weather
+    other = next(w for w in ("clear", "snowfall") if w != weather)
+    batch["scenes"][:] = batch["scenes"][0, 0]  # one weather throughout
+    losses = {}
+    for name, weathers in (("all", ()), ("same", (weather,)), ("other", (other,))):
+        g = torch.Generator().manual_seed(0)
+        _, stats = train_step(model, batch, cfg, g, use_rollout=False, motion_weight=0.1, motion_weathers=weathers)
+        losses[name] = float(stats["motion"])
+    assert losses["all"] == pytest.approx(losses["same"]) and losses["all"] > 0
+    assert losses["other"] == 0.0
+
+
 def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> None:
     import torch
 
