@@ -74,6 +74,7 @@ class TrainConfig:
     edge_weight: float = 0.1  # image-gradient matching term against blur (0: MSE only)
     motion_weight: float = 0.0  # motion kernels pulled toward the commanded camera shift
     motion_weathers: tuple[str, ...] = ()  # the motion term only on frames of these weathers (empty: all)
+    carry_share: float = 0.0  # self-rollout steps whose static ground targets the model's own frame moved
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
     map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
@@ -193,6 +194,42 @@ def motion_loss(kernels: torch.Tensor, targets: torch.Tensor, weight: torch.Tens
     return (ce * weight).mean()
 
 
+CARRY_TOLERANCE = 0.03  # in [-1, 1] units (~4 of 255): a pixel the camera's shift alone explains
+
+
+def carry_targets(
+    x: torch.Tensor, true_prev: torch.Tensor, own_prev: torch.Tensor, shifts: np.ndarray,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Targets for frames that follow the model's own frames: where the true frame is only
+    the true previous frame moved by the camera (static ground, seen before), the target is
+    the model's own previous frame moved the same way; elsewhere (new terrain at the edge,
+    actors, falling snow, frames whose shift is not a whole number of pixels) the truth.
+
+    A frame generated from a drifted, softened previous frame cannot get the truth's detail
+    back, and asking it to teaches the warp to hedge: to blur. This asks it to carry what it
+    has, exactly. x, true_prev, own_prev (B, N, C, H, W); shifts (B, N, 2) pixels (dy, dx),
+    NaN where the frame has no previous frame. Returns the targets and the share of pixels
+    that took the carried value."""
+    out = x.clone()
+    b, n, _, h, w = x.shape
+    taken = 0
+    for i in range(b):
+        for j in range(n):
+            d = shifts[i, j]
+            if not np.all(np.isfinite(d)) or np.any(np.abs(d - np.round(d)) > 1e-3):
+                continue
+            dy, dx = (int(np.rint(v)) for v in d)
+            if abs(dy) >= h or abs(dx) >= w:
+                continue
+            inside = torch.zeros(h, w, dtype=torch.bool, device=x.device)
+            inside[max(0, dy) : h + min(0, dy), max(0, dx) : w + min(0, dx)] = True
+            moved_true = torch.roll(true_prev[i, j], (dy, dx), (1, 2))
+            static = inside & ((x[i, j] - moved_true).abs().amax(0) < CARRY_TOLERANCE)
+            out[i, j] = torch.where(static, torch.roll(own_prev[i, j], (dy, dx), (1, 2)), x[i, j])
+            taken += int(static.sum())
+    return out, taken / float(b * n * h * w)
+
+
 def weather_mask(scenes: np.ndarray, weathers: tuple[str, ...]) -> np.ndarray:
     """(B, N) float32: 1 where a frame's scene vector (B, N, S) has one of ``weathers``."""
     names = ATTRIBUTES["weather"]
@@ -208,7 +245,7 @@ def weather_mask(scenes: np.ndarray, weathers: tuple[str, ...]) -> np.ndarray:
 def train_step(
     model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
     use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0, rollout_lead: int = 0,
-    motion_weathers: tuple[str, ...] = (),
+    motion_weathers: tuple[str, ...] = (), carry: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -246,6 +283,15 @@ def train_step(
         pos = [pos[i] for i in keep]
         batch = {**batch, "actions": batch["actions"][:, keep]}
         n = len(keep)
+    if carry and use_rollout:  # static ground: carry the model's own previous frame, not the truth
+        h = x.shape[-1]
+        shifts = np.array([[expected_shift(a, h) for a in seq] for seq in batch["actions"]], np.float64)
+        shifts[:, 0] = np.nan  # frame 0 starts the epoch
+        for j in range(1, n):
+            if pos[j] != pos[j - 1] + 1:
+                shifts[:, j] = np.nan  # follows an unseen frame: its previous frame is the truth's
+        x, share = carry_targets(x, prev, ctx_prev, shifts)
+        stats["carried"] = torch.tensor(share)
     t = noise_levels((b, n), cfg, g)
     eps = randn(x.shape, g)
     noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
@@ -419,8 +465,9 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, tc, total, sched0) * grp["scale"]
+            carry = use_rollout and tc.carry_share > 0 and rng.random() < tc.carry_share
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
-                                      tc.rollout_lead, tc.motion_weathers)
+                                      tc.rollout_lead, tc.motion_weathers, carry)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -499,6 +546,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="cross-entropy of the motion kernels against the commanded camera shift")
     ap.add_argument("--motion-weathers", default="",
                     help="comma-separated weathers the motion term is limited to (e.g. snowfall,rain)")
+    ap.add_argument("--carry-share", type=float, default=TrainConfig.carry_share,
+                    help="share of self-rollout steps whose static ground targets the model's own frame moved")
     ap.add_argument("--lr", type=float, default=TrainConfig.lr)
     ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     ap.add_argument("--restart-schedule", action="store_true",
@@ -530,6 +579,7 @@ def main(argv: list[str] | None = None) -> None:
         still_share=args.still_share,
         edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr,
         motion_weathers=tuple(w for w in args.motion_weathers.split(",") if w), warmup=args.warmup,
+        carry_share=args.carry_share,
         restart_schedule=args.restart_schedule, worlds=args.worlds,
         seed=args.seed, threads=args.threads, model=json.loads(args.model), device=args.device,
         data_workers=args.data_workers, big_bucket_every=args.big_bucket_every, ema=args.ema,

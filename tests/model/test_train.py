@@ -119,6 +119,50 @@ def test_the_motion_term_can_be_limited_to_some_weathers() -> None:
     assert losses["other"] == 0.0
 
 
+def test_carry_targets_move_the_models_own_frame_over_static_ground_only() -> None:
+    import torch
+
+    from model.train import carry_targets
+
+    g = torch.Generator().manual_seed(0)
+    true_prev = torch.rand(1, 3, 3, 16, 16, generator=g) * 2 - 1
+    own_prev = torch.rand(1, 3, 3, 16, 16, generator=g) * 2 - 1  # the model's drifted frames
+    x = torch.roll(true_prev, (2, -1), (3, 4))  # the camera moved the ground by (2, -1)
+    x[0, 0, :, 8:12, 8:12] = 0.9  # an actor walked in: not explained by the shift
+    shifts = np.array([[[2.0, -1.0], [2.0, -1.0], [0.5, 0.0]]])
+    shifts[0, 1] = np.nan  # no previous frame
+    out, share = carry_targets(x, true_prev, own_prev, shifts)
+    moved_own = torch.roll(own_prev[0, 0], (2, -1), (1, 2))
+    inside = torch.zeros(16, 16, dtype=torch.bool)
+    inside[2:, :15] = True
+    actor = torch.zeros(16, 16, dtype=torch.bool)
+    actor[8:12, 8:12] = True
+    carried = inside & ~actor
+    assert torch.equal(out[0, 0][:, carried], moved_own[:, carried])
+    assert torch.equal(out[0, 0][:, ~carried], x[0, 0][:, ~carried])  # new edge rows, the actor
+    assert torch.equal(out[0, 1:], x[0, 1:])  # no previous frame; a fractional shift
+    assert share == carried.sum().item() / (3 * 16 * 16)
+
+
+def test_a_carry_step_trains_on_the_carried_targets() -> None:
+    import torch
+
+    from model.config import ModelConfig
+    from model.dit import WorldModel
+    from model.train import train_step
+    from model.train_data import WorldPool
+
+    cfg = ModelConfig(**TINY)
+    model = WorldModel(cfg)
+    batch = WorldPool(1, cfg.buckets, np.random.default_rng(0), map_size=256).sequences(2, 5, 64, far=False)
+    g = torch.Generator().manual_seed(0)
+    loss, stats = train_step(model, batch, cfg, g, use_rollout=True, carry=True)
+    assert 0.0 < float(stats["carried"]) < 1.0 and torch.isfinite(loss)
+    g = torch.Generator().manual_seed(0)
+    plain, stats = train_step(model, batch, cfg, g, use_rollout=True)
+    assert "carried" not in stats and float(plain.detach()) != float(loss.detach())
+
+
 def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> None:
     import torch
 
