@@ -17,7 +17,13 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
   instead of piling up its errors;
 - a quarter of the sequences change scene part-way (every frame carries its own scene
   vector), so a new prompt re-colours the view the way the renderer does;
-- an image-gradient term (``edge_loss``, weighted toward low noise) charges for blur.
+- an image-gradient term (``edge_loss``, weighted toward low noise) charges for blur;
+- optionally a cross-entropy between the warp's motion kernels and the commanded camera shift
+  (``motion_loss``), on every frame or only on frames of some weathers (``motion_weathers``:
+  in snow and rain the frame loss alone lets the kernels spread and smear the ground);
+- optionally, on a share of the self-rollout steps (``carry_share``), the static ground the
+  model has already drawn targets its own previous frame moved by the camera
+  (``carry_targets``) instead of the renderer's.
 
 Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``) hold model, EMA and optimizer state
 as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
@@ -230,6 +236,21 @@ def carry_targets(
     return out, taken / float(b * n * h * w)
 
 
+def carry_shifts(actions: np.ndarray, scenes: np.ndarray, pos: list[int], bucket: int) -> np.ndarray:
+    """The camera shift (dy, dx) in pixels of every frame of a sequence, (B, N, 2), NaN where
+    a frame must keep the truth as its target: frame 0 (nothing before it), a frame that
+    follows an unseen frame (the far sink), and every frame from a prompt change on (it
+    must re-colour toward the new scene, not carry the old one)."""
+    shifts = np.array([[expected_shift(a, bucket) for a in seq] for seq in actions], np.float64)
+    shifts[:, 0] = np.nan
+    for j in range(1, len(pos)):
+        if pos[j] != pos[j - 1] + 1:
+            shifts[:, j] = np.nan
+    changed = np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1) > 0  # (B, N-1)
+    shifts[:, 1:][changed] = np.nan
+    return shifts
+
+
 def weather_mask(scenes: np.ndarray, weathers: tuple[str, ...]) -> np.ndarray:
     """(B, N) float32: 1 where a frame's scene vector (B, N, S) has one of ``weathers``."""
     names = ATTRIBUTES["weather"]
@@ -284,12 +305,7 @@ def train_step(
         batch = {**batch, "actions": batch["actions"][:, keep]}
         n = len(keep)
     if carry and use_rollout:  # static ground: carry the model's own previous frame, not the truth
-        h = x.shape[-1]
-        shifts = np.array([[expected_shift(a, h) for a in seq] for seq in batch["actions"]], np.float64)
-        shifts[:, 0] = np.nan  # frame 0 starts the epoch
-        for j in range(1, n):
-            if pos[j] != pos[j - 1] + 1:
-                shifts[:, j] = np.nan  # follows an unseen frame: its previous frame is the truth's
+        shifts = carry_shifts(batch["actions"], scene.cpu().numpy(), pos, x.shape[-1])
         x, share = carry_targets(x, prev, ctx_prev, shifts)
         stats["carried"] = torch.tensor(share)
     t = noise_levels((b, n), cfg, g)

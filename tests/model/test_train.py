@@ -144,6 +144,22 @@ def test_carry_targets_move_the_models_own_frame_over_static_ground_only() -> No
     assert share == carried.sum().item() / (3 * 16 * 16)
 
 
+def test_carry_shifts_keep_the_truth_after_an_unseen_frame_and_from_a_prompt_change_on() -> None:
+    from model.train import carry_shifts
+    from model.world import SceneAttrs
+
+    actions = np.zeros((2, 5, 6), np.float32)
+    actions[:, :, 3] = 1.0  # right: the ground moves 2 px left at bucket 64
+    scenes = np.repeat(SceneAttrs().to_vector()[None, None], 5, 1).repeat(2, 0)
+    scenes[1, 3:] = SceneAttrs(weather="fog").to_vector()  # the second one's prompt changes at frame 3
+    shifts = carry_shifts(actions, scenes, [0, 1, 2, 3, 4], 64)
+    assert np.isnan(shifts[:, 0]).all()
+    assert shifts[0, 1:].tolist() == [[0.0, -2.0]] * 4
+    assert shifts[1, 1:3].tolist() == [[0.0, -2.0]] * 2 and np.isnan(shifts[1, 3:]).all()
+    far = carry_shifts(actions[:1], scenes[:1], [0, 9, 10, 11, 12], 64)  # the sink lies far back
+    assert np.isnan(far[0, :2]).all() and not np.isnan(far[0, 2:]).any()
+
+
 def test_a_carry_step_trains_on_the_carried_targets() -> None:
     import torch
 
