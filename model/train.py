@@ -51,8 +51,16 @@ from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.train_data import BatchSource, DataSpec
+from model.train_targets import (
+    carry_shifts,
+    carry_targets,
+    edge_loss,
+    motion_loss,
+    shift_targets,
+    weather_mask,
+)
 from model.weights import load_state, save_model
-from model.world import ATTRIBUTES, DEFAULT_MAP_SIZE, expected_shift
+from model.world import DEFAULT_MAP_SIZE
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
 NEW_MODULES = ("motion_prior.", "drift_heads.")  # may be missing from older checkpoints
@@ -157,110 +165,6 @@ def self_rollout(
 
 
 # ---------------------------------------------------------------------------- the step
-
-
-def edge_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Image-gradient matching (L1 between gradient magnitudes, along x and y), per frame
-    weighted: a clean-sample regressor that averages what it cannot know loses edges,
-    and this term charges for the lost edges where MSE barely does."""
-    total = pred.new_zeros(())
-    for dim in (-1, -2):
-        gp, gt = pred.diff(dim=dim).abs(), target.diff(dim=dim).abs()
-        total = total + ((gp - gt).abs().mean(dim=(2, 3, 4)) * weight).mean()
-    return total
-
-
-def shift_targets(actions: np.ndarray, bucket: int, radius: int) -> np.ndarray:
-    """The motion kernel the camera asks for, per frame: actions (B, N, A) -> (B, N, 2, taps)
-    weights over offsets -radius..radius, y then x. The static scene moves by d pixels
-    (``expected_shift``), so the warp must read the previous frame at offset -d; a
-    fractional d splits its weight between the two nearest offsets."""
-    b, n, _ = actions.shape
-    taps = 2 * radius + 1
-    out = np.zeros((b, n, 2, taps), np.float32)
-    for i in range(b):
-        for j in range(n):
-            for axis, d in enumerate(expected_shift(actions[i, j], bucket)):
-                pos = float(np.clip(radius - d, 0, taps - 1))
-                lo = int(np.floor(pos))
-                frac = pos - lo
-                out[i, j, axis, lo] += 1 - frac
-                if frac > 0:
-                    out[i, j, axis, lo + 1] += frac
-    return out
-
-
-def motion_loss(kernels: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of every token's kernels (B*N, gh, gw, 2, taps) against the camera's
-    (B, N, 2, taps), per frame weighted (B, N). Things that move on their own disagree with
-    the camera; a small weight lets the frame loss overrule it there."""
-    b, n = weight.shape
-    logp = kernels.clamp_min(1e-6).log().view(b, n, -1, 2, kernels.shape[-1])
-    ce = -(targets[:, :, None] * logp).sum(-1).mean(dim=(2, 3))  # (B, N)
-    return (ce * weight).mean()
-
-
-CARRY_TOLERANCE = 0.03  # in [-1, 1] units (~4 of 255): a pixel the camera's shift alone explains
-
-
-def carry_targets(
-    x: torch.Tensor, true_prev: torch.Tensor, own_prev: torch.Tensor, shifts: np.ndarray,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Targets for frames that follow the model's own frames: where the true frame is only
-    the true previous frame moved by the camera (static ground, seen before), the target is
-    the model's own previous frame moved the same way; elsewhere (new terrain at the edge,
-    actors, falling snow, frames whose shift is not a whole number of pixels) the truth.
-
-    A frame generated from a drifted, softened previous frame cannot get the truth's detail
-    back, and asking it to teaches the warp to hedge: to blur. This asks it to carry what it
-    has, exactly. x, true_prev, own_prev (B, N, C, H, W); shifts (B, N, 2) pixels (dy, dx),
-    NaN where the frame has no previous frame. Returns the targets and the share of pixels
-    that took the carried value."""
-    out = x.clone()
-    b, n, _, h, w = x.shape
-    taken = 0
-    for i in range(b):
-        for j in range(n):
-            d = shifts[i, j]
-            if not np.all(np.isfinite(d)) or np.any(np.abs(d - np.round(d)) > 1e-3):
-                continue
-            dy, dx = (int(np.rint(v)) for v in d)
-            if abs(dy) >= h or abs(dx) >= w:
-                continue
-            inside = torch.zeros(h, w, dtype=torch.bool, device=x.device)
-            inside[max(0, dy) : h + min(0, dy), max(0, dx) : w + min(0, dx)] = True
-            moved_true = torch.roll(true_prev[i, j], (dy, dx), (1, 2))
-            static = inside & ((x[i, j] - moved_true).abs().amax(0) < CARRY_TOLERANCE)
-            out[i, j] = torch.where(static, torch.roll(own_prev[i, j], (dy, dx), (1, 2)), x[i, j])
-            taken += int(static.sum())
-    return out, taken / float(b * n * h * w)
-
-
-def carry_shifts(actions: np.ndarray, scenes: np.ndarray, pos: list[int], bucket: int) -> np.ndarray:
-    """The camera shift (dy, dx) in pixels of every frame of a sequence, (B, N, 2), NaN where
-    a frame must keep the truth as its target: frame 0 (nothing before it), a frame that
-    follows an unseen frame (the far sink), and every frame from a prompt change on (it
-    must re-colour toward the new scene, not carry the old one)."""
-    shifts = np.array([[expected_shift(a, bucket) for a in seq] for seq in actions], np.float64)
-    shifts[:, 0] = np.nan
-    for j in range(1, len(pos)):
-        if pos[j] != pos[j - 1] + 1:
-            shifts[:, j] = np.nan
-    changed = np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1) > 0  # (B, N-1)
-    shifts[:, 1:][changed] = np.nan
-    return shifts
-
-
-def weather_mask(scenes: np.ndarray, weathers: tuple[str, ...]) -> np.ndarray:
-    """(B, N) float32: 1 where a frame's scene vector (B, N, S) has one of ``weathers``."""
-    names = ATTRIBUTES["weather"]
-    unknown = [w for w in weathers if w not in names]
-    if unknown:
-        raise ValueError(f"unknown weather {unknown}; one of {list(names)}")
-    order = list(ATTRIBUTES)
-    start = sum(len(ATTRIBUTES[k]) for k in order[: order.index("weather")])
-    block = np.asarray(scenes)[..., start : start + len(names)].argmax(-1)
-    return np.isin(block, [names.index(w) for w in weathers]).astype(np.float32)
 
 
 def train_step(

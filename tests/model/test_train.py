@@ -41,7 +41,7 @@ def test_a_few_steps_lower_the_loss_then_resume_and_export(tmp_path: Path) -> No
 
 
 def test_shift_targets_put_the_weight_on_the_commanded_offset() -> None:
-    from model.train import shift_targets
+    from model.train_targets import shift_targets
     from session.plan import KEYS
 
     acts = np.zeros((1, 3, ACTION_DIM), np.float32)
@@ -57,7 +57,7 @@ def test_shift_targets_put_the_weight_on_the_commanded_offset() -> None:
 def test_motion_loss_prefers_the_commanded_kernel() -> None:
     import torch
 
-    from model.train import motion_loss
+    from model.train_targets import motion_loss
 
     targets = torch.zeros(2, 3, 2, 11)
     targets[..., 7] = 1.0
@@ -96,8 +96,9 @@ def test_the_motion_term_can_be_limited_to_some_weathers() -> None:
 
     from model.config import ModelConfig
     from model.dit import WorldModel
-    from model.train import train_step, weather_mask
+    from model.train import train_step
     from model.train_data import WorldPool
+    from model.train_targets import weather_mask
     from model.world import SceneAttrs
 
     scenes = np.stack([SceneAttrs(weather=w).to_vector() for w in ("clear", "snowfall", "rain", "fog")])[None]
@@ -122,7 +123,7 @@ def test_the_motion_term_can_be_limited_to_some_weathers() -> None:
 def test_carry_targets_move_the_models_own_frame_over_static_ground_only() -> None:
     import torch
 
-    from model.train import carry_targets
+    from model.train_targets import carry_targets
 
     g = torch.Generator().manual_seed(0)
     true_prev = torch.rand(1, 3, 3, 16, 16, generator=g) * 2 - 1
@@ -145,7 +146,7 @@ def test_carry_targets_move_the_models_own_frame_over_static_ground_only() -> No
 
 
 def test_carry_shifts_keep_the_truth_after_an_unseen_frame_and_from_a_prompt_change_on() -> None:
-    from model.train import carry_shifts
+    from model.train_targets import carry_shifts
     from model.world import SceneAttrs
 
     actions = np.zeros((2, 5, 6), np.float32)
