@@ -206,12 +206,11 @@ def train_step(
         x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
         ctx_frames, ctx_prev = ctx_frames[:, keep], ctx_prev[:, keep]
         pos = [pos[i] for i in keep]
-        batch = {**batch, "actions": batch["actions"][:, keep]}
+        batch = {**batch, "actions": batch["actions"][:, keep], "scenes": batch["scenes"][:, keep]}
         n = len(keep)
     if carry and use_rollout:  # static ground: carry the model's own previous frame, not the truth
-        shifts = carry_shifts(batch["actions"], scene.cpu().numpy(), pos, x.shape[-1])
-        x, share = carry_targets(x, prev, ctx_prev, shifts)
-        stats["carried"] = torch.tensor(share)
+        shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])
+        x, stats["carried"] = carry_targets(x, prev, ctx_prev, shifts)
     t = noise_levels((b, n), cfg, g)
     eps = randn(x.shape, g)
     noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps

@@ -27,23 +27,28 @@ def edge_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) ->
     return total
 
 
+def camera_shifts(actions: np.ndarray, bucket: int) -> np.ndarray:
+    """The static scene's pixel shift (dy, dx) under every action: (B, N, A) -> (B, N, 2)."""
+    return np.array([[expected_shift(a, bucket) for a in seq] for seq in actions], np.float64).reshape(
+        *actions.shape[:2], 2
+    )
+
+
 def shift_targets(actions: np.ndarray, bucket: int, radius: int) -> np.ndarray:
     """The motion kernel the camera asks for, per frame: actions (B, N, A) -> (B, N, 2, taps)
     weights over offsets -radius..radius, y then x. The static scene moves by d pixels
     (``expected_shift``), so the warp must read the previous frame at offset -d; a
     fractional d splits its weight between the two nearest offsets."""
+    shifts = camera_shifts(actions, bucket)
     b, n, _ = actions.shape
     taps = 2 * radius + 1
     out = np.zeros((b, n, 2, taps), np.float32)
-    for i in range(b):
-        for j in range(n):
-            for axis, d in enumerate(expected_shift(actions[i, j], bucket)):
-                pos = float(np.clip(radius - d, 0, taps - 1))
-                lo = int(np.floor(pos))
-                frac = pos - lo
-                out[i, j, axis, lo] += 1 - frac
-                if frac > 0:
-                    out[i, j, axis, lo + 1] += frac
+    pos = np.clip(radius - shifts, 0, taps - 1)
+    lo = np.floor(pos).astype(int)
+    frac = (pos - lo).astype(np.float32)
+    ii, jj, aa = np.indices((b, n, 2))
+    np.add.at(out, (ii, jj, aa, lo), 1 - frac)
+    np.add.at(out, (ii, jj, aa, np.minimum(lo + 1, taps - 1)), frac)  # frac is 0 where lo is the last tap
     return out
 
 
@@ -72,10 +77,10 @@ def carry_targets(
     back, and asking it to teaches the warp to hedge: to blur. This asks it to carry what it
     has, exactly. x, true_prev, own_prev (B, N, C, H, W); shifts (B, N, 2) pixels (dy, dx),
     NaN where the frame has no previous frame. Returns the targets and the share of pixels
-    that took the carried value."""
+    that took the carried value (a 0-d tensor: no device sync per frame)."""
     out = x.clone()
     b, n, _, h, w = x.shape
-    taken = 0
+    taken = x.new_zeros((), dtype=torch.float64)
     for i in range(b):
         for j in range(n):
             d = shifts[i, j]
@@ -89,7 +94,7 @@ def carry_targets(
             moved_true = torch.roll(true_prev[i, j], (dy, dx), (1, 2))
             static = inside & ((x[i, j] - moved_true).abs().amax(0) < CARRY_TOLERANCE)
             out[i, j] = torch.where(static, torch.roll(own_prev[i, j], (dy, dx), (1, 2)), x[i, j])
-            taken += int(static.sum())
+            taken += static.sum()
     return out, taken / float(b * n * h * w)
 
 
@@ -98,7 +103,7 @@ def carry_shifts(actions: np.ndarray, scenes: np.ndarray, pos: list[int], bucket
     a frame must keep the truth as its target: frame 0 (nothing before it), a frame that
     follows an unseen frame (the far sink), and every frame from a prompt change on (it
     must re-colour toward the new scene, not carry the old one)."""
-    shifts = np.array([[expected_shift(a, bucket) for a in seq] for seq in actions], np.float64)
+    shifts = camera_shifts(actions, bucket)
     shifts[:, 0] = np.nan
     for j in range(1, len(pos)):
         if pos[j] != pos[j - 1] + 1:
