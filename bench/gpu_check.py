@@ -73,7 +73,7 @@ def forward_inputs(model: WorldModel, batch: int, device: torch.device, dtype: t
     ctx = pool.context(slots, np.full(batch, cfg.cache_frames))
     fshape = (batch, cfg.frames_per_chunk, cfg.channels, 64, 64)
     x = torch.randn(fshape, generator=g).to(device, dtype)
-    prev = torch.randn(fshape, generator=g).to(device, dtype)
+    prev = torch.randn(batch, cfg.frames_per_chunk, cfg.prev_channels, 64, 64, generator=g).to(device, dtype)
     act = torch.randn(batch, cfg.frames_per_chunk, cfg.action_dim, generator=g).to(device, dtype)
     scene = torch.randn(batch, cfg.scene_dim, generator=g).to(device, dtype)
     return x, model.prepare_chunk(prev, act, scene, (0.5,)), ctx

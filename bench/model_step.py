@@ -74,7 +74,7 @@ def measure(runner: ModelRunner, bucket: int, batch: int, compiled: bool = False
             shape = (batch, cfg.frames_per_chunk, cfg.channels, bucket, bucket)
             dev, dt = runner.device, runner.dtype
             x = torch.randn(shape, dtype=dt, device=dev)
-            prev = torch.randn(shape, dtype=dt, device=dev)
+            prev = torch.randn(*shape[:2], cfg.prev_channels, bucket, bucket, dtype=dt, device=dev)
             act = torch.zeros(batch, cfg.frames_per_chunk, cfg.action_dim, dtype=dt, device=dev)
             scene = torch.zeros(batch, cfg.scene_dim, dtype=dt, device=dev)
             step = lambda: runner.model.denoise_chunk(x, prev, 0.5, act, scene, ctx)  # noqa: E731

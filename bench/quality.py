@@ -1,6 +1,6 @@
 """Quality of the world model against the procedural world's renderer, on held-out worlds.
 
-    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality] [--steps N]
+    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality] [--steps N] [--renoise S]
 
 For every bucket: the model is anchored on the renderer's first frame (an observation), then
 driven by held-out action scripts; its rollout is compared with the renderer's for the same
@@ -445,9 +445,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--buckets", type=int, nargs="+", default=None, help="only these buckets (default: all)")
     ap.add_argument("--steps", type=int, default=None,
                     help="denoising steps per frame (noise levels 1, (n-1)/n, ..., 1/n); default the model's")
+    ap.add_argument("--renoise", type=float, default=None,
+                    help="scale of the noise put back between steps; default the weights' (ModelConfig.renoise)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    runner = ModelRunner.from_pretrained(args.weights, max_sessions=32, dtype=pick_dtype(args.dtype))
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=32, dtype=pick_dtype(args.dtype),
+                                         renoise=args.renoise)
     if args.steps is not None and not runner.cfg.min_steps <= args.steps <= runner.max_steps:
         ap.error(f"--steps must lie in [{runner.cfg.min_steps}, {runner.max_steps}]")
     Driver.steps = args.steps

@@ -47,7 +47,7 @@ class ChunkGraph:
         new = lambda *shape: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         ctx_shape = (cfg.depth, batch, cfg.kv_cache_tokens(bucket) + fc * t, cfg.heads, cfg.head_dim)
         self.ctx_k, self.ctx_v = new(*ctx_shape), new(*ctx_shape)
-        self.prev = new(batch, c, bucket, bucket)
+        self.prev = new(batch, cfg.prev_channels, bucket, bucket)
         self.actions = new(batch, fc, cfg.action_dim)
         self.scene = new(batch, cfg.scene_dim)
         self.noise = new(steps, batch, fc, c, bucket, bucket)

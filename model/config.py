@@ -33,6 +33,7 @@ class ModelConfig:
     # --- few-step sampler (flow matching, clean-sample prediction) ---
     denoising_steps: int = 4  # default steps; levels for n steps are 1, (n-1)/n, ..., 1/n
     min_steps: int = 1  # fewest steps the degradation ladder may ask for
+    renoise: float = 1.0  # scale of the fresh noise put back between steps (< 1: nearer the mean, less grain)
     # --- conditioning ---
     num_keys: int = 4  # multi-hot movement keys (forward, back, left, right)
     mouse_dims: int = 2  # continuous mouse / camera delta
@@ -40,6 +41,7 @@ class ModelConfig:
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
     motion_layers: int = 1  # 2: a second kernel per token and a per-pixel mix (things moving on their own)
+    anchor_warp: bool = False  # also copy from an anchor frame moved by the accumulated camera shift (model/anchor.py)
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -69,6 +71,8 @@ class ModelConfig:
             raise ValueError(
                 f"window_frames {self.window_frames} must hold a whole chunk of {self.frames_per_chunk}"
             )
+        if not 0.0 <= self.renoise <= 1.0:
+            raise ValueError(f"renoise must lie in [0, 1], got {self.renoise}")
         if self.motion_layers not in (1, 2):
             raise ValueError(f"motion_layers must be 1 or 2, got {self.motion_layers}")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
@@ -82,6 +86,12 @@ class ModelConfig:
     @property
     def action_dim(self) -> int:
         return self.num_keys + self.mouse_dims
+
+    @property
+    def prev_channels(self) -> int:
+        """Channels of a frame's ``prev`` input: the previous frame, then with ``anchor_warp``
+        the anchor reference (its colours, zero where it shows nothing, and a validity mask)."""
+        return self.channels + (self.channels + 1 if self.anchor_warp else 0)
 
     @property
     def cache_frames(self) -> int:

@@ -25,6 +25,11 @@ def _sequence(model: WorldModel, n: int, bucket: int, seed: int) -> tuple[torch.
         start = (i // fc) * fc
         if start > 0:  # every frame of a chunk sees the frame before the chunk
             prev[:, i] = x[:, start - 1]
+    if cfg.prev_channels > cfg.channels:  # an anchor reference, valid on the right half
+        ref = torch.rand(1, n, cfg.channels, bucket, bucket, generator=g) * 2 - 1
+        mask = torch.zeros(1, n, 1, bucket, bucket)
+        mask[..., bucket // 2 :] = 1.0
+        prev = torch.cat((prev, ref * mask, mask), 2)
     w = next(model.parameters())
     return tuple(t.to(w.device, w.dtype) for t in (x, prev, actions, scene))
 

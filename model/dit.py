@@ -24,7 +24,9 @@ Explicit steps, no whole-video API:
   (training, re-caching after a scene/bucket change or a restore, and the equality tests);
 - ``decode``: clean frames in [-1, 1] -> uint8 pixels (the whole "decoder": a clamp).
 
-Frames are (B, F, C, H, W) floats in [-1, 1]; "no previous frame" is all zeros.
+Frames are (B, F, C, H, W) floats in [-1, 1]; "no previous frame" is all zeros. A ``prev``
+input has ``cfg.prev_channels``: the previous frame, then with ``anchor_warp`` the anchor
+reference (``model/anchor.py``) that the head may copy from, pixel by pixel.
 """
 
 from __future__ import annotations
@@ -280,6 +282,7 @@ def _band(weights: torch.Tensor, role: str = "") -> torch.Tensor:
 
 
 DRIFT_START = 2.0  # initial mix logit: sigmoid(2) = 0.88 of each pixel from the camera-moved frame
+ANCHOR_START = -6.0  # initial anchor mix logit: sigmoid(-6) = 0.25 % of each pixel from the anchor
 
 _LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
 
@@ -321,6 +324,10 @@ class WorldModel(nn.Module):
             self.drift_heads = nn.ModuleDict(
                 {f"b{b}": nn.Linear(w, 2 * (2 * cfg.radius(b) + 1) + p * p) for b in cfg.buckets}
             )
+        if cfg.anchor_warp:  # the anchor reference's stem, each pixel's mix logit, the shift per action
+            self.anchor_stems = nn.ModuleDict({f"b{b}": nn.Linear((c + 1) * p * p, w) for b in cfg.buckets})
+            self.anchor_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, p * p) for b in cfg.buckets})
+            self.shift_head = nn.Linear(cfg.action_dim, 2)
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -337,6 +344,13 @@ class WorldModel(nn.Module):
         for head in [*self.heads.values(), *self.motion_prior.values()]:
             nn.init.zeros_(head.weight)  # start as "copy the previous frame"
             nn.init.zeros_(head.bias)
+        if self.cfg.anchor_warp:
+            for stem in self.anchor_stems.values():  # starts unseen: the model is what it was
+                nn.init.zeros_(stem.weight)
+            for head in self.anchor_heads.values():
+                nn.init.zeros_(head.weight)
+                nn.init.constant_(head.bias, ANCHOR_START)
+            nn.init.zeros_(self.shift_head.weight)
         if self.cfg.motion_layers == 2:
             for name, head in self.drift_heads.items():
                 taps = 2 * self.cfg.radius(int(name[1:])) + 1
@@ -369,11 +383,19 @@ class WorldModel(nn.Module):
         x, prev (B, F, C, H, W); noise (B, F); actions (B, F, A); scene (B, S) for the
         whole chunk or (B, F, S) per frame (a prompt change inside a training sequence).
         """
-        b, f, _, h, _ = x.shape
-        tokens = self.stems[f"b{h}"](patchify(torch.cat((x, prev), 2), self.cfg.patch))  # (B, F*T, W)
+        b, f, c, h, _ = x.shape
+        tokens = self.stems[f"b{h}"](patchify(torch.cat((x, prev[:, :, :c]), 2), self.cfg.patch))  # (B, F*T, W)
+        if self.cfg.anchor_warp:
+            tokens = tokens + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:], self.cfg.patch))
         t = tokens.shape[1] // f
         tokens = (tokens.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
         return tokens, self._conditioning(noise, actions, scene)
+
+    def camera_shift(self, actions: torch.Tensor, bucket: int) -> torch.Tensor:
+        """The static scene's shift (dy, dx) in pixels at ``bucket`` under ``actions`` (..., A),
+        as the model estimates it (``anchor_warp`` only): learned at the base bucket, scaled."""
+        w = self.shift_head.weight
+        return self.shift_head(actions.to(w.dtype)).float() * (bucket / self.cfg.base_bucket)
 
     def _prior(self, actions: torch.Tensor, h: int) -> torch.Tensor:
         b, f = actions.shape[:2]
@@ -385,8 +407,9 @@ class WorldModel(nn.Module):
     ) -> torch.Tensor:
         """Final tokens -> clean-frame guess (B, F, C, H, W). ``kernels``, if given, receives
         the motion kernels (B*F, gh, gw, 2, taps), y then x, softmax over the offsets."""
-        b, f, ch, h, w = prev.shape
         cfg, p = self.cfg, self.cfg.patch
+        ch = cfg.channels
+        b, f, _, h, w = prev.shape
         g, r = h // p, cfg.radius(h)
         normed = modulate(self.final_norm(x), shift, scale, f)
         out = self.heads[f"b{h}"](normed)  # (B, F*T, O)
@@ -396,7 +419,7 @@ class WorldModel(nn.Module):
         kern = (logits + prior).float().softmax(-1)
         if kernels is not None:
             kernels.append(kern)
-        flat_prev = prev.reshape(b * f, ch, h, w).float()
+        flat_prev = prev[:, :, :ch].reshape(b * f, ch, h, w).float()
         moved = shift_warp(flat_prev, kern[..., 0, :], kern[..., 1, :], r, p)
         if self.cfg.motion_layers == 2:
             drift = self.drift_heads[f"b{h}"](normed)  # (B, F*T, 2*taps + p*p)
@@ -406,6 +429,10 @@ class WorldModel(nn.Module):
             mix = unpatchify(drift[..., 2 * taps :], f, 1, p, g).reshape(b * f, 1, h, w).float().sigmoid()
             moved2 = shift_warp(flat_prev, kern2[..., 0, :], kern2[..., 1, :], r, p)
             moved = torch.lerp(moved2, moved, mix)  # mix = share of the camera-moved frame
+        if cfg.anchor_warp:  # copy from the anchor where the head trusts it and it shows anything
+            ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
+            logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
+            moved = torch.lerp(moved, ref[:, :ch], logit.sigmoid() * ref[:, ch:])
         return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
     # --- cached, chunk-by-chunk steps ---
@@ -417,13 +444,15 @@ class WorldModel(nn.Module):
         """Everything the forwards of one chunk share. prev (B, F, C, H, W); actions
         (B, F, A); scene (B, S); ``levels`` the noise levels the chunk will run at (0.0 for
         the commit pass). The stem is linear, so its previous-frame half is computed once."""
-        b, f, c, h, _ = prev.shape
-        p = self.cfg.patch
+        b, f, _, h, _ = prev.shape
+        c, p = self.cfg.channels, self.cfg.patch
         if scene.dim() == 2:
             scene = scene[:, None]
         stem = self.stems[f"b{h}"]
         cpp = c * p * p
-        base = F.linear(patchify(prev, p), stem.weight[:, cpp:], stem.bias)  # (B, F*T, W)
+        base = F.linear(patchify(prev[:, :, :c], p), stem.weight[:, cpp:], stem.bias)  # (B, F*T, W)
+        if self.cfg.anchor_warp:
+            base = base + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:], p))
         t = base.shape[1] // f
         base = (base.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
         levels = tuple(float(v) for v in levels)
@@ -479,7 +508,8 @@ class WorldModel(nn.Module):
         dtype: torch.dtype,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The few-step sampler and the commit pass of one chunk: ``inp`` prepared for the
-        step levels then 0.0; ``noise(i)`` the noise of step ``i``, asked for in order.
+        step levels then 0.0; ``noise(i)`` the noise of step ``i``, asked for in order
+        (scaled by ``cfg.renoise`` where it is put back between steps).
         Returns pixels uint8 (B, F, H, W, 3) (what the client sees), the clean chunk decoded
         and re-encoded in ``dtype`` (exactly what the model conditions on next), and the
         chunk's keys, values (L, B, F*T, H, D) for the cache."""
@@ -489,7 +519,7 @@ class WorldModel(nn.Module):
             x0 = self.denoise_step(x, inp, i, ctx).clamp(-1, 1)
             if i + 1 < len(levels):
                 nxt = levels[i + 1]
-                x = (1 - nxt) * x0 + nxt * noise(i + 1)
+                x = (1 - nxt) * x0 + (nxt * self.cfg.renoise) * noise(i + 1)
         pixels = self.decode(x0)
         clean = self.encode(pixels).to(dtype)
         k, v = self.commit_step(clean, inp, ctx)

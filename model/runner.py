@@ -11,6 +11,7 @@ chunk into each slot. One thread owns a runner: it is not thread-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from model.anchor import REANCHOR_SHARE, anchor_reference, visible_share
 from model.chunk_graph import ChunkGraphs, padded
 from model.config import ModelConfig
 from model.dit import WorldModel
@@ -44,6 +46,8 @@ from session.plan import (
 from session.warmup import warm_up
 
 log = logging.getLogger(__name__)
+
+SCENE_SETTLE_FRAMES = 8  # after a prompt change, frames to re-colour before the view re-anchors
 
 SceneEncoder = Callable[[str], np.ndarray]
 StartFrame = Callable[[str, int, int], np.ndarray]  # (scene, seed, bucket) -> (bucket, bucket, 3) uint8
@@ -68,6 +72,11 @@ class SessionSlot:
     gen: torch.Generator  # the session's noise, on the runner's device
     sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
     window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
+    # the anchor reference (``anchor_warp`` models, model/anchor.py): the frame it moves, the
+    # camera shift summed since (dy, dx) px, and frames to wait before re-anchoring when none
+    anchor: torch.Tensor | None = None  # (C, H, W) model floats
+    offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
+    anchor_wait: int = 1
 
 
 class ModelRunner:
@@ -93,6 +102,8 @@ class ModelRunner:
         self.device = torch.device(device)
         self.dtype = dtype
         self.model = model.to(self.device, dtype).eval()
+        if self.cfg.anchor_warp:  # summed over many frames: the shift per action stays fp32
+            self.model.shift_head.float()
         self.scene_encoder = scene_encoder
         self.start_frame = start_frame
         self.pools = {
@@ -108,12 +119,13 @@ class ModelRunner:
     @classmethod
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
-        dtype: torch.dtype | str = torch.float32, **kw: object,
+        dtype: torch.dtype | str = torch.float32, renoise: float | None = None, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``model/world``) starts sessions
         from its world's view unless ``start_frame`` is given (``None`` turns that off).
         ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
-        CPU with bf16 matrix instructions)."""
+        CPU with bf16 matrix instructions). ``renoise`` overrides the sampler's setting that
+        the weights' config holds (``ModelConfig.renoise``)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -123,7 +135,10 @@ class ModelRunner:
             from model.world import start_frame
 
             kw["start_frame"] = start_frame
-        return cls(load_model(path), **kw)  # type: ignore[arg-type]
+        model = load_model(path)
+        if renoise is not None:
+            model.cfg = dataclasses.replace(model.cfg, renoise=renoise)
+        return cls(model, **kw)  # type: ignore[arg-type]
 
     # --- the Runner protocol ---
 
@@ -223,8 +238,10 @@ class ModelRunner:
             # The cached frames keep the keys/values they were committed with, under the old
             # scene, as in training: the next chunks are conditioned on the new scene and
             # re-colour the view from there. A later re-cache (restore, bucket switch) uses
-            # the current scene for every frame.
+            # the current scene for every frame. The anchor's colours are the old scene's:
+            # it is dropped, and the view re-anchors once it has re-coloured.
             s.scene_text, s.scene = upd.scene, self._scene(upd.scene)
+            s.anchor, s.anchor_wait = None, SCENE_SETTLE_FRAMES
         if upd.observation is not None:
             self._observe(s, upd.observation)
 
@@ -248,6 +265,7 @@ class ModelRunner:
             log.info("snapshot's noise state is from another device kind: noise reseeded")
         if n:
             s.prev = self._encode(st.frames[-1:])[0]
+            self._anchor_on(s, s.prev)  # a snapshot holds no anchor: the newest frame becomes it
         self._recache(s)
 
     def _scene(self, text: str) -> torch.Tensor:
@@ -272,6 +290,10 @@ class ModelRunner:
         s.prev = self._encode(last[-1][None])[0] if last else torch.zeros(
             self.cfg.channels, bucket, bucket, dtype=self.dtype, device=self.device
         )
+        if last:
+            self._anchor_on(s, s.prev)
+        else:
+            s.anchor = None
         self._recache(s)
 
     def _recache(self, s: SessionSlot) -> None:
@@ -285,6 +307,8 @@ class ModelRunner:
         ids = [*range(len(s.sinks)), *range(s.frame_index - len(s.window), s.frame_index)]
         x = self._encode(np.stack(frames))[None]  # (1, N, C, H, W)
         prev = torch.cat((torch.zeros_like(x[:, :1]), x[:, :-1]), 1)
+        if self.cfg.anchor_warp:  # re-cached without references: the frames are already made
+            prev = F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
         pos = torch.tensor(ids)
         zeros_a = torch.zeros(1, n, self.cfg.action_dim, dtype=self.dtype, device=self.device)
         _, kv = self.model.forward_sequence(
@@ -317,16 +341,44 @@ class ModelRunner:
         if self.graphs is not None and self._graphable(states):
             return self._run_graph(bucket, steps, items, states)
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
-        prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, c, bucket, bucket)
         actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
+        prev, offsets = self._prev_inputs(states, actions)
         scene = torch.stack([s.scene for s in states])
         levels = cfg.noise_levels(steps)
         inp = model.prepare_chunk(prev, actions, scene, [*levels, 0.0])  # shared by every forward
         shape = (fc, c, bucket, bucket)
         pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype)
         frames = pixels.cpu().numpy()
-        self._advance(states, clean, frames, k, v)
+        self._advance(states, clean, frames, k, v, offsets)
         return frames
+
+    def _prev_inputs(self, states: list[SessionSlot], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The chunk's ``prev`` input (B, F, prev_channels, H, W) and, for ``anchor_warp``
+        models, each frame's anchor offset (B, F, 2): the session's offset plus the camera
+        shift the model estimates for this chunk's actions (clipped to the action ranges)."""
+        cfg = self.cfg
+        b, fc = actions.shape[:2]
+        prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, *states[0].prev.shape)
+        if not cfg.anchor_warp:
+            return prev, None
+        nk = cfg.num_keys
+        clipped = torch.cat((actions[..., :nk].clamp(0, 1), actions[..., nk:].clamp(-1, 1)), -1)
+        zero = torch.zeros(2, device=self.device)
+        start = torch.stack([zero if s.offset is None else s.offset for s in states])  # (B, 2)
+        offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
+        anchors = torch.stack([s.prev if s.anchor is None else s.anchor for s in states])
+        valid = torch.tensor([s.anchor is not None for s in states], device=self.device)
+        c, h = cfg.channels, anchors.shape[-1]
+        ref = anchor_reference(
+            anchors[:, None].expand(b, fc, c, h, h).reshape(b * fc, c, h, h), offsets.reshape(b * fc, 2),
+            valid[:, None].expand(b, fc).reshape(-1),
+        ).view(b, fc, c + 1, h, h)
+        return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
+
+    def _anchor_on(self, s: SessionSlot, frame: torch.Tensor) -> None:
+        """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
+        if self.cfg.anchor_warp:
+            s.anchor, s.offset, s.anchor_wait = frame, torch.zeros(2, device=self.device), 0
 
     def _graphable(self, states: list[SessionSlot]) -> bool:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
@@ -346,8 +398,10 @@ class ModelRunner:
         if graph.mask is not None:
             assert ctx.mask is not None
             graph.mask[:b] = ctx.mask
-        graph.prev[:b] = torch.stack([s.prev for s in states])
-        graph.actions[:b] = torch.from_numpy(np.stack([it.actions for it in items]))
+        actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
+        prev, offsets = self._prev_inputs(states, actions)
+        graph.prev[:b] = prev[:, 0]
+        graph.actions[:b] = actions
         graph.scene[:b] = torch.stack([s.scene for s in states])
         shape = (self.cfg.frames_per_chunk, self.cfg.channels, bucket, bucket)
         for i in range(steps):  # each session's generator draws in the eager path's order
@@ -361,7 +415,7 @@ class ModelRunner:
             return self._run_chunk(bucket, steps, items)
         frames = pixels[:b].cpu().numpy()
         # the graph's outputs are overwritten by its next replay: keep copies
-        self._advance(states, clean[:b].clone(), frames, k[:, :b], v[:, :b])
+        self._advance(states, clean[:b].clone(), frames, k[:, :b], v[:, :b], offsets)
         return frames
 
     def _commit(self, states: list[SessionSlot], clean: torch.Tensor, actions: torch.Tensor) -> None:
@@ -370,13 +424,17 @@ class ModelRunner:
         pool = self.pools[bucket]
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
         prev = torch.stack([s.prev for s in states])[:, None].expand_as(clean)
+        if self.cfg.anchor_warp:  # an observation is committed as it is: no reference
+            prev = F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
         scene = torch.stack([s.scene for s in states])
         k, v = self.model.commit_chunk(clean, prev, actions, scene, ctx)
         self._advance(states, clean, self.model.decode(clean).cpu().numpy(), k, v)
+        for s in states:  # a real frame is the best anchor there is
+            self._anchor_on(s, s.prev)
 
     def _advance(
         self, states: list[SessionSlot], clean: torch.Tensor, frames: np.ndarray,
-        k: torch.Tensor, v: torch.Tensor,
+        k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor | None = None,
     ) -> None:
         fc, s_max = self.cfg.frames_per_chunk, self.cfg.sink_frames
         ids = np.array([[s.frame_index + f for f in range(fc)] for s in states])
@@ -389,6 +447,22 @@ class ModelRunner:
                     s.window.append(frames[i, f])
                 s.frame_index += 1
             s.prev = clean[i, -1]
+        if offsets is not None:
+            self._move_anchors(states, clean[:, -1], offsets[:, -1])
+
+    def _move_anchors(self, states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor) -> None:
+        """After a generated chunk: keep each anchor's summed shift; re-anchor on the newest
+        frame where the anchor has (nearly) left the view, or where there is none and the
+        wait is over. On the device, without reading anything back."""
+        low = visible_share(offsets, newest.shape[-1]) < REANCHOR_SHARE  # (B,)
+        for i, s in enumerate(states):
+            if s.anchor is None:
+                s.anchor_wait -= 1
+                if s.anchor_wait <= 0:
+                    self._anchor_on(s, newest[i])
+                continue
+            s.anchor = torch.where(low[i], newest[i], s.anchor)
+            s.offset = torch.where(low[i], torch.zeros_like(offsets[i]), offsets[i])
 
     def _noise(self, states: list[SessionSlot], shape: tuple[int, ...]) -> torch.Tensor:
         """Fresh noise from each session's own generator, so batching never changes it; drawn

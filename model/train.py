@@ -24,6 +24,11 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
 - optionally, on a share of the self-rollout steps (``carry_share``), the static ground the
   model has already drawn targets its own previous frame moved by the camera
   (``carry_targets``) instead of the renderer's.
+- with ``anchor_warp`` models, every frame also gets its anchor reference
+  (``model/anchor.py``): the sequence's first frame (after a far sink, the first frame that
+  follows it; on self-rollout steps the rollout's own) moved by the commanded camera shift
+  summed since, invalid before it and from a prompt change on; and the model's shift head
+  learns the shift per action that serving sums instead (``SHIFT_WEIGHT``).
 
 Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``) hold model, EMA and optimizer state
 as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
@@ -46,12 +51,15 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from model.anchor import anchor_reference, sequence_references
 from model.config import ModelConfig
 from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.train_data import BatchSource, DataSpec
 from model.train_targets import (
+    anchor_offsets,
+    camera_shifts,
     carry_shifts,
     carry_targets,
     edge_loss,
@@ -63,7 +71,10 @@ from model.weights import load_state, save_model
 from model.world import DEFAULT_MAP_SIZE
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
-NEW_MODULES = ("motion_prior.", "drift_heads.")  # may be missing from older checkpoints
+# the shift head's own term, small: Adam moves its 14 weights at the same pace whatever the
+# weight, and at weight 1 its early error (pixels squared) would own the clipped gradient norm
+SHIFT_WEIGHT = 0.01
+NEW_MODULES = ("motion_prior.", "drift_heads.", "anchor_stems.", "anchor_heads.", "shift_head.")  # may be missing from older checkpoints
 
 
 @dataclass
@@ -133,11 +144,14 @@ def randn(shape: torch.Size | tuple[int, ...], g: torch.Generator) -> torch.Tens
 def self_rollout(
     model: WorldModel, x: torch.Tensor, gt_prev: torch.Tensor, actions: torch.Tensor,
     scene: torch.Tensor, pos: list[int], g: torch.Generator,
+    anchor: tuple[int, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     # scene: (B, N, S) per frame
     """The model's own frames for positions 1.. of each sequence (frame 0 is given), with the
     cached inference path and the full step count; returns (B, N, C, H, W) quantized. A frame
-    whose position does not follow its predecessor's keeps its true previous frame."""
+    whose position does not follow its predecessor's keeps its true previous frame.
+    ``anchor`` (``anchor_warp`` models): the anchor's index, offsets (B, N, 2) and valid
+    (B, N); the reference is made from the rollout's own anchor frame."""
     cfg = model.cfg
     b, n, c, h, w = x.shape
     out = x.clone()
@@ -150,13 +164,17 @@ def self_rollout(
             prev = gt_prev[:, i : i + 1]
         ctx = pool.context(slots, np.full(b, pos[i]))
         a, sc = actions[:, i : i + 1], scene[:, i]
+        if anchor is not None:
+            k, offsets, valid = anchor
+            ref = anchor_reference(out[:, k], offsets[:, i], valid[:, i]) if i > k else prev.new_zeros(b, c + 1, h, w)
+            prev = torch.cat((prev[:, :, :c], ref[:, None]), 2)
         if i > 0:
             xt = randn((b, 1, c, h, w), g)
             x0 = xt
             for k, t in enumerate(levels):
                 x0 = model.denoise_chunk(xt, prev, t, a, sc, ctx).clamp(-1, 1)
                 if k + 1 < len(levels):
-                    xt = (1 - levels[k + 1]) * x0 + levels[k + 1] * randn(x0.shape, g)
+                    xt = (1 - levels[k + 1]) * x0 + levels[k + 1] * cfg.renoise * randn(x0.shape, g)
             out[:, i : i + 1] = WorldModel.encode(WorldModel.decode(x0))
         kv = model.commit_chunk(out[:, i : i + 1], prev, a, sc, ctx)
         pool.commit(slots, np.full((b, 1), pos[i]), *kv)
@@ -192,15 +210,24 @@ def train_step(
     far = bool(batch["far"])  # one layout per step: the mask is shared by the batch
     pos = positions(n, far, cfg)
     ctx_frames, ctx_prev = x, prev
+    anchor = None
+    if cfg.anchor_warp:  # the anchor: frame 0, or after a far sink the first frame that follows it
+        k = 1 if far else 0
+        offsets, valid = anchor_offsets(batch["actions"], batch["scenes"], k, x.shape[-1])
+        anchor = (k, put(offsets.astype(np.float32)), put(valid))
     if use_rollout:
         model.eval()
-        gen = self_rollout(model, x, prev, actions, scene, pos, g)
+        gen = self_rollout(model, x, prev, actions, scene, pos, g, anchor)
         model.train()
         ctx_frames = gen
         ctx_prev = torch.cat((prev[:, :1], gen[:, :-1]), 1)
         if far:  # the first frame after the far sink follows an unseen frame: keep the truth
             ctx_prev[:, 1] = prev[:, 1]
         stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
+    if anchor is not None:  # every frame's reference, from the context's own anchor frame
+        refs = sequence_references(ctx_frames, *anchor)
+        ctx_prev = torch.cat((ctx_prev, refs), 2)
+        prev = torch.cat((prev, refs), 2)
     if rollout_lead and n > 1 + rollout_lead:  # keep the sink and the frames after the lead
         keep = [0, *range(1 + rollout_lead, n)]
         x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
@@ -210,7 +237,8 @@ def train_step(
         n = len(keep)
     if carry and use_rollout:  # static ground: carry the model's own previous frame, not the truth
         shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])
-        x, stats["carried"] = carry_targets(x, prev, ctx_prev, shifts)
+        c = cfg.channels
+        x, stats["carried"] = carry_targets(x, prev[:, :, :c], ctx_prev[:, :, :c], shifts)
     t = noise_levels((b, n), cfg, g)
     eps = randn(x.shape, g)
     noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
@@ -241,6 +269,12 @@ def train_step(
         motion = motion_loss(kern, targets, w)
         stats["motion"] = motion.detach()
         loss = loss + motion_weight * motion
+    if cfg.anchor_warp:  # the model's own camera shift per action, for serving's references
+        base = cfg.base_bucket
+        want = put(camera_shifts(batch["actions"], base).astype(np.float32))
+        shift_err = F.mse_loss(model.camera_shift(actions, base), want)
+        stats["shift_err"] = shift_err.detach()
+        loss = loss + SHIFT_WEIGHT * shift_err
     with torch.no_grad():
         err = ((pred - x) ** 2).mean(dim=(2, 3, 4))
         for name, lo, hi in (("lo", 0.0, 0.4), ("hi", 0.4, 1.01)):

@@ -123,3 +123,20 @@ def weather_mask(scenes: np.ndarray, weathers: tuple[str, ...]) -> np.ndarray:
     start = sum(len(ATTRIBUTES[k]) for k in order[: order.index("weather")])
     block = np.asarray(scenes)[..., start : start + len(names)].argmax(-1)
     return np.isin(block, [names.index(w) for w in weathers]).astype(np.float32)
+
+
+def anchor_offsets(actions: np.ndarray, scenes: np.ndarray, anchor: int, bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each frame of a sequence sees its anchor (frame ``anchor``, the sequence's first
+    frame that follows the frame before it): the camera shift summed since the anchor,
+    (B, N, 2) pixels, and whether the reference is usable, (B, N) bool: only for frames after
+    the anchor, and not from a prompt change on (the anchor's colours belong to the old
+    scene)."""
+    shifts = camera_shifts(actions, bucket)
+    b, n, _ = shifts.shape
+    shifts[:, : anchor + 1] = 0.0
+    offsets = np.cumsum(shifts, axis=1)
+    valid = np.zeros((b, n), bool)
+    valid[:, anchor + 1 :] = True
+    changed = np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1) > 0  # (B, N-1)
+    valid[:, 1:] &= ~changed
+    return offsets, valid

@@ -40,3 +40,8 @@ def test_sequence_mask_matches_what_the_cache_holds() -> None:
 def test_cached_generation_equals_full_sequence_with_two_motion_layers() -> None:
     cfg = tiny_config(motion_layers=2)
     assert cached_vs_full(randomized(cfg), n_chunks=6, bucket=32) <= 1e-4
+
+
+def test_cached_generation_equals_full_sequence_with_an_anchor_reference() -> None:
+    cfg = tiny_config(anchor_warp=True)
+    assert cached_vs_full(randomized(cfg), n_chunks=6, bucket=32) <= 1e-4

@@ -220,3 +220,24 @@ def test_a_head_new_to_the_checkpoint_learns_at_its_own_rate() -> None:
     for name, p in model.named_parameters():
         assert scale[id(p)] == (30.0 if name.startswith("drift_heads.") else 1.0), name
         assert decay[id(p)] == (0.01 if p.dim() >= 2 else 0.0), name
+
+
+def test_an_anchored_model_trains_on_its_own_rollouts_and_serves(tmp_path: Path) -> None:
+    from session.plan import SessionUpdate
+
+    cfg = _config(tmp_path, 6, rollout_after=0)
+    cfg.model = {**TINY, "anchor_warp": True}
+    cfg.rollout_lead, cfg.carry_share, cfg.self_rollout_share = 1, 0.5, 0.5
+    report = train(cfg, resume=False, export=tmp_path / "w")
+    assert report["steps"] == 6 and np.isfinite(report["loss_last_10_this_run"])
+    runner = ModelRunner.from_pretrained(tmp_path / "w.safetensors")
+    assert runner.cfg.anchor_warp
+    runner.execute(StepPlan(new_sessions=[SessionSpec("s", 64, seed=0, scene="snowy night")]))
+    a = np.zeros((1, ACTION_DIM), np.float32)
+    a[0, 3] = 1.0
+    for i in range(3):
+        out = runner.execute(StepPlan(batches=[Batch(64, 4, [ChunkWork("s", i, a)])]))
+        assert not out.errors and out.results[0].frames.shape == (1, 64, 64, 3)
+    runner.execute(StepPlan(updates=[SessionUpdate("s", scene="desert day")]))
+    out = runner.execute(StepPlan(batches=[Batch(64, 4, [ChunkWork("s", 3, a)])]))
+    assert not out.errors
