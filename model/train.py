@@ -63,6 +63,7 @@ from model.train_targets import (
     carry_shifts,
     carry_targets,
     edge_loss,
+    fit_shift_head,
     motion_loss,
     shift_targets,
     weather_mask,
@@ -386,6 +387,9 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         if tc.restart_schedule:
             meta.pop("planned_steps", None)
             meta["schedule_start"] = meta["step"]
+    if cfg.anchor_warp and (not resume or any(n.startswith("shift_head.") for n in fresh)):
+        for m in (model, ema):  # a new shift head starts solved: references are served from it
+            fit_shift_head(m)
     step0 = meta["step"]
     sched0 = int(meta.get("schedule_start", 0))
     rng = np.random.default_rng([tc.seed, step0, 1])  # self-rollout draws; batches have their own
@@ -450,6 +454,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     if export is not None:
+        if cfg.anchor_warp:
+            fit_shift_head(ema)
         save_model(ema, export, metadata={"steps": str(step)})
         Path(export).with_suffix(".report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k not in ("config", "model")}, indent=2))
@@ -475,6 +481,8 @@ def export_checkpoint(out: Path, dest: Path) -> Path:
     cfg = ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()
     model = WorldModel(cfg)
     load_state(model, ema_state, f"{out} ema", allow_missing=NEW_MODULES)
+    if cfg.anchor_warp:  # the shift per action in closed form (its EMA lags the training term)
+        fit_shift_head(model)
     return save_model(model, dest, metadata={"steps": str(meta["step"])})
 
 

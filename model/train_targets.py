@@ -140,3 +140,25 @@ def anchor_offsets(actions: np.ndarray, scenes: np.ndarray, anchor: int, bucket:
     changed = np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1) > 0  # (B, N-1)
     valid[:, 1:] &= ~changed
     return offsets, valid
+
+
+def fit_shift_head(model: torch.nn.Module) -> float:
+    """Solve the model's shift head (``anchor_warp``: a linear map from the action to the
+    static scene's shift at the base bucket) in closed form: least squares over every key
+    combination and a grid of mouse deltas against the commanded shift. The map is linear
+    in the action inside its ranges, so this is the optimum its training term seeks, without
+    the hundreds of steps Adam takes to get there. Returns the RMS error left, in pixels."""
+    from session.plan import KEYS
+
+    keys = np.array(np.meshgrid(*[[0.0, 1.0]] * len(KEYS), indexing="ij")).reshape(len(KEYS), -1).T
+    mouse = np.array(np.meshgrid(*[np.linspace(-1, 1, 9)] * 2, indexing="ij")).reshape(2, -1).T
+    acts = np.concatenate((np.repeat(keys, len(mouse), 0), np.tile(mouse, (len(keys), 1))), 1)
+    head = model.shift_head
+    base = model.cfg.base_bucket
+    want = camera_shifts(acts[None], base)[0]  # (M, 2)
+    design = np.concatenate((acts, np.ones((len(acts), 1))), 1)
+    sol, *_ = np.linalg.lstsq(design, want, rcond=None)  # (A + 1, 2)
+    with torch.no_grad():
+        head.weight.copy_(torch.from_numpy(sol[:-1].T.copy()))
+        head.bias.copy_(torch.from_numpy(sol[-1].copy()))
+    return float(np.sqrt(((design @ sol - want) ** 2).mean()))

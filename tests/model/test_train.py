@@ -232,6 +232,16 @@ def test_an_anchored_model_trains_on_its_own_rollouts_and_serves(tmp_path: Path)
     assert report["steps"] == 6 and np.isfinite(report["loss_last_10_this_run"])
     runner = ModelRunner.from_pretrained(tmp_path / "w.safetensors")
     assert runner.cfg.anchor_warp
+    from model.world import expected_shift
+
+    acts = np.random.default_rng(0).uniform(0, 1, (20, ACTION_DIM)).astype(np.float32)
+    acts[:, 4:] = acts[:, 4:] * 2 - 1
+    import torch
+
+    with torch.no_grad():
+        got = runner.model.camera_shift(torch.from_numpy(acts), 128).numpy()
+    want = np.array([expected_shift(a, 128) for a in acts])
+    assert np.abs(got - want).max() < 1e-3  # solved, not left to a few Adam steps
     runner.execute(StepPlan(new_sessions=[SessionSpec("s", 64, seed=0, scene="snowy night")]))
     a = np.zeros((1, ACTION_DIM), np.float32)
     a[0, 3] = 1.0
