@@ -33,7 +33,8 @@ actions. Prints per bucket:
 - sharpness late in the long rollout: mean gradient magnitude over the last fifth of the
   rollout divided by the renderer's over the same frames.
 
-Writes sample strips (renderer row above model row) as PNG under ``--out``. Last line:
+Writes sample strips (renderer row above model row) as PNG under ``--out``: ``strip_<bucket>``
+for the first 32 frames, ``long_<bucket>`` for the long rollout at eight moments. Last line:
 ``quality psnr_h8=.. psnr_h8_repeat=.. psnr_h32=.. psnr_h32_repeat=.. control_acc=.. sharpness_late=.. scene_ok=0|1 long_ok=0|1``
 (smallest bucket).
 """
@@ -378,8 +379,13 @@ def scene_switch(runner: ModelRunner, bucket: int, episodes: int, rng: np.random
     return float(np.mean(ok)) >= 0.75
 
 
-def long_rollout(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> dict[str, float]:
-    """Move 200 frames, idle 50, repeat; compare health and sharpness with the renderer."""
+def long_rollout(
+    runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator,
+    strip: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict[str, float]:
+    """Move 200 frames, idle 50, repeat; compare health and sharpness with the renderer.
+    ``strip``, if given, receives (renderer, model) frames of every episode at eight
+    evenly spaced moments."""
     worlds = make_worlds(episodes, bucket, rng, 200)
     drv = Driver(runner, bucket)
     drv.open(np.stack([w.render(bucket) for w in worlds]), [w.scene.to_prompt() for w in worlds], seed=3)
@@ -398,8 +404,11 @@ def long_rollout(runner: ModelRunner, bucket: int, episodes: int, length: int, r
         frames = drv.step(np.repeat(policy[t][None], episodes, 0))
         for w in worlds:
             w.step(policy[t])
-        if t % 10 == 0 or t >= late:
+        snap = strip is not None and t % max(1, length // 8) == 0
+        if t % 10 == 0 or t >= late or snap:
             truth = [w.render(bucket) for w in worlds]
+            if snap:
+                strip.append((np.stack(truth), frames.copy()))
             m_con.append(np.mean([contrast(f) for f in frames]))
             r_con.append(np.mean([contrast(f) for f in truth]))
             if t >= late:
@@ -432,6 +441,21 @@ def save_strips(roll: Rollouts, out: Path, bucket: int, n: int = 3, frames: tupl
     img = np.concatenate(rows, 0)
     scale = max(1, 128 // bucket)
     Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST).save(out / f"strip_{bucket}.png")
+
+
+def save_long_strip(frames: list[tuple[np.ndarray, np.ndarray]], out: Path, bucket: int) -> None:
+    """The long rollout at eight moments, left to right: per episode a renderer row above a
+    model row (``long_<bucket>.png``)."""
+    if not frames:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(frames[0][0].shape[0]):
+        rows.append(np.concatenate([truth[i] for truth, _ in frames], 1))
+        rows.append(np.concatenate([model[i] for _, model in frames], 1))
+    img = np.concatenate(rows, 0)
+    scale = max(1, 128 // bucket)
+    Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST).save(out / f"long_{bucket}.png")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -490,7 +514,10 @@ def main(argv: list[str] | None = None) -> None:
         res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")
         res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
         if bucket == runner.buckets[0] or not args.quick:
-            long = long_rollout(runner, bucket, min(episodes, 4), long_len if bucket == runner.buckets[0] else long_len // 5, rng)
+            frames: list[tuple[np.ndarray, np.ndarray]] = []
+            long = long_rollout(runner, bucket, min(episodes, 4), long_len if bucket == runner.buckets[0] else long_len // 5,
+                                rng, frames)
+            save_long_strip(frames, args.out, bucket)
             res.update(long)
             res["long_ok"] = float(
                 long["finite"] == 1.0 and 0.7 <= long["contrast_ratio"] <= 1.5

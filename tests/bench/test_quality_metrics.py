@@ -124,3 +124,20 @@ def test_control_by_weather_pools_the_steps_of_each_weather() -> None:
     out = control_by_weather(model_ok, truth_ok, ["snowfall", "clear", "snowfall"])
     assert out["clear"] == (1.0, 2 / 3, 3)
     assert out["snowfall"] == (1 / 3, 1.0, 3)
+
+
+def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
+    from PIL import Image
+
+    from bench.quality import long_rollout, save_long_strip
+    from tests.model.conftest import make_runner, tiny_config
+
+    runner = make_runner(tiny_config(buckets=(64,), base_bucket=64), max_sessions=4)
+    frames: list = []
+    res = long_rollout(runner, 64, 2, 40, np.random.default_rng(0), frames)
+    assert res["finite"] == 1.0 and len(frames) == 7  # frames 5, 10, .., 35
+    assert all(t.shape == m.shape == (2, 64, 64, 3) for t, m in frames)
+    save_long_strip(frames, tmp_path, 64)
+    img = np.asarray(Image.open(tmp_path / "long_64.png"))
+    assert img.shape == (2 * 4 * 64, 2 * 7 * 64, 3)  # per episode renderer over model, 2x scale
+    assert np.array_equal(img[::2, ::2][:64, :64], frames[0][0][0])  # top left: the renderer's first
