@@ -19,6 +19,10 @@ import torch
 import torch.nn.functional as F
 
 REANCHOR_SHARE = 0.25  # re-anchor on the newest frame when less of the anchor than this stays in view
+# ... and once the anchor is this many frames old: training shows the model anchors at most
+# 15 frames back (16-frame sequences); an older one drifts apart from the view it has made
+# since, and the per-pixel mix flickers between the two
+REANCHOR_FRAMES = 64
 
 
 def anchor_reference(anchor: torch.Tensor, offset: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -28,7 +32,7 @@ def anchor_reference(anchor: torch.Tensor, offset: torch.Tensor, valid: torch.Te
     since the anchor, in pixels; ``valid`` (B,) bool, False for "no usable anchor". Returns
     (B, C + 1, H, W): out(y, x) = anchor(y - dy, x - dx), zero outside the anchor, then a
     mask channel, 1 where the source lies inside it."""
-    b, c, h, w = anchor.shape
+    b, _, h, w = anchor.shape
     dev, dt = anchor.device, anchor.dtype
     ys = torch.arange(h, device=dev, dtype=torch.float32)[None, :, None] - offset[:, 0, None, None].float()
     xs = torch.arange(w, device=dev, dtype=torch.float32)[None, None, :] - offset[:, 1, None, None].float()

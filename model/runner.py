@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.anchor import REANCHOR_SHARE, anchor_reference, visible_share
+from model.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, anchor_reference, visible_share
 from model.chunk_graph import ChunkGraphs, padded
 from model.config import ModelConfig
 from model.dit import WorldModel
@@ -77,6 +77,7 @@ class SessionSlot:
     anchor: torch.Tensor | None = None  # (C, H, W) model floats
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
     anchor_wait: int = 1
+    anchor_age: int = 0  # frames generated since the anchor
 
 
 class ModelRunner:
@@ -336,7 +337,7 @@ class ModelRunner:
         """Generate and commit one chunk for each item; returns (B, F, H, W, 3) uint8."""
         cfg, model = self.cfg, self.model
         states = [self.sessions[it.session_id] for it in items]
-        b, fc, c = len(items), cfg.frames_per_chunk, cfg.channels
+        fc, c = cfg.frames_per_chunk, cfg.channels
         pool = self.pools[bucket]
         if self.graphs is not None and self._graphable(states):
             return self._run_graph(bucket, steps, items, states)
@@ -378,7 +379,7 @@ class ModelRunner:
     def _anchor_on(self, s: SessionSlot, frame: torch.Tensor) -> None:
         """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
         if self.cfg.anchor_warp:
-            s.anchor, s.offset, s.anchor_wait = frame, torch.zeros(2, device=self.device), 0
+            s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, torch.zeros(2, device=self.device), 0, 0
 
     def _graphable(self, states: list[SessionSlot]) -> bool:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
@@ -452,14 +453,19 @@ class ModelRunner:
 
     def _move_anchors(self, states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor) -> None:
         """After a generated chunk: keep each anchor's summed shift; re-anchor on the newest
-        frame where the anchor has (nearly) left the view, or where there is none and the
-        wait is over. On the device, without reading anything back."""
+        frame where the anchor is ``REANCHOR_FRAMES`` old or has (nearly) left the view, or
+        where there is none and the wait is over. On the device, without reading anything
+        back."""
         low = visible_share(offsets, newest.shape[-1]) < REANCHOR_SHARE  # (B,)
         for i, s in enumerate(states):
             if s.anchor is None:
                 s.anchor_wait -= 1
                 if s.anchor_wait <= 0:
                     self._anchor_on(s, newest[i])
+                continue
+            s.anchor_age += self.cfg.frames_per_chunk
+            if s.anchor_age >= REANCHOR_FRAMES:
+                self._anchor_on(s, newest[i])
                 continue
             s.anchor = torch.where(low[i], newest[i], s.anchor)
             s.offset = torch.where(low[i], torch.zeros_like(offsets[i]), offsets[i])

@@ -178,3 +178,18 @@ def test_a_bf16_runner_sums_the_shift_in_fp32() -> None:
         _step(runner, "s", i)
     # the first frame made anchors; three more chunks each add a third of a pixel, exactly
     assert torch.allclose(runner.sessions["s"].offset, torch.tensor([0.0, -1.0]), atol=1e-6)
+
+
+def test_an_anchor_older_than_training_showed_gives_way_to_the_newest_frame() -> None:
+    from model.anchor import REANCHOR_FRAMES
+
+    runner = _anchor_runner()
+    obs = np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    runner.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", observation=obs)]))
+    s = runner.sessions["s"]
+    first = s.anchor
+    for i in range(REANCHOR_FRAMES - 1):  # standing still: the view never leaves the anchor
+        _step(runner, "s", i, key=None)
+    assert torch.equal(s.anchor, first) and s.anchor_age == REANCHOR_FRAMES - 1
+    _step(runner, "s", REANCHOR_FRAMES - 1, key=None)
+    assert s.anchor_age == 0 and torch.equal(s.anchor, s.prev)
