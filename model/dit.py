@@ -330,11 +330,18 @@ class WorldModel(nn.Module):
         """
         b, f, c, h, _ = x.shape
         tokens = self.stems[f"b{h}"](patchify(torch.cat((x, prev[:, :, :c]), 2), self.cfg.patch))  # (B, F*T, W)
-        if self.cfg.anchor_warp:
-            tokens = tokens + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:], self.cfg.patch))
+        tokens = self._with_reference(tokens, prev)
         t = tokens.shape[1] // f
         tokens = (tokens.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
         return tokens, self._conditioning(noise, actions, scene)
+
+    def _with_reference(self, tokens: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """Stem tokens (B, F*T, W) plus, with ``anchor_warp``, the anchor reference's own stem
+        over the reference channels of ``prev`` (B, F, prev_channels, H, W)."""
+        if not self.cfg.anchor_warp:
+            return tokens
+        c, h = self.cfg.channels, prev.shape[-1]
+        return tokens + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:], self.cfg.patch))
 
     def camera_shift(self, actions: torch.Tensor, bucket: int) -> torch.Tensor:
         """The static scene's shift (dy, dx) in pixels at ``bucket`` under ``actions`` (..., A),
@@ -395,9 +402,7 @@ class WorldModel(nn.Module):
             scene = scene[:, None]
         stem = self.stems[f"b{h}"]
         cpp = c * p * p
-        base = F.linear(patchify(prev[:, :, :c], p), stem.weight[:, cpp:], stem.bias)  # (B, F*T, W)
-        if self.cfg.anchor_warp:
-            base = base + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:], p))
+        base = self._with_reference(F.linear(patchify(prev[:, :, :c], p), stem.weight[:, cpp:], stem.bias), prev)
         t = base.shape[1] // f
         base = (base.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
         levels = tuple(float(v) for v in levels)

@@ -307,9 +307,8 @@ class ModelRunner:
         n = len(frames)
         ids = [*range(len(s.sinks)), *range(s.frame_index - len(s.window), s.frame_index)]
         x = self._encode(np.stack(frames))[None]  # (1, N, C, H, W)
-        prev = torch.cat((torch.zeros_like(x[:, :1]), x[:, :-1]), 1)
-        if self.cfg.anchor_warp:  # re-cached without references: the frames are already made
-            prev = F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
+        # re-cached without references: the frames are already made
+        prev = self._without_reference(torch.cat((torch.zeros_like(x[:, :1]), x[:, :-1]), 1))
         pos = torch.tensor(ids)
         zeros_a = torch.zeros(1, n, self.cfg.action_dim, dtype=self.dtype, device=self.device)
         _, kv = self.model.forward_sequence(
@@ -376,6 +375,11 @@ class ModelRunner:
         ).view(b, fc, c + 1, h, h)
         return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
 
+    def _without_reference(self, prev: torch.Tensor) -> torch.Tensor:
+        """Previous frames (B, F, C, H, W) as a ``prev`` input with no anchor reference
+        (all-zero reference channels, mask 0) for ``anchor_warp`` models; as they are else."""
+        return F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
+
     def _anchor_on(self, s: SessionSlot, frame: torch.Tensor) -> None:
         """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
         if self.cfg.anchor_warp:
@@ -424,9 +428,8 @@ class ModelRunner:
         bucket = states[0].bucket
         pool = self.pools[bucket]
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
-        prev = torch.stack([s.prev for s in states])[:, None].expand_as(clean)
-        if self.cfg.anchor_warp:  # an observation is committed as it is: no reference
-            prev = F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
+        # an observation is committed as it is: no reference
+        prev = self._without_reference(torch.stack([s.prev for s in states])[:, None].expand_as(clean))
         scene = torch.stack([s.scene for s in states])
         k, v = self.model.commit_chunk(clean, prev, actions, scene, ctx)
         self._advance(states, clean, self.model.decode(clean).cpu().numpy(), k, v)

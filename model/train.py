@@ -166,8 +166,9 @@ def self_rollout(
         ctx = pool.context(slots, np.full(b, pos[i]))
         a, sc = actions[:, i : i + 1], scene[:, i]
         if anchor is not None:
-            k, offsets, valid = anchor
-            ref = anchor_reference(out[:, k], offsets[:, i], valid[:, i]) if i > k else prev.new_zeros(b, c + 1, h, w)
+            first, offsets, valid = anchor
+            ref = (anchor_reference(out[:, first], offsets[:, i], valid[:, i]) if i > first
+                   else prev.new_zeros(b, c + 1, h, w))
             prev = torch.cat((prev[:, :, :c], ref[:, None]), 2)
         if i > 0:
             xt = randn((b, 1, c, h, w), g)
@@ -226,9 +227,7 @@ def train_step(
             ctx_prev[:, 1] = prev[:, 1]
         stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
     if anchor is not None:  # every frame's reference, from the context's own anchor frame
-        refs = sequence_references(ctx_frames, *anchor)
-        ctx_prev = torch.cat((ctx_prev, refs), 2)
-        prev = torch.cat((prev, refs), 2)
+        ctx_prev = torch.cat((ctx_prev, sequence_references(ctx_frames, *anchor)), 2)
     if rollout_lead and n > 1 + rollout_lead:  # keep the sink and the frames after the lead
         keep = [0, *range(1 + rollout_lead, n)]
         x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
@@ -238,8 +237,7 @@ def train_step(
         n = len(keep)
     if carry and use_rollout:  # static ground: carry the model's own previous frame, not the truth
         shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])
-        c = cfg.channels
-        x, stats["carried"] = carry_targets(x, prev[:, :, :c], ctx_prev[:, :, :c], shifts)
+        x, stats["carried"] = carry_targets(x, prev, ctx_prev[:, :, : cfg.channels], shifts)
     t = noise_levels((b, n), cfg, g)
     eps = randn(x.shape, g)
     noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
