@@ -31,7 +31,12 @@ actions. Prints per bucket:
 - long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x
   the renderer's, changing while moving and still while idle;
 - sharpness late in the long rollout: mean gradient magnitude over the last fifth of the
-  rollout divided by the renderer's over the same frames.
+  rollout divided by the renderer's over the same frames; beside it two measures of whether
+  that content looks like the world, which gradient magnitude alone cannot tell (streaks
+  count as edges): ``colour_late``, the histogram intersection (1: the same colours) of the
+  model's late frames with the renderer's late frames of the same episode, and
+  ``anisotropy_late`` (model, renderer), how much more the gradients run along one axis
+  than the other (0 for isotropic ground, toward 1 for stripes).
 
 Writes sample strips (renderer row above model row) as PNG under ``--out``: ``strip_<bucket>``
 for the first 32 frames, ``long_<bucket>`` for the long rollout at eight moments. Last line:
@@ -88,6 +93,28 @@ def contrast(frame: np.ndarray) -> float:
 def sharpness(frame: np.ndarray) -> float:
     g = frame.astype(np.float32).mean(-1)
     return float(np.abs(np.diff(g, axis=0)).mean() + np.abs(np.diff(g, axis=1)).mean())
+
+
+def anisotropy(frame: np.ndarray) -> float:
+    """|Gy - Gx| / (Gy + Gx) of the mean absolute gradients along each axis: near 0 for
+    the world's ground, toward 1 for streaks and stripes."""
+    g = frame.astype(np.float32).mean(-1)
+    gy, gx = float(np.abs(np.diff(g, axis=0)).mean()), float(np.abs(np.diff(g, axis=1)).mean())
+    return abs(gy - gx) / max(gy + gx, 1e-6)
+
+
+COLOUR_BINS = 8  # per channel: a joint RGB histogram of 512 bins
+
+
+def colour_hist(frame: np.ndarray) -> np.ndarray:
+    """The frame's joint RGB histogram (COLOUR_BINS per channel), as counts."""
+    q = frame.reshape(-1, 3).astype(np.int64) * COLOUR_BINS // 256
+    return np.bincount((q[:, 0] * COLOUR_BINS + q[:, 1]) * COLOUR_BINS + q[:, 2], minlength=COLOUR_BINS**3)
+
+
+def hist_intersection(a: np.ndarray, b: np.ndarray) -> float:
+    """Overlap of two histograms, each normalized: 1 when they are the same."""
+    return float(np.minimum(a / max(a.sum(), 1), b / max(b.sum(), 1)).sum())
 
 
 CONTROL_EPISODES = 24  # --quick too: a score from a handful of episodes hangs on whether one is in snow
@@ -397,6 +424,8 @@ def long_rollout(
             moving[t] = False
     late = int(length * 0.8)
     m_con, r_con, m_sharp, r_sharp = [], [], [], []
+    m_aniso, r_aniso = [], []
+    m_hist, r_hist = np.zeros((episodes, COLOUR_BINS**3)), np.zeros((episodes, COLOUR_BINS**3))
     diff_move, diff_idle = [], []
     finite = True
     prev = None
@@ -414,6 +443,11 @@ def long_rollout(
             if t >= late:
                 m_sharp.append(np.mean([sharpness(f) for f in frames]))
                 r_sharp.append(np.mean([sharpness(f) for f in truth]))
+                m_aniso.append(np.mean([anisotropy(f) for f in frames]))
+                r_aniso.append(np.mean([anisotropy(f) for f in truth]))
+                for i, (f, r) in enumerate(zip(frames, truth, strict=True)):
+                    m_hist[i] += colour_hist(f)
+                    r_hist[i] += colour_hist(r)
         if prev is not None:
             d = float(np.abs(frames.astype(np.int16) - prev.astype(np.int16)).mean())
             (diff_move if moving[t] else diff_idle).append(d)
@@ -429,6 +463,9 @@ def long_rollout(
         "moving_diff": float(np.mean(diff_move)),
         "idle_diff": float(np.mean(diff_idle)) if diff_idle else 0.0,
         "sharpness_late": float(np.mean(m_sharp) / max(np.mean(r_sharp), 1e-6)),
+        "colour_late": float(np.mean([hist_intersection(m, r) for m, r in zip(m_hist, r_hist, strict=True)])),
+        "anisotropy_late": float(np.mean(m_aniso)),
+        "anisotropy_late_renderer": float(np.mean(r_aniso)),
     }
 
 

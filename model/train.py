@@ -53,6 +53,7 @@ from safetensors.torch import load_file, save_file
 
 from model.anchor import anchor_reference, sequence_references
 from model.config import ModelConfig
+from model.critic import Adversary
 from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
@@ -101,6 +102,9 @@ class TrainConfig:
     motion_weight: float = 0.0  # motion kernels pulled toward the commanded camera shift
     motion_weathers: tuple[str, ...] = ()  # the motion term only on frames of these weathers (empty: all)
     carry_share: float = 0.0  # self-rollout steps whose static ground targets the model's own frame moved
+    adv_weight: float = 0.0  # adversarial term on the x0 guesses (``model/critic.py``; 0: no critic)
+    adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
+    adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
     map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
@@ -191,6 +195,7 @@ def train_step(
     model: WorldModel, batch: dict[str, np.ndarray], cfg: ModelConfig, g: torch.Generator,
     use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0, rollout_lead: int = 0,
     motion_weathers: tuple[str, ...] = (), carry: bool = False,
+    adversary: Adversary | None = None, adv_weight: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -198,7 +203,11 @@ def train_step(
     ``rollout_lead``: on a self-rollout step, the model runs that many frames past the
     sink before the frames it is trained on, which keep only the sink before them: the
     trained frames start from a rollout that has already drifted as far as a session's does
-    after ``rollout_lead`` frames. Other steps train on the sequence minus those frames."""
+    after ``rollout_lead`` frames. Other steps train on the sequence minus those frames.
+
+    ``adversary``: the critic judges the x0 guesses against the renderer's frames; its term
+    enters the loss at ``adv_weight`` (0 while the critic warms up), and the caller runs
+    ``adversary.critic_step()`` after the model's update."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
@@ -235,6 +244,7 @@ def train_step(
         pos = [pos[i] for i in keep]
         batch = {**batch, "actions": batch["actions"][:, keep], "scenes": batch["scenes"][:, keep]}
         n = len(keep)
+    real = x  # the renderer's frames, whatever the targets become
     if carry and use_rollout:  # static ground: carry the model's own previous frame, not the truth
         shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])
         x, stats["carried"] = carry_targets(x, prev, ctx_prev[:, :, : cfg.channels], shifts)
@@ -268,6 +278,11 @@ def train_step(
         motion = motion_loss(kern, targets, w)
         stats["motion"] = motion.detach()
         loss = loss + motion_weight * motion
+    if adversary is not None:  # a plausible frame, not the mean of them, at every noise level
+        adv = adversary.generator_loss(pred, real, scene, g)
+        stats["adv"] = adv.detach()
+        if adv_weight > 0:
+            loss = loss + adv_weight * adv
     if cfg.anchor_warp:  # the model's own camera shift per action, for serving's references
         base = cfg.base_bucket
         want = put(camera_shifts(batch["actions"], base).astype(np.float32))
@@ -286,8 +301,10 @@ def train_step(
 
 
 def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,
-                    meta: dict) -> None:
+                    meta: dict, extra: dict[str, torch.Tensor] | None = None) -> None:
+    """``extra``: more tensors under their own prefixes (the critic's, ``Adversary.state``)."""
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors.update(extra or {})
     tensors.update({f"ema.{k}": v for k, v in ema.state_dict().items()})
     names = {id(p): k for k, p in model.named_parameters()}
     for group in opt.param_groups:
@@ -390,6 +407,11 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             fit_shift_head(m)
     step0 = meta["step"]
     sched0 = int(meta.get("schedule_start", 0))
+    adversary = None
+    if tc.adv_weight > 0:
+        adversary = Adversary(cfg.channels, cfg.scene_dim, tc.adv_lr, device=device)
+        if resume and (out / "ckpt.safetensors").exists() and adversary.load(load_file(str(out / "ckpt.safetensors"))):
+            print("resumed the critic", file=sys.stderr)
     rng = np.random.default_rng([tc.seed, step0, 1])  # self-rollout draws; batches have their own
     g = torch.Generator(device).manual_seed(tc.seed * 1_000_003 + step0)
     base_tokens = cfg.tokens_per_frame(cfg.buckets[0])
@@ -422,11 +444,14 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
                 grp["lr"] = lr_at(step, tc, total, sched0) * grp["scale"]
             carry = use_rollout and tc.carry_share > 0 and rng.random() < tc.carry_share
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
-                                      tc.rollout_lead, tc.motion_weathers, carry)
+                                      tc.rollout_lead, tc.motion_weathers, carry, adversary,
+                                      adv_ramp(step - step0, tc) * tc.adv_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
+            if adversary is not None:
+                stat_t.update(adversary.critic_step())
             with torch.no_grad():
                 d = min(tc.ema, (1 + step) / (10 + step))
                 torch._foreach_lerp_(ema_params, params, 1 - d)
@@ -437,9 +462,9 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             if step % 100 == 0:
                 meta["history"].append({"step": step, "loss": float(np.mean(losses[-100:])), **stats})
             if time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
-                _save(out, model, ema, opt, meta, step, t_start, cpu_start)
+                _save(out, model, ema, opt, meta, step, t_start, cpu_start, adversary)
                 last_ckpt = time.perf_counter()
-        _save(out, model, ema, opt, meta, step, t_start, cpu_start)
+        _save(out, model, ema, opt, meta, step, t_start, cpu_start, adversary)
     sys.stderr.write("\n")
     report = {
         "steps": step, "steps_this_run": step - step0,
@@ -460,14 +485,23 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     return report
 
 
+def adv_ramp(run_step: int, tc: TrainConfig) -> float:
+    """The adversarial term's share at this run's ``run_step``: 0 while a fresh critic learns
+    what the frames look like (``adv_warmup`` steps), then linear to 1 over as many."""
+    if tc.adv_warmup <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (run_step - tc.adv_warmup) / tc.adv_warmup))
+
+
 def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer, meta: dict,
-          step: int, t_start: float, cpu_start: float) -> None:
+          step: int, t_start: float, cpu_start: float, adversary: Adversary | None = None) -> None:
     now_wall, now_cpu = time.perf_counter(), time.process_time()
     meta["cpu_seconds"] = meta.get("cpu_seconds", 0.0) + (now_cpu - meta.pop("_cpu_mark", cpu_start))
     meta["wall_seconds"] = meta.get("wall_seconds", 0.0) + (now_wall - meta.pop("_wall_mark", t_start))
     meta["_cpu_mark"], meta["_wall_mark"] = now_cpu, now_wall
     meta["step"] = step
-    save_checkpoint(out, model, ema, opt, {k: v for k, v in meta.items() if not k.startswith("_")})
+    save_checkpoint(out, model, ema, opt, {k: v for k, v in meta.items() if not k.startswith("_")},
+                    adversary.state() if adversary is not None else None)
 
 
 def export_checkpoint(out: Path, dest: Path) -> Path:
@@ -507,6 +541,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="comma-separated weathers the motion term is limited to (e.g. snowfall,rain)")
     ap.add_argument("--carry-share", type=float, default=TrainConfig.carry_share,
                     help="share of self-rollout steps whose static ground targets the model's own frame moved")
+    ap.add_argument("--adv-weight", type=float, default=TrainConfig.adv_weight,
+                    help="adversarial term on the x0 guesses against a patch critic (0: off)")
+    ap.add_argument("--adv-warmup", type=int, default=TrainConfig.adv_warmup,
+                    help="steps the critic trains alone, then as many ramping the term in")
+    ap.add_argument("--adv-lr", type=float, default=TrainConfig.adv_lr)
     ap.add_argument("--lr", type=float, default=TrainConfig.lr)
     ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     ap.add_argument("--restart-schedule", action="store_true",
@@ -538,7 +577,8 @@ def main(argv: list[str] | None = None) -> None:
         still_share=args.still_share,
         edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr,
         motion_weathers=tuple(w for w in args.motion_weathers.split(",") if w), warmup=args.warmup,
-        carry_share=args.carry_share,
+        carry_share=args.carry_share, adv_weight=args.adv_weight, adv_warmup=args.adv_warmup,
+        adv_lr=args.adv_lr,
         restart_schedule=args.restart_schedule, worlds=args.worlds,
         seed=args.seed, threads=args.threads, model=json.loads(args.model), device=args.device,
         data_workers=args.data_workers, big_bucket_every=args.big_bucket_every, ema=args.ema,

@@ -141,3 +141,29 @@ def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
     img = np.asarray(Image.open(tmp_path / "long_64.png"))
     assert img.shape == (2 * 4 * 64, 2 * 7 * 64, 3)  # per episode renderer over model, 2x scale
     assert np.array_equal(img[::2, ::2][:64, :64], frames[0][0][0])  # top left: the renderer's first
+    assert 0.0 <= res["colour_late"] <= 1.0
+    assert 0.0 <= res["anisotropy_late"] <= 1.0 and 0.0 <= res["anisotropy_late_renderer"] <= 1.0
+
+
+def test_stripes_score_as_anisotropic_and_the_worlds_ground_does_not() -> None:
+    from bench.quality import anisotropy
+    from model.world import World
+
+    stripes = np.zeros((64, 64, 3), np.uint8)
+    stripes[::4] = 200  # horizontal streaks: all the gradient runs along y
+    assert anisotropy(stripes) > 0.95
+    assert anisotropy(stripes.transpose(1, 0, 2)) > 0.95
+    ground = World(seed=7, map_size=256).render(64)
+    assert anisotropy(ground) < 0.3
+
+
+def test_colour_overlap_is_one_for_the_same_colours_and_falls_for_others() -> None:
+    from bench.quality import colour_hist, hist_intersection
+
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, (32, 32, 3)).astype(np.uint8)
+    shuffled = rng.permutation(frame.reshape(-1, 3)).reshape(frame.shape)  # same colours, elsewhere
+    assert hist_intersection(colour_hist(frame), colour_hist(shuffled)) == 1.0
+    dark = (frame // 4).astype(np.uint8)
+    assert hist_intersection(colour_hist(frame), colour_hist(dark)) < 0.2
+    assert colour_hist(frame).sum() == 32 * 32
