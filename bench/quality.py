@@ -34,9 +34,13 @@ actions. Prints per bucket:
   rollout divided by the renderer's over the same frames; beside it two measures of whether
   that content looks like the world, which gradient magnitude alone cannot tell (streaks
   count as edges): ``colour_late``, the histogram intersection (1: the same colours) of the
-  model's late frames with the renderer's late frames of the same episode, and
-  ``anisotropy_late`` (model, renderer), how much more the gradients run along one axis
-  than the other (0 for isotropic ground, toward 1 for stripes).
+  model's late frames with the renderer's late frames of the same episode (beside
+  ``colour_late_renderer``: the renderer's late frames against its own first fifth, the
+  spread one scene has from place to place), ``anisotropy_late`` (model, renderer), how much
+  more the gradients run along one axis than the other (0 for isotropic ground, toward 1
+  for stripes), and ``seams_late`` (model, renderer), the mean gradient across the token
+  grid's lines over the mean gradient elsewhere (near 1 for the world; above it where
+  every token is drawn as a flat block of its own).
 
 Writes sample strips (renderer row above model row) as PNG under ``--out``: ``strip_<bucket>``
 for the first 32 frames, ``long_<bucket>`` for the long rollout at eight moments. Last line:
@@ -101,6 +105,20 @@ def anisotropy(frame: np.ndarray) -> float:
     g = frame.astype(np.float32).mean(-1)
     gy, gx = float(np.abs(np.diff(g, axis=0)).mean()), float(np.abs(np.diff(g, axis=1)).mean())
     return abs(gy - gx) / max(gy + gx, 1e-6)
+
+
+def seams(frame: np.ndarray, patch: int) -> float:
+    """Mean absolute gradient across the lines of a ``patch``-pixel grid over the mean
+    elsewhere: ~1 for content that ignores the grid, above 1 for blocks drawn per token."""
+    g = frame.astype(np.float32).mean(-1)
+    on, off = [], []
+    for axis in (0, 1):
+        d = np.abs(np.diff(g, axis=axis))  # d[i] is the step between pixels i and i + 1
+        line = (np.arange(d.shape[axis]) % patch) == patch - 1
+        sel = line[:, None] if axis == 0 else line[None, :]
+        on.append(d[np.broadcast_to(sel, d.shape)])
+        off.append(d[np.broadcast_to(~sel, d.shape)])
+    return float(np.concatenate(on).mean() / max(float(np.concatenate(off).mean()), 1e-6))
 
 
 COLOUR_BINS = 8  # per channel: a joint RGB histogram of 512 bins
@@ -424,8 +442,9 @@ def long_rollout(
             moving[t] = False
     late = int(length * 0.8)
     m_con, r_con, m_sharp, r_sharp = [], [], [], []
-    m_aniso, r_aniso = [], []
-    m_hist, r_hist = np.zeros((episodes, COLOUR_BINS**3)), np.zeros((episodes, COLOUR_BINS**3))
+    m_aniso, r_aniso, m_seams, r_seams = [], [], [], []
+    m_hist, r_hist, r_early = (np.zeros((episodes, COLOUR_BINS**3)) for _ in range(3))
+    patch = runner.cfg.patch  # the token grid in pixels, every bucket
     diff_move, diff_idle = [], []
     finite = True
     prev = None
@@ -445,9 +464,14 @@ def long_rollout(
                 r_sharp.append(np.mean([sharpness(f) for f in truth]))
                 m_aniso.append(np.mean([anisotropy(f) for f in frames]))
                 r_aniso.append(np.mean([anisotropy(f) for f in truth]))
+                m_seams.append(np.mean([seams(f, patch) for f in frames]))
+                r_seams.append(np.mean([seams(f, patch) for f in truth]))
                 for i, (f, r) in enumerate(zip(frames, truth, strict=True)):
                     m_hist[i] += colour_hist(f)
                     r_hist[i] += colour_hist(r)
+            elif t < length // 5:
+                for i, r in enumerate(truth):
+                    r_early[i] += colour_hist(r)
         if prev is not None:
             d = float(np.abs(frames.astype(np.int16) - prev.astype(np.int16)).mean())
             (diff_move if moving[t] else diff_idle).append(d)
@@ -464,8 +488,11 @@ def long_rollout(
         "idle_diff": float(np.mean(diff_idle)) if diff_idle else 0.0,
         "sharpness_late": float(np.mean(m_sharp) / max(np.mean(r_sharp), 1e-6)),
         "colour_late": float(np.mean([hist_intersection(m, r) for m, r in zip(m_hist, r_hist, strict=True)])),
+        "colour_late_renderer": float(np.mean([hist_intersection(e, r) for e, r in zip(r_early, r_hist, strict=True)])),
         "anisotropy_late": float(np.mean(m_aniso)),
         "anisotropy_late_renderer": float(np.mean(r_aniso)),
+        "seams_late": float(np.mean(m_seams)),
+        "seams_late_renderer": float(np.mean(r_seams)),
     }
 
 

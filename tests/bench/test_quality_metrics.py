@@ -167,3 +167,16 @@ def test_colour_overlap_is_one_for_the_same_colours_and_falls_for_others() -> No
     dark = (frame // 4).astype(np.uint8)
     assert hist_intersection(colour_hist(frame), colour_hist(dark)) < 0.2
     assert colour_hist(frame).sum() == 32 * 32
+
+
+def test_blocks_drawn_per_token_show_as_seams_and_the_worlds_ground_does_not() -> None:
+    from bench.quality import seams
+    from model.world import World
+
+    rng = np.random.default_rng(0)
+    blocks = np.kron(rng.integers(0, 256, (4, 4, 3)), np.ones((16, 16, 1))).astype(np.uint8)
+    blocks = np.clip(blocks.astype(np.int16) + rng.integers(-3, 4, blocks.shape), 0, 255).astype(np.uint8)
+    assert seams(blocks, 16) > 5.0  # flat tokens: every step is on a grid line
+    assert seams(np.roll(blocks, 8, (0, 1)), 16) < 1.0  # the same blocks off the grid
+    ground = World(seed=7, map_size=256).render(64)
+    assert 0.7 < seams(ground, 16) < 1.4
