@@ -57,15 +57,19 @@ from model.critic import Adversary
 from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
+from model.train_bank import RolloutBank
 from model.train_data import BatchSource, DataSpec
 from model.train_targets import (
     anchor_offsets,
     camera_shifts,
+    carry_mask,
     carry_shifts,
     carry_targets,
     edge_loss,
     fit_shift_head,
+    masked_mse,
     motion_loss,
+    moved_frames,
     shift_targets,
     weather_mask,
 )
@@ -105,6 +109,9 @@ class TrainConfig:
     adv_weight: float = 0.0  # adversarial term on the x0 guesses (``model/critic.py``; 0: no critic)
     adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
+    bank_share: float = 0.0  # steps that train on the model's own long rollouts (``model/train_bank.py``)
+    bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
+    bank_advance: int = 2  # frames every bank session moves on per training step
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
     map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
@@ -205,6 +212,11 @@ def train_step(
     trained frames start from a rollout that has already drifted as far as a session's does
     after ``rollout_lead`` frames. Other steps train on the sequence minus those frames.
 
+    A batch from the rollout bank (it has ``truth``: the model's own long rollout beside the
+    renderer's frames) trains on the model's frames as context, with its own previous frame
+    moved by the camera as the target where the renderer's frame is its previous one moved
+    (``carry_mask``; the frame loss counts nowhere else) and the critic everywhere.
+
     ``adversary``: the critic judges the x0 guesses against the renderer's frames; its term
     enters the loss at ``adv_weight`` (0 while the critic warms up), and the caller runs
     ``adversary.critic_step()`` after the model's update."""
@@ -245,6 +257,15 @@ def train_step(
         batch = {**batch, "actions": batch["actions"][:, keep], "scenes": batch["scenes"][:, keep]}
         n = len(keep)
     real = x  # the renderer's frames, whatever the targets become
+    pix_weight = None
+    if "truth" in batch:  # the bank: carry what the model drew where the camera alone explains the renderer
+        real = enc(put(batch["truth"]))
+        shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])
+        static = carry_mask(real, enc(put(batch["truth_prevs"])), shifts)
+        x = torch.where(static[:, :, None], moved_frames(ctx_prev[:, :, : cfg.channels], shifts), x)
+        pix_weight = static[:, :, None].float()
+        pix_weight[:, 0] = 1.0  # the sink is the renderer's own frame
+        stats["bank_carried"] = static[:, 1:].float().mean()
     if carry and use_rollout:  # static ground: carry the model's own previous frame, not the truth
         shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])
         x, stats["carried"] = carry_targets(x, prev, ctx_prev[:, :, : cfg.channels], shifts)
@@ -262,8 +283,11 @@ def train_step(
     out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags,
                                     kernels=kernels)
     pred = out[:, n:]
-    loss = F.mse_loss(pred, x)
-    if edge_weight > 0:  # sharp guesses matter most at the low noise levels that make the output
+    if pix_weight is None:
+        loss = F.mse_loss(pred, x)
+    else:
+        loss = masked_mse(pred, x, pix_weight)
+    if edge_weight > 0 and pix_weight is None:  # sharp guesses matter most at the low noise levels that make the output
         edges = edge_loss(pred, x, 1.0 - t)
         stats["edge"] = edges.detach()
         loss = loss + edge_weight * edges
@@ -412,6 +436,10 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         adversary = Adversary(cfg.channels, cfg.scene_dim, tc.adv_lr, device=device)
         if resume and (out / "ckpt.safetensors").exists() and adversary.load(load_file(str(out / "ckpt.safetensors"))):
             print("resumed the critic", file=sys.stderr)
+    bank = None
+    if tc.bank_share > 0:  # the EMA weights' own long rollouts, the weights that are served
+        bank = RolloutBank(ema, tc.batch, cfg.buckets[0], tc.seq_frames, tc.bank_life,
+                           np.random.default_rng([tc.seed, step0, 2]), tc.map_size, warm_frames=tc.bank_life // 4)
     rng = np.random.default_rng([tc.seed, step0, 1])  # self-rollout draws; batches have their own
     g = torch.Generator(device).manual_seed(tc.seed * 1_000_003 + step0)
     base_tokens = cfg.tokens_per_frame(cfg.buckets[0])
@@ -438,8 +466,12 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             if step > step0 + 20 and "planned_steps" not in meta:
                 rate = (step - step0) / elapsed
                 meta["planned_steps"] = total = int(step0 + rate * budget * 1.02)
-            batch = source.batch(step)
-            use_rollout = step >= tc.self_rollout_after and rng.random() < tc.self_rollout_share
+            from_bank = bank is not None and rng.random() < tc.bank_share
+            if bank is not None:
+                bank.advance(tc.bank_advance)
+            batch = bank.batch() if bank is not None and from_bank else source.batch(step)
+            use_rollout = (not from_bank and step >= tc.self_rollout_after
+                           and rng.random() < tc.self_rollout_share)
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, tc, total, sched0) * grp["scale"]
             carry = use_rollout and tc.carry_share > 0 and rng.random() < tc.carry_share
@@ -546,6 +578,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--adv-warmup", type=int, default=TrainConfig.adv_warmup,
                     help="steps the critic trains alone, then as many ramping the term in")
     ap.add_argument("--adv-lr", type=float, default=TrainConfig.adv_lr)
+    ap.add_argument("--bank-share", type=float, default=TrainConfig.bank_share,
+                    help="share of steps on the model's own long rollouts (carried ground + critic)")
+    ap.add_argument("--bank-life", type=int, default=TrainConfig.bank_life)
+    ap.add_argument("--bank-advance", type=int, default=TrainConfig.bank_advance)
     ap.add_argument("--lr", type=float, default=TrainConfig.lr)
     ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     ap.add_argument("--restart-schedule", action="store_true",
@@ -578,7 +614,8 @@ def main(argv: list[str] | None = None) -> None:
         edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr,
         motion_weathers=tuple(w for w in args.motion_weathers.split(",") if w), warmup=args.warmup,
         carry_share=args.carry_share, adv_weight=args.adv_weight, adv_warmup=args.adv_warmup,
-        adv_lr=args.adv_lr,
+        adv_lr=args.adv_lr, bank_share=args.bank_share, bank_life=args.bank_life,
+        bank_advance=args.bank_advance,
         restart_schedule=args.restart_schedule, worlds=args.worlds,
         seed=args.seed, threads=args.threads, model=json.loads(args.model), device=args.device,
         data_workers=args.data_workers, big_bucket_every=args.big_bucket_every, ema=args.ema,

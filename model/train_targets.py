@@ -78,24 +78,55 @@ def carry_targets(
     has, exactly. x, true_prev, own_prev (B, N, C, H, W); shifts (B, N, 2) pixels (dy, dx),
     NaN where the frame has no previous frame. Returns the targets and the share of pixels
     that took the carried value (a 0-d tensor: no device sync per frame)."""
-    out = x.clone()
+    static = carry_mask(x, true_prev, shifts)
+    return torch.where(static[:, :, None], moved_frames(own_prev, shifts), x), static.double().mean()
+
+
+def masked_mse(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Squared error averaged over the pixels of weight 1 only: pred, target (B, N, C, H, W),
+    weight (B, N, 1, H, W) in {0, 1}; 0 where no pixel counts."""
+    return ((pred - target) ** 2 * weight).sum() / (weight.sum() * pred.shape[2]).clamp_min(1.0)
+
+
+def carry_mask(x: torch.Tensor, true_prev: torch.Tensor, shifts: np.ndarray) -> torch.Tensor:
+    """(B, N, H, W) bool: where the true frame x is only the true previous frame moved by
+    the frame's whole-pixel camera shift (static ground seen before; ``carry_targets``).
+    False everywhere in a frame whose shift is NaN or not a whole number of pixels."""
     b, n, _, h, w = x.shape
-    taken = x.new_zeros((), dtype=torch.float64)
+    out = torch.zeros(b, n, h, w, dtype=torch.bool, device=x.device)
     for i in range(b):
         for j in range(n):
-            d = shifts[i, j]
-            if not np.all(np.isfinite(d)) or np.any(np.abs(d - np.round(d)) > 1e-3):
+            d = _whole_shift(shifts[i, j], h, w)
+            if d is None:
                 continue
-            dy, dx = (int(np.rint(v)) for v in d)
-            if abs(dy) >= h or abs(dx) >= w:
-                continue
-            inside = torch.zeros(h, w, dtype=torch.bool, device=x.device)
-            inside[max(0, dy) : h + min(0, dy), max(0, dx) : w + min(0, dx)] = True
+            dy, dx = d
             moved_true = torch.roll(true_prev[i, j], (dy, dx), (1, 2))
-            static = inside & ((x[i, j] - moved_true).abs().amax(0) < CARRY_TOLERANCE)
-            out[i, j] = torch.where(static, torch.roll(own_prev[i, j], (dy, dx), (1, 2)), x[i, j])
-            taken += static.sum()
-    return out, taken / float(b * n * h * w)
+            static = (x[i, j] - moved_true).abs().amax(0) < CARRY_TOLERANCE
+            out[i, j, max(0, dy) : h + min(0, dy), max(0, dx) : w + min(0, dx)] = static[
+                max(0, dy) : h + min(0, dy), max(0, dx) : w + min(0, dx)]
+    return out
+
+
+def moved_frames(frames: torch.Tensor, shifts: np.ndarray) -> torch.Tensor:
+    """frames (B, N, C, H, W) each moved by its whole-pixel shift (wrapping; only the part
+    ``carry_mask`` keeps is used); frames without a whole shift stay as they are."""
+    out = frames.clone()
+    h, w = frames.shape[-2:]
+    for i in range(frames.shape[0]):
+        for j in range(frames.shape[1]):
+            d = _whole_shift(shifts[i, j], h, w)
+            if d is not None:
+                out[i, j] = torch.roll(frames[i, j], d, (1, 2))
+    return out
+
+
+def _whole_shift(d: np.ndarray, h: int, w: int) -> tuple[int, int] | None:
+    if not np.all(np.isfinite(d)) or np.any(np.abs(d - np.round(d)) > 1e-3):
+        return None
+    dy, dx = (int(np.rint(v)) for v in d)
+    if abs(dy) >= h or abs(dx) >= w:
+        return None
+    return dy, dx
 
 
 def carry_shifts(actions: np.ndarray, scenes: np.ndarray, pos: list[int], bucket: int) -> np.ndarray:
