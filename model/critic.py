@@ -62,13 +62,19 @@ class Adversary:
         return torch.randperm(m, generator=g, device=g.device)[: self.frames]
 
     def generator_loss(self, pred: torch.Tensor, real: torch.Tensor, scene: torch.Tensor,
-                       g: torch.Generator) -> torch.Tensor:
+                       g: torch.Generator, reach: torch.Tensor | None = None) -> torch.Tensor:
         """pred, real (B, N, C, H, W); scene (B, N, S). The model's hinge term, -critic(pred);
-        keeps the same frames (detached) for ``critic_step``."""
+        keeps the same frames (detached) for ``critic_step``. ``reach`` (B, N, 1, H, W) in
+        [0, 1]: where the term may move the guess (the critic still sees all of it); the
+        model's training passes where its anchor shows nothing, so that what it carries is
+        left to the frame loss and only what it makes up is charged for looking made up."""
         fake, real, scene = pred.flatten(0, 1), real.flatten(0, 1), scene.flatten(0, 1)
         idx = self._pick(fake.shape[0], g)
         fake, real, scene = fake[idx], real[idx], scene[idx]
         self._pending = (fake.detach(), real.detach(), scene.detach())
+        if reach is not None:
+            r = reach.flatten(0, 1)[idx].to(fake.dtype)
+            fake = fake * r + fake.detach() * (1 - r)  # same values, gradient only where reached
         self.critic.requires_grad_(False)  # the model's backward leaves the critic alone
         try:
             return -self.critic(fake, scene).mean()

@@ -303,7 +303,10 @@ def train_step(
         stats["motion"] = motion.detach()
         loss = loss + motion_weight * motion
     if adversary is not None:  # a plausible frame, not the mean of them, at every noise level
-        adv = adversary.generator_loss(pred, real, scene, g)
+        reach = None
+        if cfg.anchor_warp:  # only what the anchor does not show: new terrain, frames with no reference
+            reach = 1.0 - ctx_prev[:, :, cfg.channels : cfg.channels + 1]
+        adv = adversary.generator_loss(pred, real, scene, g, reach)
         stats["adv"] = adv.detach()
         if adv_weight > 0:
             loss = loss + adv_weight * adv

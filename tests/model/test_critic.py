@@ -99,3 +99,18 @@ def test_training_with_the_critic_resumes_it_and_exports_only_the_model(tmp_path
     train(cfg(8), resume=True, export=tmp_path / "w")
     exported = load_file(str(tmp_path / "w.safetensors"))
     assert not any(k.startswith(("critic.", "copt.")) for k in exported)
+
+
+def test_the_model_term_moves_only_the_pixels_it_may_reach() -> None:
+    adv = Adversary(3, 5, frames=6)
+    g = torch.Generator().manual_seed(0)
+    pred = _frames(6, 16, 1).requires_grad_(True)
+    reach = torch.zeros(1, 6, 1, 16, 16)
+    reach[..., :, 12:] = 1.0  # say, the strip the camera just brought into view
+    plain = adv.critic(pred[0].detach(), torch.zeros(6, 5)).mean()
+    loss = adv.generator_loss(pred, _frames(6, 16, 2), torch.zeros(1, 6, 5), g, reach)
+    assert torch.allclose(loss, -plain, atol=1e-3)  # the critic judges the whole guess all the same (its
+    # spectral norms take one more power-iteration step per call, hence the tolerance)
+    loss.backward()
+    assert pred.grad is not None
+    assert pred.grad[..., :12].abs().sum() == 0 and pred.grad[..., 12:].abs().sum() > 0
