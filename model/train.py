@@ -42,7 +42,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -553,52 +553,36 @@ def export_checkpoint(out: Path, dest: Path) -> Path:
     return save_model(model, dest, metadata={"steps": str(meta["step"])})
 
 
+OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
+    "rollout_lead": "frames of self-rollout before the trained frames (the sequence holds them too)",
+    "new_module_lr_scale": "learning-rate factor for modules new to the checkpoint (e.g. drift_heads)",
+    "still_share": "share of sequences with long still stretches (the calm policy)",
+    "motion_weight": "cross-entropy of the motion kernels against the commanded camera shift",
+    "motion_weathers": "comma-separated weathers the motion term is limited to (e.g. snowfall,rain)",
+    "carry_share": "share of self-rollout steps whose static ground targets the model's own frame moved",
+    "adv_weight": "adversarial term on the x0 guesses against a patch critic (0: off)",
+    "adv_warmup": "steps the critic trains alone, then as many ramping the term in",
+    "bank_share": "share of steps on the model's own long rollouts (carried ground + critic)",
+    "bank_life": "frames a bank session lives at most",
+    "bank_advance": "frames every bank session moves on per training step",
+    "restart_schedule": "on --resume: warm up again and plan a new cosine over this run",
+    "threads": "torch threads (0: torch's default)",
+    "device": "cpu or cuda",
+    "data_workers": "processes recording batches (a GPU needs several)",
+    "model": "JSON of ModelConfig overrides",
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Train the world model on the procedural world.")
-    ap.add_argument("--out", default=TrainConfig.out)
-    ap.add_argument("--minutes", type=float, default=TrainConfig.minutes)
-    ap.add_argument("--max-steps", type=int, default=TrainConfig.max_steps)
-    ap.add_argument("--batch", type=int, default=TrainConfig.batch)
-    ap.add_argument("--seq-frames", type=int, default=TrainConfig.seq_frames)
-    ap.add_argument("--self-rollout-after", type=int, default=TrainConfig.self_rollout_after)
-    ap.add_argument("--self-rollout-share", type=float, default=TrainConfig.self_rollout_share)
-    ap.add_argument("--rollout-lead", type=int, default=TrainConfig.rollout_lead,
-                    help="frames of self-rollout before the trained frames (the sequence holds them too)")
-    ap.add_argument("--new-module-lr-scale", type=float, default=TrainConfig.new_module_lr_scale,
-                    help="learning-rate factor for modules new to the checkpoint (e.g. drift_heads)")
-    ap.add_argument("--scene-switch-share", type=float, default=TrainConfig.scene_switch_share)
-    ap.add_argument("--still-share", type=float, default=TrainConfig.still_share,
-                    help="share of sequences with long still stretches (the calm policy)")
-    ap.add_argument("--edge-weight", type=float, default=TrainConfig.edge_weight)
-    ap.add_argument("--motion-weight", type=float, default=TrainConfig.motion_weight,
-                    help="cross-entropy of the motion kernels against the commanded camera shift")
-    ap.add_argument("--motion-weathers", default="",
-                    help="comma-separated weathers the motion term is limited to (e.g. snowfall,rain)")
-    ap.add_argument("--carry-share", type=float, default=TrainConfig.carry_share,
-                    help="share of self-rollout steps whose static ground targets the model's own frame moved")
-    ap.add_argument("--adv-weight", type=float, default=TrainConfig.adv_weight,
-                    help="adversarial term on the x0 guesses against a patch critic (0: off)")
-    ap.add_argument("--adv-warmup", type=int, default=TrainConfig.adv_warmup,
-                    help="steps the critic trains alone, then as many ramping the term in")
-    ap.add_argument("--adv-lr", type=float, default=TrainConfig.adv_lr)
-    ap.add_argument("--bank-share", type=float, default=TrainConfig.bank_share,
-                    help="share of steps on the model's own long rollouts (carried ground + critic)")
-    ap.add_argument("--bank-life", type=int, default=TrainConfig.bank_life)
-    ap.add_argument("--bank-advance", type=int, default=TrainConfig.bank_advance)
-    ap.add_argument("--lr", type=float, default=TrainConfig.lr)
-    ap.add_argument("--warmup", type=int, default=TrainConfig.warmup)
-    ap.add_argument("--restart-schedule", action="store_true",
-                    help="on --resume: warm up again and plan a new cosine over this run")
-    ap.add_argument("--worlds", type=int, default=TrainConfig.worlds)
-    ap.add_argument("--seed", type=int, default=TrainConfig.seed)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--device", default=TrainConfig.device, help="cpu or cuda")
-    ap.add_argument("--data-workers", type=int, default=TrainConfig.data_workers,
-                    help="processes recording batches (a GPU needs several)")
-    ap.add_argument("--big-bucket-every", type=int, default=TrainConfig.big_bucket_every)
-    ap.add_argument("--ema", type=float, default=TrainConfig.ema)
-    ap.add_argument("--checkpoint-minutes", type=float, default=TrainConfig.checkpoint_minutes)
-    ap.add_argument("--model", default="{}", help="JSON of ModelConfig overrides")
+    for f in fields(TrainConfig):  # one flag per field: --seq-frames for seq_frames
+        flag, default, help_ = "--" + f.name.replace("_", "-"), getattr(TrainConfig(), f.name), OPTION_HELP.get(f.name)
+        if isinstance(default, bool):
+            ap.add_argument(flag, action="store_true", help=help_)
+        elif isinstance(default, (tuple, dict)):  # comma-separated words, JSON
+            ap.add_argument(flag, default="", help=help_)
+        else:
+            ap.add_argument(flag, type=type(default), default=default, help=help_)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--export", type=Path, default=None, help="write EMA weights here (.safetensors + .json)")
     ap.add_argument("--export-only", action="store_true", help="export the checkpoint in --out to --export and stop")
@@ -608,23 +592,10 @@ def main(argv: list[str] | None = None) -> None:
             ap.error("--export-only needs --export")
         print(export_checkpoint(Path(args.out), args.export))
         return
-    tc = TrainConfig(
-        out=args.out, minutes=args.minutes, max_steps=args.max_steps, batch=args.batch,
-        seq_frames=args.seq_frames, self_rollout_after=args.self_rollout_after,
-        self_rollout_share=args.self_rollout_share, rollout_lead=args.rollout_lead,
-        new_module_lr_scale=args.new_module_lr_scale, scene_switch_share=args.scene_switch_share,
-        still_share=args.still_share,
-        edge_weight=args.edge_weight, motion_weight=args.motion_weight, lr=args.lr,
-        motion_weathers=tuple(w for w in args.motion_weathers.split(",") if w), warmup=args.warmup,
-        carry_share=args.carry_share, adv_weight=args.adv_weight, adv_warmup=args.adv_warmup,
-        adv_lr=args.adv_lr, bank_share=args.bank_share, bank_life=args.bank_life,
-        bank_advance=args.bank_advance,
-        restart_schedule=args.restart_schedule, worlds=args.worlds,
-        seed=args.seed, threads=args.threads, model=json.loads(args.model), device=args.device,
-        data_workers=args.data_workers, big_bucket_every=args.big_bucket_every, ema=args.ema,
-        checkpoint_minutes=args.checkpoint_minutes,
-    )
-    train(tc, args.resume, args.export)
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
+    values["motion_weathers"] = tuple(w for w in args.motion_weathers.split(",") if w)
+    values["model"] = json.loads(args.model or "{}")
+    train(TrainConfig(**values), args.resume, args.export)
 
 
 if __name__ == "__main__":
