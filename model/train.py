@@ -24,6 +24,11 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
 - optionally, on a share of the self-rollout steps (``carry_share``), the static ground the
   model has already drawn targets its own previous frame moved by the camera
   (``carry_targets``) instead of the renderer's.
+- optionally an adversarial term (``--adv-weight``, ``model/critic.py``): a patch critic
+  judges the x0 guesses against the renderer's frames;
+- optionally, on a share of the steps (``--bank-share``, ``model/train_bank.py``), the
+  context is the newest frames of long-running sessions of the serving path, and only
+  what the model already drew (moved by the camera) and the critic are targets;
 - with ``anchor_warp`` models, every frame also gets its anchor reference
   (``model/anchor.py``): the sequence's first frame (after a far sink, the first frame that
   follows it; on self-rollout steps the rollout's own) moved by the commanded camera shift
@@ -215,10 +220,12 @@ def train_step(
     A batch from the rollout bank (it has ``truth``: the model's own long rollout beside the
     renderer's frames) trains on the model's frames as context, with its own previous frame
     moved by the camera as the target where the renderer's frame is its previous one moved
-    (``carry_mask``; the frame loss counts nowhere else) and the critic everywhere.
+    (``carry_mask``; the frame loss counts nowhere else) and the critic elsewhere (no lead:
+    the whole sequence already follows a long rollout).
 
     ``adversary``: the critic judges the x0 guesses against the renderer's frames; its term
-    enters the loss at ``adv_weight`` (0 while the critic warms up), and the caller runs
+    enters the loss at ``adv_weight`` (0 while the critic warms up) and, with ``anchor_warp``,
+    reaches only the pixels the anchor reference does not cover; the caller runs
     ``adversary.critic_step()`` after the model's update."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
@@ -249,7 +256,7 @@ def train_step(
         stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
     if anchor is not None:  # every frame's reference, from the context's own anchor frame
         ctx_prev = torch.cat((ctx_prev, sequence_references(ctx_frames, *anchor)), 2)
-    if rollout_lead and n > 1 + rollout_lead:  # keep the sink and the frames after the lead
+    if rollout_lead and n > 1 + rollout_lead and "truth" not in batch:  # keep the sink and the frames after the lead
         keep = [0, *range(1 + rollout_lead, n)]
         x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
         ctx_frames, ctx_prev = ctx_frames[:, keep], ctx_prev[:, keep]
