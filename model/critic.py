@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
 
+from model.optim_state import load_optimizer_tensors, optimizer_tensors
+
 
 class FrameCritic(nn.Module):
     """(M, C, H, W) frames in [-1, 1] and (M, S) scene vectors -> (M, H/8, W/8) logits."""
@@ -98,11 +100,7 @@ class Adversary:
     def state(self) -> dict[str, torch.Tensor]:
         """Critic weights and optimizer moments, flat, for the checkpoint."""
         out = {f"critic.{k}": v for k, v in self.critic.state_dict().items()}
-        names = {id(p): k for k, p in self.critic.named_parameters()}
-        for p, st in self.opt.state.items():
-            for key, val in st.items():
-                if torch.is_tensor(val):
-                    out[f"copt.{names[id(p)]}.{key}"] = val.reshape(-1) if val.dim() == 0 else val
+        out.update(optimizer_tensors(self.opt, self.critic, "copt."))
         return out
 
     def load(self, tensors: dict[str, torch.Tensor]) -> bool:
@@ -111,10 +109,5 @@ class Adversary:
         if not crit:
             return False
         self.critic.load_state_dict(crit)
-        params = dict(self.critic.named_parameters())
-        for key, val in tensors.items():
-            if key.startswith("copt."):
-                pname, skey = key[len("copt."):].rsplit(".", 1)
-                p = params[pname]
-                self.opt.state[p][skey] = val.reshape(()) if skey == "step" else val.to(p.device)
+        load_optimizer_tensors(self.opt, self.critic, tensors, "copt.")
         return True

@@ -35,8 +35,8 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
   summed since, invalid before it and from a prompt change on; and the model's shift head
   learns the shift per action that serving sums instead (``SHIFT_WEIGHT``).
 
-Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``) hold model, EMA and optimizer state
-as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
+Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``, ``model/train_checkpoint.py``) hold
+model, EMA and optimizer state as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -54,7 +53,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
 
 from model.anchor import anchor_reference, sequence_references
 from model.config import ModelConfig
@@ -63,6 +61,7 @@ from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.train_bank import RolloutBank
+from model.train_checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
 from model.train_data import BatchSource, DataSpec
 from model.train_targets import (
     anchor_offsets,
@@ -78,14 +77,13 @@ from model.train_targets import (
     shift_targets,
     weather_mask,
 )
-from model.weights import load_state, save_model
+from model.weights import save_model
 from model.world import DEFAULT_MAP_SIZE
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
 # the shift head's own term, small: Adam moves its 14 weights at the same pace whatever the
 # weight, and at weight 1 its early error (pixels squared) would own the clipped gradient norm
 SHIFT_WEIGHT = 0.01
-NEW_MODULES = ("motion_prior.", "drift_heads.", "anchor_stems.", "anchor_heads.", "shift_head.")  # may be missing from older checkpoints
 
 
 @dataclass
@@ -331,44 +329,6 @@ def train_step(
     return loss, stats
 
 
-# ---------------------------------------------------------------------------- checkpoints
-
-
-def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,
-                    meta: dict, extra: dict[str, torch.Tensor] | None = None) -> None:
-    """``extra``: more tensors under their own prefixes (the critic's, ``Adversary.state``)."""
-    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
-    tensors.update(extra or {})
-    tensors.update({f"ema.{k}": v for k, v in ema.state_dict().items()})
-    names = {id(p): k for k, p in model.named_parameters()}
-    for group in opt.param_groups:
-        for p in group["params"]:
-            for key, val in opt.state.get(p, {}).items():
-                if torch.is_tensor(val):
-                    tensors[f"opt.{names[id(p)]}.{key}"] = val.reshape(-1) if val.dim() == 0 else val
-    tmp = out / "ckpt.tmp.safetensors"
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
-    os.replace(tmp, out / "ckpt.safetensors")
-    (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
-
-
-def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer) -> dict:
-    tensors = load_file(str(out / "ckpt.safetensors"))
-    part = lambda pre: {k[len(pre):]: v for k, v in tensors.items() if k.startswith(pre)}  # noqa: E731
-    # modules added since the checkpoint was written start from their initial values
-    load_state(model, part("model."), "checkpoint model", allow_missing=NEW_MODULES)
-    load_state(ema, part("ema."), "checkpoint ema", allow_missing=NEW_MODULES)
-    names = dict(model.named_parameters())
-    for key, val in part("opt.").items():
-        pname, skey = key.rsplit(".", 1)
-        if pname not in names:
-            continue
-        param = names[pname]
-        # the step count stays a host scalar (AdamW's default); moments live with the weights
-        opt.state[param][skey] = val.reshape(()) if skey == "step" else val.to(param.device)
-    return json.loads((out / "ckpt.json").read_text())
-
-
 # ---------------------------------------------------------------------------- loop
 
 
@@ -427,10 +387,11 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         with safe_open(str(out / "ckpt.safetensors"), "pt") as f:
             fresh = frozenset(n for n, _ in model.named_parameters()) - {k[6:] for k in f.keys() if k.startswith("model.")}
     opt = make_optimizer(model, tc, fresh)
+    adversary = Adversary(cfg.channels, cfg.scene_dim, tc.adv_lr, device=device) if tc.adv_weight > 0 else None
     meta = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": [],
             "model": json.loads(cfg.to_json())}
     if resume and (out / "ckpt.safetensors").exists():
-        meta = load_checkpoint(out, model, ema, opt)
+        meta = load_checkpoint(out, model, ema, opt, adversary)
         print(f"resumed from {out} at step {meta['step']}", file=sys.stderr)
         meta["model"] = json.loads(cfg.to_json())  # what this run trains (and exports)
         if tc.restart_schedule:
@@ -441,11 +402,6 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             fit_shift_head(m)
     step0 = meta["step"]
     sched0 = int(meta.get("schedule_start", 0))
-    adversary = None
-    if tc.adv_weight > 0:
-        adversary = Adversary(cfg.channels, cfg.scene_dim, tc.adv_lr, device=device)
-        if resume and (out / "ckpt.safetensors").exists() and adversary.load(load_file(str(out / "ckpt.safetensors"))):
-            print("resumed the critic", file=sys.stderr)
     bank = None
     if tc.bank_share > 0:  # the EMA weights' own long rollouts, the weights that are served
         bank = RolloutBank(ema, tc.batch, cfg.buckets[0], tc.seq_frames, tc.bank_life,
@@ -479,7 +435,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             from_bank = bank is not None and rng.random() < tc.bank_share
             if bank is not None:
                 bank.advance(tc.bank_advance)
-            batch = bank.batch() if bank is not None and from_bank else source.batch(step)
+            batch = bank.batch() if from_bank else source.batch(step)
             use_rollout = (not from_bank and step >= tc.self_rollout_after
                            and rng.random() < tc.self_rollout_share)
             for grp in opt.param_groups:
@@ -542,22 +498,7 @@ def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimi
     meta["wall_seconds"] = meta.get("wall_seconds", 0.0) + (now_wall - meta.pop("_wall_mark", t_start))
     meta["_cpu_mark"], meta["_wall_mark"] = now_cpu, now_wall
     meta["step"] = step
-    save_checkpoint(out, model, ema, opt, {k: v for k, v in meta.items() if not k.startswith("_")},
-                    adversary.state() if adversary is not None else None)
-
-
-def export_checkpoint(out: Path, dest: Path) -> Path:
-    """Write the EMA weights of the checkpoint in ``out`` as servable weights at ``dest``."""
-    meta = json.loads((out / "ckpt.json").read_text())
-    cfg_overrides = meta.get("model")
-    tensors = load_file(str(out / "ckpt.safetensors"))
-    ema_state = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
-    cfg = ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()
-    model = WorldModel(cfg)
-    load_state(model, ema_state, f"{out} ema", allow_missing=NEW_MODULES)
-    if cfg.anchor_warp:  # the shift per action in closed form (its EMA lags the training term)
-        fit_shift_head(model)
-    return save_model(model, dest, metadata={"steps": str(meta["step"])})
+    save_checkpoint(out, model, ema, opt, {k: v for k, v in meta.items() if not k.startswith("_")}, adversary)
 
 
 OPTION_HELP = {  # TrainConfig fields whose flag says more than its name

@@ -58,7 +58,6 @@ class RolloutBank:
         self.bucket, self.seq, self.max_life = bucket, seq_frames, max_life
         self.rng, self.map_size = rng, map_size
         self.next_seed = BANK_SEED_BASE + int(rng.integers(0, 10_000))
-        self.block: dict[str, int] = {}
         self.slots = [self._start(f"bank{i}") for i in range(slots)]
         self.advance(warm_frames)
 
@@ -71,7 +70,6 @@ class RolloutBank:
         self.runner.execute(StepPlan(new_sessions=[
             SessionSpec(sid, self.bucket, seed=self.next_seed, scene=world.scene.to_prompt(), observation=first)
         ]))
-        self.block[sid] = 0
         acts = mixed_policy(life, self.rng).astype(np.float32)
         return _Slot(sid, world, acts, world.scene.to_vector().astype(np.float32), first,
                      deque([first], self.seq), deque([first], self.seq), deque([acts[0]], self.seq))
@@ -84,17 +82,14 @@ class RolloutBank:
                 if s.age + 1 >= len(s.actions):
                     self.runner.execute(StepPlan(freed=[s.sid]))
                     self.slots[i] = self._start(s.sid)
-            items = []
-            for s in self.slots:
-                a = s.actions[s.age + 1]
-                items.append(ChunkWork(s.sid, self.block[s.sid], a[None]))
+            # a session's block index is its age: both start at its first frame
+            items = [ChunkWork(s.sid, s.age, s.actions[s.age + 1][None]) for s in self.slots]
             out = self.runner.execute(StepPlan(batches=[Batch(self.bucket, self.runner.max_steps, items)]))
             if out.errors:
                 raise RuntimeError(f"rollout bank: {out.errors}")
             got = {r.session_id: r.frames[-1] for r in out.results}
             for s in self.slots:
                 s.age += 1
-                self.block[s.sid] += 1
                 a = s.actions[s.age]
                 s.world.step(a)
                 s.own.append(got[s.sid])

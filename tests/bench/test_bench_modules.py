@@ -10,7 +10,7 @@ import pytest
 
 import bench
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(bench.__path__))
+MODULES = sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))  # _x: helpers
 
 
 def test_there_are_benchmarks() -> None:

@@ -146,7 +146,7 @@ def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
 
 
 def test_stripes_score_as_anisotropic_and_the_worlds_ground_does_not() -> None:
-    from bench.quality import anisotropy
+    from bench._frame_measures import anisotropy
     from model.world import World
 
     stripes = np.zeros((64, 64, 3), np.uint8)
@@ -158,7 +158,7 @@ def test_stripes_score_as_anisotropic_and_the_worlds_ground_does_not() -> None:
 
 
 def test_colour_overlap_is_one_for_the_same_colours_and_falls_for_others() -> None:
-    from bench.quality import colour_hist, hist_intersection
+    from bench._frame_measures import colour_hist, hist_intersection
 
     rng = np.random.default_rng(0)
     frame = rng.integers(0, 256, (32, 32, 3)).astype(np.uint8)
@@ -170,7 +170,7 @@ def test_colour_overlap_is_one_for_the_same_colours_and_falls_for_others() -> No
 
 
 def test_blocks_drawn_per_token_show_as_seams_and_the_worlds_ground_does_not() -> None:
-    from bench.quality import seams
+    from bench._frame_measures import seams
     from model.world import World
 
     rng = np.random.default_rng(0)

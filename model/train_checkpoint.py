@@ -1,0 +1,70 @@
+"""Training checkpoints (``model/train.py``): model, EMA and optimizer state in one
+safetensors file (no pickle) beside a JSON of the run's bookkeeping, and the critic's, when
+there is one, under its own prefixes; ``export_checkpoint`` writes the EMA weights as
+servable weights.
+
+    out/ckpt.safetensors   model.<name>  ema.<name>  opt.<param>.<state>
+                           critic.<name>  copt.<param>.<state>   (with ``--adv-weight``)
+    out/ckpt.json          step, CPU and wall seconds, history, the model config
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from model.config import ModelConfig
+from model.critic import Adversary
+from model.dit import WorldModel
+from model.optim_state import load_optimizer_tensors, optimizer_tensors
+from model.train_targets import fit_shift_head
+from model.weights import load_state, save_model
+
+# may be missing from older checkpoints: they start from their initial values
+NEW_MODULES = ("motion_prior.", "drift_heads.", "anchor_stems.", "anchor_heads.", "shift_head.")
+
+
+def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,
+                    meta: dict, adversary: Adversary | None = None) -> None:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors.update({f"ema.{k}": v for k, v in ema.state_dict().items()})
+    tensors.update(optimizer_tensors(opt, model, "opt."))
+    if adversary is not None:
+        tensors.update(adversary.state())
+    tmp = out / "ckpt.tmp.safetensors"
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
+    os.replace(tmp, out / "ckpt.safetensors")
+    (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
+
+
+def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,
+                    adversary: Adversary | None = None) -> dict:
+    """Restore the checkpoint in ``out``; returns its bookkeeping. A critic the checkpoint
+    does not hold starts fresh."""
+    tensors = load_file(str(out / "ckpt.safetensors"))
+    part = lambda pre: {k[len(pre):]: v for k, v in tensors.items() if k.startswith(pre)}  # noqa: E731
+    load_state(model, part("model."), "checkpoint model", allow_missing=NEW_MODULES)
+    load_state(ema, part("ema."), "checkpoint ema", allow_missing=NEW_MODULES)
+    load_optimizer_tensors(opt, model, tensors, "opt.")
+    if adversary is not None and adversary.load(tensors):
+        print("resumed the critic", file=sys.stderr)
+    return json.loads((out / "ckpt.json").read_text())
+
+
+def export_checkpoint(out: Path, dest: Path) -> Path:
+    """Write the EMA weights of the checkpoint in ``out`` as servable weights at ``dest``."""
+    meta = json.loads((out / "ckpt.json").read_text())
+    cfg_overrides = meta.get("model")
+    tensors = load_file(str(out / "ckpt.safetensors"))
+    ema_state = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
+    cfg = ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()
+    model = WorldModel(cfg)
+    load_state(model, ema_state, f"{out} ema", allow_missing=NEW_MODULES)
+    if cfg.anchor_warp:  # the shift per action in closed form (its EMA lags the training term)
+        fit_shift_head(model)
+    return save_model(model, dest, metadata={"steps": str(meta["step"])})
