@@ -42,6 +42,7 @@ class ModelConfig:
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
     motion_layers: int = 1  # 2: a second kernel per token and a per-pixel mix (things moving on their own)
     anchor_warp: bool = False  # also copy from an anchor frame moved by the accumulated camera shift (model/anchor.py)
+    refine_channels: int = 0  # > 0: a pixel-level refiner of that width after the head (model/refine.py)
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -75,6 +76,8 @@ class ModelConfig:
             raise ValueError(f"renoise must lie in [0, 1], got {self.renoise}")
         if self.motion_layers not in (1, 2):
             raise ValueError(f"motion_layers must be 1 or 2, got {self.motion_layers}")
+        if self.refine_channels < 0:
+            raise ValueError(f"refine_channels must be >= 0 (0: no refiner), got {self.refine_channels}")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 

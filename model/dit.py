@@ -41,6 +41,7 @@ from torch import nn
 
 from model.attention import attend
 from model.config import ModelConfig
+from model.refine import PixelRefiner
 from model.rope import Rope, RopeTables
 from model.warp import shift_warp
 
@@ -273,6 +274,8 @@ class WorldModel(nn.Module):
             self.anchor_stems = nn.ModuleDict({f"b{b}": nn.Linear((c + 1) * p * p, w) for b in cfg.buckets})
             self.anchor_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, p * p) for b in cfg.buckets})
             self.shift_head = nn.Linear(cfg.action_dim, 2)
+        if cfg.refine_channels:  # one for every bucket: it works in pixels, whatever the grid
+            self.refiner = PixelRefiner(c, cfg.refine_channels)
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -304,6 +307,8 @@ class WorldModel(nn.Module):
                     head.bias.zero_()
                     head.bias[: 2 * taps].view(2, taps)[:, taps // 2] = 4.0
                     head.bias[2 * taps :] = DRIFT_START
+        if self.cfg.refine_channels:
+            self.refiner.reset_parameters()
 
     # --- pieces shared by every path ---
 
@@ -355,10 +360,13 @@ class WorldModel(nn.Module):
 
     def _head(
         self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, prev: torch.Tensor,
-        prior: torch.Tensor, kernels: list[torch.Tensor] | None = None,
+        prior: torch.Tensor, noisy: torch.Tensor, level: torch.Tensor | float,
+        kernels: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Final tokens -> clean-frame guess (B, F, C, H, W). ``kernels``, if given, receives
-        the motion kernels (B*F, gh, gw, 2, taps), y then x, softmax over the offsets."""
+        """Final tokens -> clean-frame guess (B, F, C, H, W); ``noisy`` (B, F, C, H, W) the
+        frames at noise ``level`` (a float, or (B, F)) that the guess is for (the refiner's
+        input). ``kernels``, if given, receives the motion kernels (B*F, gh, gw, 2, taps), y
+        then x, softmax over the offsets."""
         cfg, p = self.cfg, self.cfg.patch
         ch = cfg.channels
         b, f, _, h, w = prev.shape
@@ -385,7 +393,12 @@ class WorldModel(nn.Module):
             ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
             logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
             moved = torch.lerp(moved, ref[:, :ch], logit.sigmoid() * ref[:, ch:])
-        return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
+        guess = moved.view(b, f, ch, h, w).to(resid.dtype) + resid
+        if not cfg.refine_channels:
+            return guess
+        lv = level.expand(b, f).reshape(b * f) if isinstance(level, torch.Tensor) else level
+        out = self.refiner(guess.view(b * f, ch, h, w), noisy.reshape(b * f, ch, h, w), lv)
+        return out.view(b, f, ch, h, w).to(resid.dtype)
 
     # --- cached, chunk-by-chunk steps ---
 
@@ -432,7 +445,7 @@ class WorldModel(nn.Module):
             tokens, _, _ = blk(
                 tokens, inp.mods[level][i], f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask
             )
-        return self._head(tokens, *inp.final[level], inp.prev, inp.prior)
+        return self._head(tokens, *inp.final[level], inp.prev, inp.prior, x, inp.levels[level])
 
     def commit_step(self, x: torch.Tensor, inp: ChunkInputs, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
         """The clean chunk at noise 0 (``inp.levels`` must hold 0.0) -> keys, values
@@ -525,7 +538,7 @@ class WorldModel(nn.Module):
                 ks.append(k)
                 vs.append(v)
         shift, scale = self.final_ada(c).chunk(2, -1)
-        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), kernels)
+        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), x, noise, kernels)
         return out, ((torch.stack(ks), torch.stack(vs)) if return_kv else None)
 
     @staticmethod

@@ -102,6 +102,7 @@ class TrainConfig:
     self_rollout_share: float = 0.35
     rollout_lead: int = 0  # self-rollout steps: frames the model generates before the trained ones
     new_module_lr_scale: float = 1.0  # learning-rate factor for parameters a resumed checkpoint lacks
+    train_only: tuple[str, ...] = ()  # parameter-name prefixes that train; the rest stays frozen (empty: all)
     far_sink_share: float = 0.5
     scene_switch_share: float = 0.25  # sequences whose prompt changes part-way
     still_share: float = 0.0  # sequences from the "calm" policy (long still stretches)
@@ -357,6 +358,8 @@ def make_optimizer(model: WorldModel, tc: TrainConfig, fresh: frozenset[str] = f
     only adjusts), 1 elsewhere."""
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():  # (fresh, decayed)
+        if not p.requires_grad:
+            continue
         groups.setdefault((name in fresh, p.dim() >= 2), []).append(p)
     return torch.optim.AdamW(
         [{"params": ps, "weight_decay": tc.weight_decay if decayed else 0.0,
@@ -364,6 +367,25 @@ def make_optimizer(model: WorldModel, tc: TrainConfig, fresh: frozenset[str] = f
          for (new, decayed), ps in sorted(groups.items())],
         lr=tc.lr, betas=(0.9, 0.98),
     )
+
+
+def freeze_except(model: WorldModel, prefixes: tuple[str, ...]) -> None:
+    """Train only the parameters named by ``prefixes``. A frozen part builds no graph, so a
+    step costs its forward and the trained part's backward."""
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith(prefixes))
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"train_only {list(prefixes)} names no parameter of the model")
+
+
+def hold_at_ema(model: WorldModel, ema: WorldModel) -> None:
+    """Frozen parameters take their EMA values, the weights that are served, so the trained
+    part learns on top of those and the EMA of the frozen part stays where it is."""
+    ema_state = dict(ema.named_parameters())
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                p.copy_(ema_state[name])
 
 
 def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
@@ -386,6 +408,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     if resume and (out / "ckpt.safetensors").exists():
         with safe_open(str(out / "ckpt.safetensors"), "pt") as f:
             fresh = frozenset(n for n, _ in model.named_parameters()) - {k[6:] for k in f.keys() if k.startswith("model.")}
+    if tc.train_only:
+        freeze_except(model, tc.train_only)
     opt = make_optimizer(model, tc, fresh)
     adversary = Adversary(cfg.channels, cfg.scene_dim, tc.adv_lr, device=device) if tc.adv_weight > 0 else None
     meta = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": [],
@@ -400,6 +424,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     if cfg.anchor_warp and (not resume or any(n.startswith("shift_head.") for n in fresh)):
         for m in (model, ema):  # a new shift head starts solved: references are served from it
             fit_shift_head(m)
+    if tc.train_only:
+        hold_at_ema(model, ema)
     step0 = meta["step"]
     sched0 = int(meta.get("schedule_start", 0))
     bank = None
@@ -504,6 +530,7 @@ def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimi
 OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "rollout_lead": "frames of self-rollout before the trained frames (the sequence holds them too)",
     "new_module_lr_scale": "learning-rate factor for modules new to the checkpoint (e.g. drift_heads)",
+    "train_only": "comma-separated parameter-name prefixes to train (e.g. refiner.); the rest stays frozen",
     "still_share": "share of sequences with long still stretches (the calm policy)",
     "motion_weight": "cross-entropy of the motion kernels against the commanded camera shift",
     "motion_weathers": "comma-separated weathers the motion term is limited to (e.g. snowfall,rain)",
@@ -541,7 +568,9 @@ def main(argv: list[str] | None = None) -> None:
         print(export_checkpoint(Path(args.out), args.export))
         return
     values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    values["motion_weathers"] = tuple(w for w in args.motion_weathers.split(",") if w)
+    for f in fields(TrainConfig):
+        if isinstance(getattr(TrainConfig(), f.name), tuple):
+            values[f.name] = tuple(w for w in values[f.name].split(",") if w)
     values["model"] = json.loads(args.model or "{}")
     train(TrainConfig(**values), args.resume, args.export)
 
