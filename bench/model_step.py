@@ -33,6 +33,10 @@ BATCHES = (1, 2, 4, 8, 16)
 CPU = torch.device("cpu")
 
 
+# with a chunk costing F + B * P, the gain at batch 8 is 8 (F + P) / (F + 8 P): 2.5 at F / P = 12 / 5.5
+GAIN_RATIO = (8 * 2.5 - 8) / (8 - 2.5)
+
+
 def matmul_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (512, 1024), trials: int = 3,
                 seconds: float = 0.4, device: torch.device = CPU) -> float:
     """The best GFLOP/s of square matmuls over a few sizes and trials, after a warm-up: a
@@ -143,6 +147,12 @@ def main(argv: list[str] | None = None) -> None:
                   f"{t_chunk * 1e3:>9.2f} {fps:>9.1f} {gflops:>8.1f} {gflops / peak:>5.2f}"
                   + (f" {t_comp * 1e3:>15.2f} {flops / t_comp / 1e9 / peak:>5.2f}" if args.compile else ""),
                   flush=True)
+        chunk_ms = [b * cfg.frames_per_chunk / throughput[bucket, b] * 1e3 for b in args.batches]
+        if len(set(args.batches)) > 1:  # a chunk ~ fixed + per-session x B: what batching amortizes
+            per, fixed = np.polyfit(args.batches, chunk_ms, 1)
+            print(f"bucket {bucket}: a chunk costs {fixed:.2f} ms + {per:.2f} ms a session (fit over batches "
+                  f"{' '.join(map(str, args.batches))}); fixed / per-session {fixed / per:.2f} "
+                  f"(batch_gain_b8 >= 2.5 needs >= {GAIN_RATIO:.2f})")
     small = cfg.buckets[0]
     fp32 = model.float()
     tf32 = torch.backends.cuda.matmul.allow_tf32

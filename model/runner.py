@@ -105,6 +105,8 @@ class ModelRunner:
         self.model = model.to(self.device, dtype).eval()
         if self.cfg.anchor_warp:  # summed over many frames: the shift per action stays fp32
             self.model.shift_head.float()
+        if self.cfg.refine_channels:  # the CPU's fast layout for convolutions (inputs follow it)
+            self.model.refiner.to(memory_format=torch.channels_last)
         self.scene_encoder = scene_encoder
         self.start_frame = start_frame
         self.pools = {
