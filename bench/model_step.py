@@ -137,17 +137,18 @@ def main(argv: list[str] | None = None) -> None:
     throughput: dict[tuple[int, int], float] = {}
     eff: dict[tuple[int, int], float] = {}
     for bucket in cfg.buckets:
+        chunk_ms = []
         for b in args.batches:
             t_fwd, t_chunk, flops, t_comp = measure(runner, bucket, b, args.compile)
             fps = b * cfg.frames_per_chunk / t_chunk
             gflops = flops / t_fwd / 1e9
             throughput[bucket, b] = fps
+            chunk_ms.append(t_chunk * 1e3)
             eff[bucket, b] = gflops / peak
             print(f"{bucket:>6} {b:>5} {b * cfg.tokens_per_chunk(bucket):>6} {t_fwd * 1e3:>8.2f} "
                   f"{t_chunk * 1e3:>9.2f} {fps:>9.1f} {gflops:>8.1f} {gflops / peak:>5.2f}"
                   + (f" {t_comp * 1e3:>15.2f} {flops / t_comp / 1e9 / peak:>5.2f}" if args.compile else ""),
                   flush=True)
-        chunk_ms = [b * cfg.frames_per_chunk / throughput[bucket, b] * 1e3 for b in args.batches]
         if len(set(args.batches)) > 1:  # a chunk ~ fixed + per-session x B: what batching amortizes
             per, fixed = np.polyfit(args.batches, chunk_ms, 1)
             print(f"bucket {bucket}: a chunk costs {fixed:.2f} ms + {per:.2f} ms a session (fit over batches "

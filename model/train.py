@@ -548,14 +548,21 @@ OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
 }
 
 
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(w for w in text.split(",") if w)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Train the world model on the procedural world.")
+    defaults = TrainConfig()
     for f in fields(TrainConfig):  # one flag per field: --seq-frames for seq_frames
-        flag, default, help_ = "--" + f.name.replace("_", "-"), getattr(TrainConfig(), f.name), OPTION_HELP.get(f.name)
+        flag, default, help_ = "--" + f.name.replace("_", "-"), getattr(defaults, f.name), OPTION_HELP.get(f.name)
         if isinstance(default, bool):
             ap.add_argument(flag, action="store_true", help=help_)
-        elif isinstance(default, (tuple, dict)):  # comma-separated words, JSON
-            ap.add_argument(flag, default="", help=help_)
+        elif isinstance(default, tuple):  # comma-separated words
+            ap.add_argument(flag, type=_words, default=default, help=help_)
+        elif isinstance(default, dict):  # JSON
+            ap.add_argument(flag, type=json.loads, default=default, help=help_)
         else:
             ap.add_argument(flag, type=type(default), default=default, help=help_)
     ap.add_argument("--resume", action="store_true")
@@ -567,12 +574,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error("--export-only needs --export")
         print(export_checkpoint(Path(args.out), args.export))
         return
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    for f in fields(TrainConfig):
-        if isinstance(getattr(TrainConfig(), f.name), tuple):
-            values[f.name] = tuple(w for w in values[f.name].split(",") if w)
-    values["model"] = json.loads(args.model or "{}")
-    train(TrainConfig(**values), args.resume, args.export)
+    train(TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}), args.resume, args.export)
 
 
 if __name__ == "__main__":

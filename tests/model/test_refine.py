@@ -76,12 +76,11 @@ def test_refiner_weights_round_trip_and_missing_ones_are_named(tmp_path: Path) -
 
 
 def test_training_only_the_refiner_leaves_the_rest_as_it_was(tmp_path: Path) -> None:
-    from model.train import TrainConfig, train
-    from tests.model.test_train import TINY
+    from model.train import train
+    from tests.model.test_train import TINY, _config
 
-    base = TrainConfig(out=str(tmp_path), minutes=10, max_steps=6, batch=4, seq_frames=5, big_bucket_every=5,
-                       lr=3e-3, warmup=1, self_rollout_after=0, self_rollout_share=0.5, worlds=2,
-                       world_refresh=1000, map_size=256, checkpoint_minutes=60, model=TINY)
+    base = _config(tmp_path, 6, rollout_after=0)
+    base.self_rollout_share = 0.5
     train(base, resume=False, export=tmp_path / "before")
     base.model = {**TINY, "refine_channels": 8}
     base.max_steps, base.train_only, base.new_module_lr_scale = 16, ("refiner.",), 3.0
