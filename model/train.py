@@ -60,6 +60,7 @@ from model.critic import Adversary
 from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
+from model.texture import TextureLoss
 from model.train_bank import RolloutBank
 from model.train_checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
 from model.train_data import BatchSource, DataSpec
@@ -113,6 +114,7 @@ class TrainConfig:
     adv_weight: float = 0.0  # adversarial term on the x0 guesses (``model/critic.py``; 0: no critic)
     adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
+    texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``model/texture.py``)
     bank_share: float = 0.0  # steps that train on the model's own long rollouts (``model/train_bank.py``)
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
@@ -207,6 +209,7 @@ def train_step(
     use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0, rollout_lead: int = 0,
     motion_weathers: tuple[str, ...] = (), carry: bool = False,
     adversary: Adversary | None = None, adv_weight: float = 0.0,
+    texture: TextureLoss | None = None, texture_weight: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -225,7 +228,8 @@ def train_step(
     ``adversary``: the critic judges the x0 guesses against the renderer's frames; its term
     enters the loss at ``adv_weight`` (0 while the critic warms up) and, with ``anchor_warp``,
     reaches only the pixels the anchor reference does not cover; the caller runs
-    ``adversary.critic_step()`` after the model's update."""
+    ``adversary.critic_step()`` after the model's update. ``texture``: the guesses' feature
+    statistics against the renderer's frames, at ``texture_weight``, with the critic's reach."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
@@ -308,10 +312,14 @@ def train_step(
         motion = motion_loss(kern, targets, w)
         stats["motion"] = motion.detach()
         loss = loss + motion_weight * motion
+    reach = None
+    if cfg.anchor_warp:  # what the anchor does not show: new terrain, frames with no reference
+        reach = 1.0 - ctx_prev[:, :, cfg.channels : cfg.channels + 1]
+    if texture is not None and texture_weight > 0:  # made of what the world is made of, wherever placed
+        tex = texture.loss(pred, real, g, reach)
+        stats["texture"] = tex.detach()
+        loss = loss + texture_weight * tex
     if adversary is not None:  # a plausible frame, not the mean of them, at every noise level
-        reach = None
-        if cfg.anchor_warp:  # only what the anchor does not show: new terrain, frames with no reference
-            reach = 1.0 - ctx_prev[:, :, cfg.channels : cfg.channels + 1]
         adv = adversary.generator_loss(pred, real, scene, g, reach)
         stats["adv"] = adv.detach()
         if adv_weight > 0:
@@ -412,6 +420,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         freeze_except(model, tc.train_only)
     opt = make_optimizer(model, tc, fresh)
     adversary = Adversary(cfg.channels, cfg.scene_dim, tc.adv_lr, device=device) if tc.adv_weight > 0 else None
+    texture = TextureLoss(cfg.channels, device=device) if tc.texture_weight > 0 else None
     meta = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": [],
             "model": json.loads(cfg.to_json())}
     if resume and (out / "ckpt.safetensors").exists():
@@ -469,7 +478,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             carry = use_rollout and tc.carry_share > 0 and rng.random() < tc.carry_share
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
                                       tc.rollout_lead, tc.motion_weathers, carry, adversary,
-                                      adv_ramp(step - step0, tc) * tc.adv_weight)
+                                      adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -537,6 +546,7 @@ OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "carry_share": "share of self-rollout steps whose static ground targets the model's own frame moved",
     "adv_weight": "adversarial term on the x0 guesses against a patch critic (0: off)",
     "adv_warmup": "steps the critic trains alone, then as many ramping the term in",
+    "texture_weight": "feature statistics of the x0 guesses against the renderer's frames (0: off)",
     "bank_share": "share of steps on the model's own long rollouts (carried ground + critic)",
     "bank_life": "frames a bank session lives at most",
     "bank_advance": "frames every bank session moves on per training step",

@@ -260,11 +260,11 @@ def test_every_config_field_has_its_flag(monkeypatch) -> None:
     monkeypatch.setattr(mt, "train", lambda tc, resume, export: got.append((tc, resume, export)))
     mt.main(["--out", "r", "--bank-share", "0.3", "--adv-weight", "0.02", "--motion-weathers", "snowfall,rain",
              "--model", '{"anchor_warp": true}', "--restart-schedule", "--resume", "--far-sink-share", "0.25",
-             "--train-only", "refiner.,heads."])
+             "--train-only", "refiner.,heads.", "--texture-weight", "0.005"])
     tc, resume, export = got[0]
     assert (tc.out, tc.bank_share, tc.adv_weight, tc.far_sink_share) == ("r", 0.3, 0.02, 0.25)
     assert tc.motion_weathers == ("snowfall", "rain") and tc.model == {"anchor_warp": True}
-    assert tc.train_only == ("refiner.", "heads.")
+    assert tc.train_only == ("refiner.", "heads.") and tc.texture_weight == 0.005
     assert tc.restart_schedule and resume and export is None
     mt.main([])
     assert got[1][0] == TrainConfig()  # no flags: the config's own defaults
