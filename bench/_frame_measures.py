@@ -1,11 +1,15 @@
 """Measures of single frames (uint8, H x W x 3) that ``bench.quality`` compares between the
 model's long rollout and the renderer's: contrast, sharpness, and the three that tell
 whether late content looks like the world (``docs/long_rollout.md``): anisotropy (stripes),
-seams (one flat block per token) and the colour histogram's overlap."""
+seams (one flat block per token) and the colour histogram's overlap; and, between batches
+of frames, the texture distance of training's texture term."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from model.texture import TextureLoss
 
 
 def contrast(frame: np.ndarray) -> float:
@@ -51,3 +55,18 @@ def colour_hist(frame: np.ndarray) -> np.ndarray:
 def hist_intersection(a: np.ndarray, b: np.ndarray) -> float:
     """Overlap of two histograms, each normalized: 1 when they are the same."""
     return float(np.minimum(a / max(a.sum(), 1), b / max(b.sum(), 1)).sum())
+
+
+_TEXTURE: TextureLoss | None = None
+
+
+def texture_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean over frames of the texture term's distance (``model/texture.py``) of ``a``'s
+    statistics from ``b``'s, (N, H, W, 3) uint8 each: 0 for the same frames, about 0.1 for
+    the same ground moved a few pixels, more the less alike what they are made of."""
+    global _TEXTURE
+    if _TEXTURE is None:
+        _TEXTURE = TextureLoss()
+    put = lambda x: torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2).float() / 127.5 - 1  # noqa: E731
+    with torch.no_grad():
+        return float(_TEXTURE.distance(put(a), put(b)).mean())

@@ -40,7 +40,10 @@ actions. Prints per bucket:
   more the gradients run along one axis than the other (0 for isotropic ground, toward 1
   for stripes), and ``seams_late`` (model, renderer), the mean gradient across the token
   grid's lines over the mean gradient elsewhere (near 1 for the world; above it where
-  every token is drawn as a flat block of its own).
+  every token is drawn as a flat block of its own), and ``texture_late``, the distance of the
+  late frames' feature statistics from the renderer's at the same moments (training's texture
+  term, ``model/texture.py``; 0: made of the same; beside ``texture_late_renderer``, the
+  renderer's late frames against its own from the first fifth).
 
 Writes sample strips (renderer row above model row) as PNG under ``--out``: ``strip_<bucket>``
 for the first 32 frames, ``long_<bucket>`` for the long rollout at eight moments. Last line:
@@ -67,6 +70,7 @@ from bench._frame_measures import (
     hist_intersection,
     seams,
     sharpness,
+    texture_distance,
 )
 from model.dtype import DTYPES, pick_dtype
 from model.runner import ModelRunner
@@ -408,6 +412,7 @@ def long_rollout(
     m_con, r_con, m_sharp, r_sharp = [], [], [], []
     m_aniso, r_aniso, m_seams, r_seams = [], [], [], []
     m_hist, r_hist, r_early = (np.zeros((episodes, COLOUR_BINS**3)) for _ in range(3))
+    m_tex, r_tex, early_frames = [], [], []
     patch = runner.cfg.patch  # the token grid in pixels, every bucket
     diff_move, diff_idle = [], []
     finite = True
@@ -433,9 +438,12 @@ def long_rollout(
                 for i, (f, r) in enumerate(zip(frames, truth, strict=True)):
                     m_hist[i] += colour_hist(f)
                     r_hist[i] += colour_hist(r)
+                m_tex.append(texture_distance(frames, np.stack(truth)))
+                r_tex.append(texture_distance(np.stack(truth), early_frames[len(r_tex) % len(early_frames)]))
             elif t < length // 5:
                 for i, r in enumerate(truth):
                     r_early[i] += colour_hist(r)
+                early_frames.append(np.stack(truth))
         if prev is not None:
             d = float(np.abs(frames.astype(np.int16) - prev.astype(np.int16)).mean())
             (diff_move if moving[t] else diff_idle).append(d)
@@ -457,6 +465,8 @@ def long_rollout(
         "anisotropy_late_renderer": float(np.mean(r_aniso)),
         "seams_late": float(np.mean(m_seams)),
         "seams_late_renderer": float(np.mean(r_seams)),
+        "texture_late": float(np.mean(m_tex)),
+        "texture_late_renderer": float(np.mean(r_tex)),
     }
 
 

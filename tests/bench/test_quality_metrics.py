@@ -143,6 +143,7 @@ def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
     assert np.array_equal(img[::2, ::2][:64, :64], frames[0][0][0])  # top left: the renderer's first
     assert 0.0 <= res["colour_late"] <= 1.0
     assert 0.0 <= res["anisotropy_late"] <= 1.0 and 0.0 <= res["anisotropy_late_renderer"] <= 1.0
+    assert 0.0 < res["texture_late"] <= 20.0 and 0.0 < res["texture_late_renderer"] <= 20.0
 
 
 def test_stripes_score_as_anisotropic_and_the_worlds_ground_does_not() -> None:
