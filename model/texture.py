@@ -7,7 +7,7 @@ a verdict: it compares *statistics* of a frame, the way texture synthesis descri
 texture, so where a guess is placed does not matter but what it is made of does. Each frame
 goes through a fixed, random convolution pyramid (four 3x3 layers, halving the resolution
 between them, so the last sees ~30 pixels: a tree, a roof, a stretch of shore) and at every
-level the channel means and the Gram matrix (channel co-occurrence, averaged over the
+level the channel means and the centred Gram matrix (channel co-occurrence, averaged over the
 frame) are kept, with the pixels' own colour mean and covariance as level 0. The mean of
 many terrains has other statistics than any one terrain (its Gram is lower: the co-occurring
 edges cancel), and so does a frame of 16-pixel blocks; the renderer's frame of the same

@@ -26,6 +26,8 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
   (``carry_targets``) instead of the renderer's.
 - optionally an adversarial term (``--adv-weight``, ``model/critic.py``): a patch critic
   judges the x0 guesses against the renderer's frames;
+- optionally a texture term (``--texture-weight``, ``model/texture.py``): the x0 guesses'
+  feature statistics against the renderer's frames of the same moments;
 - optionally, on a share of the steps (``--bank-share``, ``model/train_bank.py``), the
   context is the newest frames of long-running sessions of the serving path, and only
   what the model already drew (moved by the camera) and the critic are targets;
