@@ -75,8 +75,9 @@ class TextureLoss:
     """``loss(pred, real, reach)``: how far the guesses' statistics are from the renderer's.
 
     Every level's mean and Gram distance is relative (``_relative``), so every level counts
-    alike whatever its scale; the sum over levels is averaged over frames. ``frames`` caps how many frames of a batch are compared (a random
-    subset, drawn from ``g``), which bounds the cost."""
+    alike whatever its scale; the sum over levels is averaged over frames. ``frames`` caps
+    how many frames of a batch are compared (a random subset, drawn from ``g``), which
+    bounds the cost."""
 
     def __init__(self, channels: int = 3, frames: int = 48, device: torch.device | str = "cpu"):
         self.pyramid = TexturePyramid(channels).to(device)
