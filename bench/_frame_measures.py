@@ -58,15 +58,22 @@ def hist_intersection(a: np.ndarray, b: np.ndarray) -> float:
 
 
 _TEXTURE: TextureLoss | None = None
+TextureStats = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def texture_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean over frames of the texture term's distance (``model/texture.py``) of ``a``'s
-    statistics from ``b``'s, (N, H, W, 3) uint8 each: 0 for the same frames, about 0.1 for
-    the same ground moved a few pixels, more the less alike what they are made of."""
+def texture_stats(frames: np.ndarray) -> TextureStats:
+    """The texture term's statistics (``model/texture.py``) of (N, H, W, 3) uint8 frames,
+    computed once for as many ``texture_distance`` calls as they take part in."""
     global _TEXTURE
     if _TEXTURE is None:
         _TEXTURE = TextureLoss()
-    put = lambda x: torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2).float() / 127.5 - 1  # noqa: E731
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 127.5 - 1
     with torch.no_grad():
-        return float(_TEXTURE.distance(put(a), put(b)).mean())
+        return _TEXTURE.statistics(x)
+
+
+def texture_distance(a: TextureStats, b: TextureStats) -> float:
+    """Mean over frames of the texture term's distance of ``a``'s statistics from ``b``'s
+    (``texture_stats`` of as many frames each): 0 for the same frames, about 0.1 for the same
+    ground moved a few pixels, more the less alike what they are made of."""
+    return float(TextureLoss.compare(a, b).mean())

@@ -71,6 +71,7 @@ from bench._frame_measures import (
     seams,
     sharpness,
     texture_distance,
+    texture_stats,
 )
 from model.dtype import DTYPES, pick_dtype
 from model.runner import ModelRunner
@@ -412,7 +413,7 @@ def long_rollout(
     m_con, r_con, m_sharp, r_sharp = [], [], [], []
     m_aniso, r_aniso, m_seams, r_seams = [], [], [], []
     m_hist, r_hist, r_early = (np.zeros((episodes, COLOUR_BINS**3)) for _ in range(3))
-    m_tex, r_tex, early_frames = [], [], []
+    m_tex, r_tex, early_tex = [], [], []
     patch = runner.cfg.patch  # the token grid in pixels, every bucket
     diff_move, diff_idle = [], []
     finite = True
@@ -438,12 +439,13 @@ def long_rollout(
                 for i, (f, r) in enumerate(zip(frames, truth, strict=True)):
                     m_hist[i] += colour_hist(f)
                     r_hist[i] += colour_hist(r)
-                m_tex.append(texture_distance(frames, np.stack(truth)))
-                r_tex.append(texture_distance(np.stack(truth), early_frames[len(r_tex) % len(early_frames)]))
+                truth_tex = texture_stats(np.stack(truth))
+                m_tex.append(texture_distance(texture_stats(frames), truth_tex))
+                r_tex.append(texture_distance(truth_tex, early_tex[len(r_tex) % len(early_tex)]))
             elif t < length // 5:
                 for i, r in enumerate(truth):
                     r_early[i] += colour_hist(r)
-                early_frames.append(np.stack(truth))
+                early_tex.append(texture_stats(np.stack(truth)))
         if prev is not None:
             d = float(np.abs(frames.astype(np.int16) - prev.astype(np.int16)).mean())
             (diff_move if moving[t] else diff_idle).append(d)

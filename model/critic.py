@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
 
 from model.optim_state import load_optimizer_tensors, optimizer_tensors
+from model.train_targets import sampled_guesses
 
 
 class FrameCritic(nn.Module):
@@ -60,9 +61,6 @@ class Adversary:
         self.frames = frames
         self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
-    def _pick(self, m: int, g: torch.Generator) -> torch.Tensor:
-        return torch.randperm(m, generator=g, device=g.device)[: self.frames]
-
     def generator_loss(self, pred: torch.Tensor, real: torch.Tensor, scene: torch.Tensor,
                        g: torch.Generator, reach: torch.Tensor | None = None) -> torch.Tensor:
         """pred, real (B, N, C, H, W); scene (B, N, S). The model's hinge term, -critic(pred);
@@ -70,13 +68,9 @@ class Adversary:
         [0, 1]: where the term may move the guess (the critic still sees all of it); the
         model's training passes where its anchor shows nothing, so that what it carries is
         left to the frame loss and only what it makes up is charged for looking made up."""
-        fake, real, scene = pred.flatten(0, 1), real.flatten(0, 1), scene.flatten(0, 1)
-        idx = self._pick(fake.shape[0], g)
-        fake, real, scene = fake[idx], real[idx], scene[idx]
-        self._pending = (fake.detach(), real.detach(), scene.detach())
-        if reach is not None:
-            r = reach.flatten(0, 1)[idx].to(fake.dtype)
-            fake = fake * r + fake.detach() * (1 - r)  # same values, gradient only where reached
+        fake, real, idx = sampled_guesses(pred, real, g, self.frames, reach)
+        scene = scene.flatten(0, 1)[idx]
+        self._pending = (fake.detach(), real, scene.detach())
         self.critic.requires_grad_(False)  # the model's backward leaves the critic alone
         try:
             return -self.critic(fake, scene).mean()

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.train_targets import sampled_guesses
+
 WIDTHS = (24, 48, 48, 48)
 
 
@@ -83,27 +85,27 @@ class TextureLoss:
         self.pyramid = TexturePyramid(channels).to(device)
         self.frames = frames
 
-    def distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """(M, C, H, W) twice -> (M,) the summed relative distance of a's statistics from b's."""
-        total = a.new_zeros(a.shape[0])
-        for (ma, ga), (mb, gb) in zip(self.pyramid(a), self.pyramid(b), strict=True):
+    def statistics(self, frames: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(M, C, H, W) -> every level's (means, Gram), to compare with ``compare``."""
+        return self.pyramid(frames)
+
+    @staticmethod
+    def compare(sa: list[tuple[torch.Tensor, torch.Tensor]],
+                sb: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Two frames' statistics -> (M,) the summed relative distance of the first's from the second's."""
+        total = sa[0][0].new_zeros(sa[0][0].shape[0])
+        for (ma, ga), (mb, gb) in zip(sa, sb, strict=True):
             total = total + _relative(ma - mb, ma, mb, (1,), 1e-2)
             total = total + _relative(ga - gb, ga, gb, (1, 2), 1e-8)
         return total
 
-    def loss(
-        self,
-        pred: torch.Tensor,
-        real: torch.Tensor,
-        g: torch.Generator,
-        reach: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """(M, C, H, W) twice -> (M,) the summed relative distance of a's statistics from b's."""
+        return self.compare(self.statistics(a), self.statistics(b))
+
+    def loss(self, pred: torch.Tensor, real: torch.Tensor, g: torch.Generator,
+             reach: torch.Tensor | None = None) -> torch.Tensor:
         """pred, real (B, N, C, H, W); ``reach`` (B, N, 1, H, W) in [0, 1]: where the term may
         move the guess (the statistics are still the whole frame's)."""
-        fake, real = pred.flatten(0, 1), real.flatten(0, 1)
-        idx = torch.randperm(fake.shape[0], generator=g, device=g.device)[: self.frames]
-        fake, real = fake[idx], real[idx].detach()
-        if reach is not None:
-            r = reach.flatten(0, 1)[idx].to(fake.dtype)
-            fake = fake * r + fake.detach() * (1 - r)  # same values, gradient only where reached
+        fake, real, _ = sampled_guesses(pred, real, g, self.frames, reach)
         return self.distance(fake, real).mean()

@@ -82,6 +82,23 @@ def carry_targets(
     return torch.where(static[:, :, None], moved_frames(own_prev, shifts), x), static.double().mean()
 
 
+def sampled_guesses(
+    pred: torch.Tensor, real: torch.Tensor, g: torch.Generator, frames: int, reach: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The frames a judge of the x0 guesses sees: pred, real (B, N, C, H, W) flattened to
+    frames and a random subset of at most ``frames`` of them (drawn from ``g``; bounds the
+    judge's cost), as (guesses, real frames detached, their indices). ``reach`` (B, N, 1, H,
+    W) in [0, 1] limits where the guesses' gradient goes; their values are unchanged, so the
+    judge still sees the whole frame."""
+    fake, real = pred.flatten(0, 1), real.flatten(0, 1)
+    idx = torch.randperm(fake.shape[0], generator=g, device=g.device)[:frames]
+    fake, real = fake[idx], real[idx].detach()
+    if reach is not None:
+        r = reach.flatten(0, 1)[idx].to(fake.dtype)
+        fake = fake * r + fake.detach() * (1 - r)
+    return fake, real, idx
+
+
 def masked_mse(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Squared error averaged over the pixels of weight 1 only: pred, target (B, N, C, H, W),
     weight (B, N, 1, H, W) in {0, 1}; 0 where no pixel counts."""

@@ -11,10 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from model.texture import WIDTHS, TextureLoss, TexturePyramid
-from model.train import TrainConfig, train
+from model.train import train
 from model.world import World, parse_prompt
-
-TINY = dict(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
+from tests.model.test_train import TINY, _config
 
 
 def _world_frames(n: int, seed: int = 3) -> torch.Tensor:
@@ -118,27 +117,9 @@ def test_the_term_moves_only_the_pixels_it_may_reach_and_only_the_frames_it_pick
 
 
 def test_training_runs_with_the_texture_term_and_reports_it(tmp_path: Path, capsys) -> None:
-    tc = TrainConfig(
-        out=str(tmp_path),
-        minutes=10,
-        max_steps=3,
-        batch=4,
-        seq_frames=5,
-        big_bucket_every=5,
-        lr=3e-3,
-        warmup=3,
-        self_rollout_after=0,
-        self_rollout_share=0.5,
-        worlds=2,
-        world_refresh=1000,
-        map_size=256,
-        checkpoint_minutes=60,
-        model={**TINY, "anchor_warp": True},
-        texture_weight=0.01,
-    )
+    tc = _config(tmp_path, 3, rollout_after=0)
+    tc.self_rollout_share, tc.model, tc.texture_weight = 0.5, {**TINY, "anchor_warp": True}, 0.01
     report = train(tc, resume=False, export=None)
     assert np.isfinite(report["loss_last_10_this_run"])
-    got = [
-        float(w.split("=")[1]) for w in capsys.readouterr().err.split() if w.startswith("texture=")
-    ]
+    got = [float(w.split("=")[1]) for w in capsys.readouterr().err.split() if w.startswith("texture=")]
     assert len(got) == 3 and all(0.0 < v <= 20.0 for v in got)  # on the progress line, every step
