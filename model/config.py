@@ -11,6 +11,9 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+# settings of the sampler alone: a runner may override them on trained weights
+SAMPLER_FIELDS = ("denoising_steps", "renoise", "sampler_eta", "commit_noise")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -34,6 +37,8 @@ class ModelConfig:
     denoising_steps: int = 4  # default steps; levels for n steps are 1, (n-1)/n, ..., 1/n
     min_steps: int = 1  # fewest steps the degradation ladder may ask for
     renoise: float = 1.0  # scale of the fresh noise put back between steps (< 1: nearer the mean, less grain)
+    sampler_eta: float = 1.0  # share of fresh noise between steps (1: all fresh; 0: the guess's own noise, the Euler step)
+    commit_noise: float = 0.0  # noise level a generated chunk enters the cache at (context noise; 0: clean)
     # --- conditioning ---
     num_keys: int = 4  # multi-hot movement keys (forward, back, left, right)
     mouse_dims: int = 2  # continuous mouse / camera delta
@@ -74,6 +79,10 @@ class ModelConfig:
             )
         if not 0.0 <= self.renoise <= 1.0:
             raise ValueError(f"renoise must lie in [0, 1], got {self.renoise}")
+        if not 0.0 <= self.sampler_eta <= 1.0:
+            raise ValueError(f"sampler_eta must lie in [0, 1], got {self.sampler_eta}")
+        if not 0.0 <= self.commit_noise < 1.0:
+            raise ValueError(f"commit_noise must lie in [0, 1), got {self.commit_noise}")
         if self.motion_layers not in (1, 2):
             raise ValueError(f"motion_layers must be 1 or 2, got {self.motion_layers}")
         if self.refine_channels < 0:
@@ -125,6 +134,11 @@ class ModelConfig:
         if not self.min_steps <= n <= self.denoising_steps:
             raise ValueError(f"steps {n} outside [{self.min_steps}, {self.denoising_steps}]")
         return tuple((n - i) / n for i in range(n))
+
+    def noise_draws(self, steps: int) -> int:
+        """Noise tensors a ``steps``-step chunk draws: one a step, one more for the commit
+        when generated chunks enter the cache noised (``commit_noise``)."""
+        return steps + (self.commit_noise > 0)
 
     def check_bucket(self, bucket: int) -> None:
         if bucket not in self.buckets:

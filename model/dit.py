@@ -233,6 +233,18 @@ ANCHOR_START = -6.0  # initial anchor mix logit: sigmoid(-6) = 0.25 % of each pi
 _LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
 
 
+def next_noisy(
+    cfg: ModelConfig, x: torch.Tensor, x0: torch.Tensor, t: float, nxt: float, fresh: torch.Tensor,
+) -> torch.Tensor:
+    """The sampler's input at level ``nxt`` from the step at ``t`` (input ``x``, guess ``x0``):
+    the guess noised again, with noise that is ``cfg.sampler_eta`` fresh (``fresh``) and the
+    rest the noise ``x`` holds by the guess, scaled by ``cfg.renoise``. eta 1 is the few-step
+    sampler that every schedule trains; eta 0 is the deterministic Euler step of the flow."""
+    eta = cfg.sampler_eta
+    noise = fresh if eta == 1.0 else (1 - eta * eta) ** 0.5 * (x - (1 - t) * x0) / t + eta * fresh
+    return (1 - nxt) * x0 + (nxt * cfg.renoise) * noise
+
+
 def _level_tensor(levels: tuple[float, ...], device: torch.device) -> torch.Tensor:
     """The noise levels as a tensor on ``device``, made once: no host-to-device copy per
     chunk, which is also what lets a CUDA graph capture ``prepare_chunk``."""
@@ -448,9 +460,9 @@ class WorldModel(nn.Module):
         return self._head(tokens, *inp.final[level], inp.prev, inp.prior, x, inp.levels[level])
 
     def commit_step(self, x: torch.Tensor, inp: ChunkInputs, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """The clean chunk at noise 0 (``inp.levels`` must hold 0.0) -> keys, values
-        (L, B, F*T, H, D) for the cache."""
-        level = inp.levels.index(0.0)
+        """The chunk at the commit level, the last of ``inp.levels`` (0.0: clean; else
+        ``x`` is already noised to it) -> keys, values (L, B, F*T, H, D) for the cache."""
+        level = len(inp.levels) - 1
         f = x.shape[1]
         tokens = self._tokens(x, inp)
         rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype, tokens.device)
@@ -471,21 +483,23 @@ class WorldModel(nn.Module):
         dtype: torch.dtype,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The few-step sampler and the commit pass of one chunk: ``inp`` prepared for the
-        step levels then 0.0; ``noise(i)`` the noise of step ``i``, asked for in order
-        (scaled by ``cfg.renoise`` where it is put back between steps).
+        step levels then the commit level (``cfg.commit_noise``); ``noise(i)`` the noise of
+        step ``i`` (``next_noisy``), then of the commit if its level is above 0, asked for in
+        order.
         Returns pixels uint8 (B, F, H, W, 3) (what the client sees), the clean chunk decoded
         and re-encoded in ``dtype`` (exactly what the model conditions on next), and the
         chunk's keys, values (L, B, F*T, H, D) for the cache."""
-        levels = inp.levels[:-1]
+        levels, cfg = inp.levels[:-1], self.cfg
         x = x0 = noise(0)
         for i in range(len(levels)):
             x0 = self.denoise_step(x, inp, i, ctx).clamp(-1, 1)
             if i + 1 < len(levels):
-                nxt = levels[i + 1]
-                x = (1 - nxt) * x0 + (nxt * self.cfg.renoise) * noise(i + 1)
+                x = next_noisy(cfg, x, x0, levels[i], levels[i + 1], noise(i + 1))
         pixels = self.decode(x0)
         clean = self.encode(pixels).to(dtype)
-        k, v = self.commit_step(clean, inp, ctx)
+        s = inp.levels[-1]
+        committed = (1 - s) * clean + s * noise(len(levels)) if s > 0 else clean
+        k, v = self.commit_step(committed, inp, ctx)
         return pixels, clean, k, v
 
     def denoise_chunk(
@@ -497,10 +511,11 @@ class WorldModel(nn.Module):
 
     def commit_chunk(
         self, x: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor, scene: torch.Tensor,
-        ctx: ChunkContext,
+        ctx: ChunkContext, level: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The clean chunk at noise 0 -> keys, values (L, B, F*T, H, D) for the cache."""
-        return self.commit_step(x, self.prepare_chunk(prev, actions, scene, [0.0]), ctx)
+        """The chunk at noise ``level`` (0: clean; else ``x`` is noised to it) -> keys,
+        values (L, B, F*T, H, D) for the cache."""
+        return self.commit_step(x, self.prepare_chunk(prev, actions, scene, [level]), ctx)
 
     # --- every frame at once ---
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from model.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, anchor_reference, visible_share
 from model.chunk_graph import ChunkGraphs, padded
-from model.config import ModelConfig
+from model.config import SAMPLER_FIELDS, ModelConfig
 from model.dit import WorldModel
 from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
@@ -122,13 +122,13 @@ class ModelRunner:
     @classmethod
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
-        dtype: torch.dtype | str = torch.float32, renoise: float | None = None, **kw: object,
+        dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``model/world``) starts sessions
         from its world's view unless ``start_frame`` is given (``None`` turns that off).
         ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
-        CPU with bf16 matrix instructions). ``renoise`` overrides the sampler's setting that
-        the weights' config holds (``ModelConfig.renoise``)."""
+        CPU with bf16 matrix instructions). ``sampler`` overrides the sampler's settings that
+        the weights' config holds (``SAMPLER_FIELDS`` of ``ModelConfig``)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -139,8 +139,11 @@ class ModelRunner:
 
             kw["start_frame"] = start_frame
         model = load_model(path)
-        if renoise is not None:
-            model.cfg = dataclasses.replace(model.cfg, renoise=renoise)
+        if sampler:
+            unknown = sorted(set(sampler) - set(SAMPLER_FIELDS))
+            if unknown:
+                raise ValueError(f"not sampler settings: {unknown} (these are: {', '.join(SAMPLER_FIELDS)})")
+            model.cfg = dataclasses.replace(model.cfg, **sampler)  # type: ignore[arg-type]
         return cls(model, **kw)  # type: ignore[arg-type]
 
     # --- the Runner protocol ---
@@ -347,7 +350,7 @@ class ModelRunner:
         prev, offsets = self._prev_inputs(states, actions)
         scene = torch.stack([s.scene for s in states])
         levels = cfg.noise_levels(steps)
-        inp = model.prepare_chunk(prev, actions, scene, [*levels, 0.0])  # shared by every forward
+        inp = model.prepare_chunk(prev, actions, scene, [*levels, cfg.commit_noise])  # shared by every forward
         shape = (fc, c, bucket, bucket)
         pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype)
         frames = pixels.cpu().numpy()
@@ -411,7 +414,7 @@ class ModelRunner:
         graph.actions[:b] = actions
         graph.scene[:b] = torch.stack([s.scene for s in states])
         shape = (self.cfg.frames_per_chunk, self.cfg.channels, bucket, bucket)
-        for i in range(steps):  # each session's generator draws in the eager path's order
+        for i in range(self.cfg.noise_draws(steps)):  # each session's generator draws in the eager path's order
             graph.noise[i, :b] = self._noise(states, shape)
         try:
             pixels, clean, k, v = graph.run()

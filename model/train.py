@@ -59,7 +59,7 @@ from safetensors import safe_open
 from model.anchor import anchor_reference, sequence_references
 from model.config import ModelConfig
 from model.critic import Adversary
-from model.dit import WorldModel
+from model.dit import WorldModel, next_noisy
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.texture import TextureLoss
@@ -72,6 +72,7 @@ from model.train_targets import (
     carry_mask,
     carry_shifts,
     carry_targets,
+    context_noised,
     edge_loss,
     fit_shift_head,
     masked_mse,
@@ -117,6 +118,7 @@ class TrainConfig:
     adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
     texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``model/texture.py``)
+    context_noise: float = 0.0  # context frames noised up to this level (serve with ModelConfig.commit_noise)
     bank_share: float = 0.0  # steps that train on the model's own long rollouts (``model/train_bank.py``)
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
@@ -195,9 +197,10 @@ def self_rollout(
             for k, t in enumerate(levels):
                 x0 = model.denoise_chunk(xt, prev, t, a, sc, ctx).clamp(-1, 1)
                 if k + 1 < len(levels):
-                    xt = (1 - levels[k + 1]) * x0 + levels[k + 1] * cfg.renoise * randn(x0.shape, g)
+                    xt = next_noisy(cfg, xt, x0, t, levels[k + 1], randn(x0.shape, g))
             out[:, i : i + 1] = WorldModel.encode(WorldModel.decode(x0))
-        kv = model.commit_chunk(out[:, i : i + 1], prev, a, sc, ctx)
+        kv = model.commit_chunk(context_noised(out[:, i : i + 1], cfg.commit_noise, g), prev, a, sc, ctx,
+                                cfg.commit_noise)
         pool.commit(slots, np.full((b, 1), pos[i]), *kv)
         prev = out[:, i : i + 1]
     return out
@@ -211,7 +214,7 @@ def train_step(
     use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0, rollout_lead: int = 0,
     motion_weathers: tuple[str, ...] = (), carry: bool = False,
     adversary: Adversary | None = None, adv_weight: float = 0.0,
-    texture: TextureLoss | None = None, texture_weight: float = 0.0,
+    texture: TextureLoss | None = None, texture_weight: float = 0.0, context_noise: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -231,7 +234,10 @@ def train_step(
     enters the loss at ``adv_weight`` (0 while the critic warms up) and, with ``anchor_warp``,
     reaches only the pixels the anchor reference does not cover; the caller runs
     ``adversary.critic_step()`` after the model's update. ``texture``: the guesses' feature
-    statistics against the renderer's frames, at ``texture_weight``, with the critic's reach."""
+    statistics against the renderer's frames, at ``texture_weight``, with the critic's reach.
+    ``context_noise``: the context frames after the sink enter at noise levels uniform in
+    [0, context_noise) (the model is told each), as the cache holds chunks committed at
+    ``cfg.commit_noise``."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
@@ -284,9 +290,14 @@ def train_step(
     t = noise_levels((b, n), cfg, g)
     eps = randn(x.shape, g)
     noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
-    seq = torch.cat((ctx_frames, noisy), 1)
+    ctx_level, ctx_in = t.new_zeros(b, n), ctx_frames
+    if context_noise > 0:  # the context as the cache holds it at inference: noised (never the sink)
+        ctx_level = torch.rand((b, n), generator=g, device=dev) * context_noise
+        ctx_level[:, 0] = 0.0
+        ctx_in = context_noised(ctx_frames, ctx_level, g)
+    seq = torch.cat((ctx_in, noisy), 1)
     seq_prev = torch.cat((ctx_prev, ctx_prev), 1)
-    seq_noise = torch.cat((t.new_zeros(b, n), t), 1)
+    seq_noise = torch.cat((ctx_level, t), 1)
     seq_act = torch.cat((actions, actions), 1)
     seq_scene = torch.cat((scene, scene), 1)
     seq_pos = torch.tensor(pos + pos)
@@ -480,7 +491,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             carry = use_rollout and tc.carry_share > 0 and rng.random() < tc.carry_share
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
                                       tc.rollout_lead, tc.motion_weathers, carry, adversary,
-                                      adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight)
+                                      adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight,
+                                      tc.context_noise)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -549,6 +561,7 @@ OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "adv_weight": "adversarial term on the x0 guesses against a patch critic (0: off)",
     "adv_warmup": "steps the critic trains alone, then as many ramping the term in",
     "texture_weight": "feature statistics of the x0 guesses against the renderer's frames (0: off)",
+    "context_noise": "context frames after the sink noised up to this level (serve with commit_noise)",
     "bank_share": "share of steps on the model's own long rollouts (carried ground + critic)",
     "bank_life": "frames a bank session lives at most",
     "bank_advance": "frames every bank session moves on per training step",

@@ -210,3 +210,12 @@ def fit_shift_head(model: torch.nn.Module) -> float:
         head.weight.copy_(torch.from_numpy(sol[:-1].T.copy()))
         head.bias.copy_(torch.from_numpy(sol[-1].copy()))
     return float(np.sqrt(((design @ sol - want) ** 2).mean()))
+
+
+def context_noised(x: torch.Tensor, level: float | torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """Frames (B, N, C, H, W) noised to ``level`` (a float, or one per frame (B, N)) as the
+    flow does; level 0 returns ``x`` itself and draws nothing."""
+    if isinstance(level, float):
+        return x if level == 0 else (1 - level) * x + level * torch.randn(x.shape, generator=g, device=g.device)
+    s = level[..., None, None, None]
+    return (1 - s) * x + s * torch.randn(x.shape, generator=g, device=g.device)
