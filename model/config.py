@@ -8,7 +8,7 @@ tokens per frame (``(bucket / patch) ** 2``), not a bigger view.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 # settings of the sampler alone: a runner may override them on trained weights
@@ -139,6 +139,16 @@ class ModelConfig:
         """Noise tensors a ``steps``-step chunk draws: one a step, one more for the commit
         when generated chunks enter the cache noised (``commit_noise``)."""
         return steps + (self.commit_noise > 0)
+
+    def with_sampler(self, settings: dict[str, Any] | None) -> ModelConfig:
+        """This config with sampler settings (``SAMPLER_FIELDS``) replaced: what may change on
+        trained weights without training."""
+        if not settings:
+            return self
+        unknown = sorted(set(settings) - set(SAMPLER_FIELDS))
+        if unknown:
+            raise ValueError(f"not sampler settings: {unknown} (these are: {', '.join(SAMPLER_FIELDS)})")
+        return replace(self, **{k: type(getattr(self, k))(v) for k, v in settings.items()})
 
     def check_bucket(self, bucket: int) -> None:
         if bucket not in self.buckets:

@@ -11,7 +11,6 @@ chunk into each slot. One thread owns a runner: it is not thread-safe.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import time
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 
 from model.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, anchor_reference, visible_share
 from model.chunk_graph import ChunkGraphs, padded
-from model.config import SAMPLER_FIELDS, ModelConfig
+from model.config import ModelConfig
 from model.dit import WorldModel
 from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
@@ -128,7 +127,7 @@ class ModelRunner:
         from its world's view unless ``start_frame`` is given (``None`` turns that off).
         ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
         CPU with bf16 matrix instructions). ``sampler`` overrides the sampler's settings that
-        the weights' config holds (``SAMPLER_FIELDS`` of ``ModelConfig``)."""
+        the weights' config holds (``ModelConfig.with_sampler``)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -139,11 +138,7 @@ class ModelRunner:
 
             kw["start_frame"] = start_frame
         model = load_model(path)
-        if sampler:
-            unknown = sorted(set(sampler) - set(SAMPLER_FIELDS))
-            if unknown:
-                raise ValueError(f"not sampler settings: {unknown} (these are: {', '.join(SAMPLER_FIELDS)})")
-            model.cfg = dataclasses.replace(model.cfg, **sampler)  # type: ignore[arg-type]
+        model.cfg = model.cfg.with_sampler(sampler)
         return cls(model, **kw)  # type: ignore[arg-type]
 
     # --- the Runner protocol ---

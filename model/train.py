@@ -593,11 +593,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--export", type=Path, default=None, help="write EMA weights here (.safetensors + .json)")
     ap.add_argument("--export-only", action="store_true", help="export the checkpoint in --out to --export and stop")
+    ap.add_argument("--sampler", type=json.loads, default=None,
+                    help='with --export-only: JSON of sampler settings for the exported config, e.g. \'{"sampler_eta": 0}\'')
     args = ap.parse_args(argv)
     if args.export_only:
         if args.export is None:
             ap.error("--export-only needs --export")
-        print(export_checkpoint(Path(args.out), args.export))
+        print(export_checkpoint(Path(args.out), args.export, args.sampler))
         return
     train(TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}), args.resume, args.export)
 

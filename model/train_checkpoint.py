@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -56,13 +57,14 @@ def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.op
     return json.loads((out / "ckpt.json").read_text())
 
 
-def export_checkpoint(out: Path, dest: Path) -> Path:
-    """Write the EMA weights of the checkpoint in ``out`` as servable weights at ``dest``."""
+def export_checkpoint(out: Path, dest: Path, sampler: dict[str, Any] | None = None) -> Path:
+    """Write the EMA weights of the checkpoint in ``out`` as servable weights at ``dest``,
+    with the sampler settings in ``sampler`` (``ModelConfig.with_sampler``) in their config."""
     meta = json.loads((out / "ckpt.json").read_text())
     cfg_overrides = meta.get("model")
     tensors = load_file(str(out / "ckpt.safetensors"))
     ema_state = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
-    cfg = ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()
+    cfg = (ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()).with_sampler(sampler)
     model = WorldModel(cfg)
     load_state(model, ema_state, f"{out} ema", allow_missing=NEW_MODULES)
     if cfg.anchor_warp:  # the shift per action in closed form (its EMA lags the training term)

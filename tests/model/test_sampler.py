@@ -112,3 +112,16 @@ def test_context_noise_trains_on_the_context_as_a_noised_cache_holds_it() -> Non
     assert (seen[0][1][:, :n] == 0).all()  # off by default: the context is clean
     clean = seen[0][0][:, :n]  # the same rollout, not noised
     assert torch.equal(clean[:, 0], x[:, 0]) and not torch.equal(clean[:, 1:], x[:, 1:])
+
+
+def test_an_export_can_choose_the_served_sampler(tmp_path: Path) -> None:
+    from model.train import export_checkpoint, train
+    from tests.model.test_train import _config
+
+    train(_config(tmp_path, 2, rollout_after=1000), resume=False, export=None)
+    path = export_checkpoint(tmp_path, tmp_path / "w", {"sampler_eta": 0})
+    runner = ModelRunner.from_pretrained(path)
+    assert runner.cfg.sampler_eta == 0.0 and isinstance(runner.cfg.sampler_eta, float)
+    assert runner.cfg.width == TINY["width"]  # the trained config otherwise
+    with pytest.raises(ValueError, match="not sampler settings"):
+        export_checkpoint(tmp_path, tmp_path / "bad", {"depth": 3})
