@@ -233,6 +233,11 @@ ANCHOR_START = -6.0  # initial anchor mix logit: sigmoid(-6) = 0.25 % of each pi
 _LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
 
 
+def noised(x: torch.Tensor, level: float | torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``x`` at noise ``level`` of the flow (a float, or a tensor that broadcasts over ``x``)."""
+    return (1 - level) * x + level * noise
+
+
 def next_noisy(
     cfg: ModelConfig, x: torch.Tensor, x0: torch.Tensor, t: float, nxt: float, fresh: torch.Tensor,
 ) -> torch.Tensor:
@@ -498,7 +503,7 @@ class WorldModel(nn.Module):
         pixels = self.decode(x0)
         clean = self.encode(pixels).to(dtype)
         s = inp.levels[-1]
-        committed = (1 - s) * clean + s * noise(len(levels)) if s > 0 else clean
+        committed = noised(clean, s, noise(len(levels))) if s > 0 else clean
         k, v = self.commit_step(committed, inp, ctx)
         return pixels, clean, k, v
 

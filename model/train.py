@@ -59,7 +59,7 @@ from safetensors import safe_open
 from model.anchor import anchor_reference, sequence_references
 from model.config import ModelConfig
 from model.critic import Adversary
-from model.dit import WorldModel, next_noisy
+from model.dit import WorldModel, next_noisy, noised
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.texture import TextureLoss
@@ -78,6 +78,9 @@ from model.train_targets import (
     masked_mse,
     motion_loss,
     moved_frames,
+    noise_levels,
+    noised_context,
+    randn,
     shift_targets,
     weather_mask,
 )
@@ -142,21 +145,6 @@ def positions(length: int, far: bool, cfg: ModelConfig) -> list[int]:
         return list(range(length))
     offset = cfg.sink_frames + cfg.window_frames + 50
     return [0, *range(offset, offset + length - 1)]
-
-
-def noise_levels(shape: tuple[int, ...], cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
-    """Half from the sampler's schedules (every step count), half uniform in (0, 1]."""
-    dev = g.device
-    sched = torch.tensor(sorted({t for n in range(cfg.min_steps, cfg.denoising_steps + 1)
-                                 for t in cfg.noise_levels(n)}), device=dev)
-    pick = sched[torch.randint(len(sched), shape, generator=g, device=dev)]
-    uni = torch.rand(shape, generator=g, device=dev).clamp_min(0.02)
-    return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, pick, uni)
-
-
-def randn(shape: torch.Size | tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    """Standard normal noise on the generator's device."""
-    return torch.randn(shape, generator=g, device=g.device)
 
 
 # ---------------------------------------------------------------------------- self-rollout
@@ -288,13 +276,8 @@ def train_step(
         shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])
         x, stats["carried"] = carry_targets(x, prev, ctx_prev[:, :, : cfg.channels], shifts)
     t = noise_levels((b, n), cfg, g)
-    eps = randn(x.shape, g)
-    noisy = (1 - t)[..., None, None, None] * x + t[..., None, None, None] * eps
-    ctx_level, ctx_in = t.new_zeros(b, n), ctx_frames
-    if context_noise > 0:  # the context as the cache holds it at inference: noised (never the sink)
-        ctx_level = torch.rand((b, n), generator=g, device=dev) * context_noise
-        ctx_level[:, 0] = 0.0
-        ctx_in = context_noised(ctx_frames, ctx_level, g)
+    noisy = noised(x, t[..., None, None, None], randn(x.shape, g))
+    ctx_in, ctx_level = noised_context(ctx_frames, context_noise, g)
     seq = torch.cat((ctx_in, noisy), 1)
     seq_prev = torch.cat((ctx_prev, ctx_prev), 1)
     seq_noise = torch.cat((ctx_level, t), 1)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from model.config import ModelConfig
+from model.dit import noised
 from model.world import ATTRIBUTES, expected_shift
 
 
@@ -212,10 +214,33 @@ def fit_shift_head(model: torch.nn.Module) -> float:
     return float(np.sqrt(((design @ sol - want) ** 2).mean()))
 
 
-def context_noised(x: torch.Tensor, level: float | torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """Frames (B, N, C, H, W) noised to ``level`` (a float, or one per frame (B, N)) as the
-    flow does; level 0 returns ``x`` itself and draws nothing."""
-    if isinstance(level, float):
-        return x if level == 0 else (1 - level) * x + level * torch.randn(x.shape, generator=g, device=g.device)
-    s = level[..., None, None, None]
-    return (1 - s) * x + s * torch.randn(x.shape, generator=g, device=g.device)
+def noise_levels(shape: tuple[int, ...], cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
+    """Half from the sampler's schedules (every step count), half uniform in (0, 1]."""
+    dev = g.device
+    sched = torch.tensor(sorted({t for n in range(cfg.min_steps, cfg.denoising_steps + 1)
+                                 for t in cfg.noise_levels(n)}), device=dev)
+    pick = sched[torch.randint(len(sched), shape, generator=g, device=dev)]
+    uni = torch.rand(shape, generator=g, device=dev).clamp_min(0.02)
+    return torch.where(torch.rand(shape, generator=g, device=dev) < 0.5, pick, uni)
+
+
+def randn(shape: torch.Size | tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Standard normal noise on the generator's device."""
+    return torch.randn(shape, generator=g, device=g.device)
+
+
+def context_noised(x: torch.Tensor, level: float, g: torch.Generator) -> torch.Tensor:
+    """Frames (B, N, C, H, W) noised to ``level``; level 0 returns ``x`` itself and draws nothing."""
+    return x if level == 0 else noised(x, level, randn(x.shape, g))
+
+
+def noised_context(frames: torch.Tensor, context_noise: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The context (B, N, C, H, W) as a cache of noised commits holds it, and its levels
+    (B, N): uniform in [0, context_noise) after the sink, which stays clean. Off (0): the
+    frames themselves at level 0, nothing drawn."""
+    b, n = frames.shape[:2]
+    if context_noise <= 0:
+        return frames, frames.new_zeros(b, n)
+    level = torch.rand((b, n), generator=g, device=g.device) * context_noise
+    level[:, 0] = 0.0
+    return noised(frames, level[..., None, None, None], randn(frames.shape, g)), level
