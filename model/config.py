@@ -48,6 +48,7 @@ class ModelConfig:
     motion_layers: int = 1  # 2: a second kernel per token and a per-pixel mix (things moving on their own)
     anchor_warp: bool = False  # also copy from an anchor frame moved by the accumulated camera shift (model/anchor.py)
     refine_channels: int = 0  # > 0: a pixel-level refiner of that width after the head (model/refine.py)
+    recall_patch: int = 0  # > 0: new pixels at the view's edge copied from a drawn sink window this wide (model/recall.py)
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -87,6 +88,10 @@ class ModelConfig:
             raise ValueError(f"motion_layers must be 1 or 2, got {self.motion_layers}")
         if self.refine_channels < 0:
             raise ValueError(f"refine_channels must be >= 0 (0: no refiner), got {self.refine_channels}")
+        if self.recall_patch < 0 or (self.recall_patch and self.patch % self.recall_patch):
+            raise ValueError(f"recall_patch {self.recall_patch} must be 0 (off) or divide patch {self.patch}")
+        if self.recall_patch and not self.anchor_warp:
+            raise ValueError("recall_patch needs anchor_warp: it finds new pixels by the model's camera shift")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 
@@ -136,9 +141,10 @@ class ModelConfig:
         return tuple((n - i) / n for i in range(n))
 
     def noise_draws(self, steps: int) -> int:
-        """Noise tensors a ``steps``-step chunk draws: one a step, one more for the commit
-        when generated chunks enter the cache noised (``commit_noise``)."""
-        return steps + (self.commit_noise > 0)
+        """Noise tensors a ``steps``-step chunk draws: one a step, one for recall's choices
+        (``recall_patch``), one for the commit when generated chunks enter the cache noised
+        (``commit_noise``)."""
+        return steps + (self.recall_patch > 0) + (self.commit_noise > 0)
 
     def with_sampler(self, settings: dict[str, Any] | None) -> ModelConfig:
         """This config with sampler settings (``SAMPLER_FIELDS``) replaced: what may change on

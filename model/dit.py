@@ -39,8 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import recall
 from model.attention import attend
 from model.config import ModelConfig
+from model.recall import Recall, draw
 from model.refine import PixelRefiner
 from model.rope import Rope, RopeTables
 from model.warp import shift_warp
@@ -293,6 +295,8 @@ class WorldModel(nn.Module):
             self.shift_head = nn.Linear(cfg.action_dim, 2)
         if cfg.refine_channels:  # one for every bucket: it works in pixels, whatever the grid
             self.refiner = PixelRefiner(c, cfg.refine_channels)
+        if cfg.recall_patch:  # likewise: its sub-patches are the same pixels at every bucket
+            self.recall = Recall(w, c, p, cfg.recall_patch)
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -326,6 +330,8 @@ class WorldModel(nn.Module):
                     head.bias[2 * taps :] = DRIFT_START
         if self.cfg.refine_channels:
             self.refiner.reset_parameters()
+        if self.cfg.recall_patch:
+            self.recall.reset_parameters()
 
     # --- pieces shared by every path ---
 
@@ -378,17 +384,20 @@ class WorldModel(nn.Module):
     def _head(
         self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, prev: torch.Tensor,
         prior: torch.Tensor, noisy: torch.Tensor, level: torch.Tensor | float,
-        kernels: list[torch.Tensor] | None = None,
+        kernels: list[torch.Tensor] | None = None, feats: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Final tokens -> clean-frame guess (B, F, C, H, W); ``noisy`` (B, F, C, H, W) the
         frames at noise ``level`` (a float, or (B, F)) that the guess is for (the refiner's
         input). ``kernels``, if given, receives the motion kernels (B*F, gh, gw, 2, taps), y
-        then x, softmax over the offsets."""
+        then x, softmax over the offsets; ``feats`` the modulated final tokens (B, F*T, W),
+        what recall's queries read."""
         cfg, p = self.cfg, self.cfg.patch
         ch = cfg.channels
         b, f, _, h, w = prev.shape
         g, r = h // p, cfg.radius(h)
         normed = modulate(self.final_norm(x), shift, scale, f)
+        if feats is not None:
+            feats.append(normed)
         out = self.heads[f"b{h}"](normed)  # (B, F*T, O)
         resid = unpatchify(out[..., : ch * p * p], f, ch, p, g)
         taps = 2 * r + 1
@@ -453,8 +462,12 @@ class WorldModel(nn.Module):
             inp.base.reshape(-1, inp.base.shape[-1]), patchify(x, p).flatten(0, 1), stem.weight[:, : c * p * p].t()
         ).view_as(inp.base)
 
-    def denoise_step(self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext) -> torch.Tensor:
-        """One denoising forward: noisy chunk (B, F, C, H, W) at ``inp.levels[level]`` -> x0 guess."""
+    def denoise_step(
+        self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext,
+        feats: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """One denoising forward: noisy chunk (B, F, C, H, W) at ``inp.levels[level]`` -> x0
+        guess (``feats`` as in ``_head``)."""
         f = x.shape[1]
         tokens = self._tokens(x, inp)
         rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype, tokens.device)
@@ -462,7 +475,17 @@ class WorldModel(nn.Module):
             tokens, _, _ = blk(
                 tokens, inp.mods[level][i], f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask
             )
-        return self._head(tokens, *inp.final[level], inp.prev, inp.prior, x, inp.levels[level])
+        return self._head(tokens, *inp.final[level], inp.prev, inp.prior, x, inp.levels[level], feats=feats)
+
+    def recall_new(
+        self, x0: torch.Tensor, tokens: torch.Tensor, new: torch.Tensor, sink: torch.Tensor, u: torch.Tensor,
+    ) -> torch.Tensor:
+        """``recall_patch`` models: the guesses x0 (N, C, H, W) with their ``new`` pixels (N,
+        1, H, W) copied from windows of ``sink`` (N, C, H, W) drawn by the uniforms u (N, S)
+        (``model/recall.py``); ``tokens`` the last step's ``feats``, (N, T, W)."""
+        cand = self.recall.candidates(sink)
+        idx = draw(self.recall.logits(tokens, x0, new, cand), u)
+        return self.recall.paste(x0, new, cand, idx)
 
     def commit_step(self, x: torch.Tensor, inp: ChunkInputs, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
         """The chunk at the commit level, the last of ``inp.levels`` (0.0: clean; else
@@ -485,25 +508,41 @@ class WorldModel(nn.Module):
 
     def sample_chunk(
         self, inp: ChunkInputs, ctx: ChunkContext, noise: Callable[[int], torch.Tensor],
-        dtype: torch.dtype,
+        dtype: torch.dtype, sink: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The few-step sampler and the commit pass of one chunk: ``inp`` prepared for the
         step levels then the commit level (``cfg.commit_noise``); ``noise(i)`` the noise of
-        step ``i`` (``next_noisy``), then of the commit if its level is above 0, asked for in
-        order.
+        step ``i`` (``next_noisy``), then of recall's draw (``recall_patch`` models), then of
+        the commit if its level is above 0, asked for in order. ``sink``: recall's source,
+        each session's sink frame (B, C, H, W) and whether it may be drawn from (B,) bool (a
+        prompt change makes its colours stale); without it nothing is recalled.
         Returns pixels uint8 (B, F, H, W, 3) (what the client sees), the clean chunk decoded
         and re-encoded in ``dtype`` (exactly what the model conditions on next), and the
         chunk's keys, values (L, B, F*T, H, D) for the cache."""
         levels, cfg = inp.levels[:-1], self.cfg
         x = x0 = noise(0)
+        feats: list[torch.Tensor] = []
         for i in range(len(levels)):
-            x0 = self.denoise_step(x, inp, i, ctx).clamp(-1, 1)
+            x0 = self.denoise_step(x, inp, i, ctx, feats if i + 1 == len(levels) else None).clamp(-1, 1)
             if i + 1 < len(levels):
                 x = next_noisy(cfg, x, x0, levels[i], levels[i + 1], noise(i + 1))
+        draws = len(levels)
+        if cfg.recall_patch:
+            u = recall.uniforms(noise(draws).flatten(0, 1), cfg.recall_patch)
+            draws += 1
+            if sink is not None:
+                b, f, _, h, _ = x0.shape
+                frames, ok = sink
+                shift = self.camera_shift(clamped_actions(cfg, inp.actions), h).flatten(0, 1)
+                new = recall.new_pixels(shift, h) & ok.repeat_interleave(f)[:, None, None, None]
+                x0 = self.recall_new(
+                    x0.flatten(0, 1), feats[0].view(b * f, -1, feats[0].shape[-1]), new,
+                    frames.repeat_interleave(f, 0), u,
+                ).view_as(x0)
         pixels = self.decode(x0)
         clean = self.encode(pixels).to(dtype)
         s = inp.levels[-1]
-        committed = noised(clean, s, noise(len(levels))) if s > 0 else clean
+        committed = noised(clean, s, noise(draws)) if s > 0 else clean
         k, v = self.commit_step(committed, inp, ctx)
         return pixels, clean, k, v
 
@@ -528,6 +567,7 @@ class WorldModel(nn.Module):
         self, x: torch.Tensor, prev: torch.Tensor, noise: torch.Tensor, actions: torch.Tensor,
         scene: torch.Tensor, frame_pos: torch.Tensor, noisy: torch.Tensor,
         return_kv: bool = False, kernels: list[torch.Tensor] | None = None,
+        feats: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """All N frames of a sequence in one pass with the block-causal mask.
 
@@ -536,7 +576,7 @@ class WorldModel(nn.Module):
         generation query: it sees the clean context of its chunk's window and the noisy
         frames of its own chunk, and nothing attends to it (see ``sequence_mask``).
         Returns x0 guesses (B, N, C, H, W) and, if asked, keys/values (L, B, N*T, H, D);
-        ``kernels`` receives the motion kernels (see ``_head``).
+        ``kernels`` receives the motion kernels, ``feats`` the final tokens (see ``_head``).
         """
         n, h = x.shape[1], x.shape[3]
         cfg = self.cfg
@@ -558,7 +598,7 @@ class WorldModel(nn.Module):
                 ks.append(k)
                 vs.append(v)
         shift, scale = self.final_ada(c).chunk(2, -1)
-        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), x, noise, kernels)
+        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), x, noise, kernels, feats)
         return out, ((torch.stack(ks), torch.stack(vs)) if return_kv else None)
 
     @staticmethod
@@ -570,6 +610,12 @@ class WorldModel(nn.Module):
     def encode(frames: torch.Tensor) -> torch.Tensor:
         """uint8 (..., H, W, C) -> floats (..., C, H, W) in [-1, 1] (observations, training)."""
         return frames.movedim(-1, -3).float() / 127.5 - 1.0
+
+
+def clamped_actions(cfg: ModelConfig, actions: torch.Tensor) -> torch.Tensor:
+    """Actions (..., A) inside the ranges training saw: keys in [0, 1], mouse in [-1, 1]."""
+    nk = cfg.num_keys
+    return torch.cat((actions[..., :nk].clamp(0, 1), actions[..., nk:].clamp(-1, 1)), -1)
 
 
 def sequence_mask(cfg: ModelConfig, pos: torch.Tensor, noisy: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from model.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, anchor_reference, visible_share
 from model.chunk_graph import ChunkGraphs, padded
 from model.config import ModelConfig
-from model.dit import WorldModel
+from model.dit import WorldModel, clamped_actions
 from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
@@ -77,6 +77,7 @@ class SessionSlot:
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
     anchor_wait: int = 1
     anchor_age: int = 0  # frames generated since the anchor
+    sink_scene: str | None = None  # the scene the sink frame shows (recall draws from it only under that scene)
 
 
 class ModelRunner:
@@ -257,6 +258,7 @@ class ModelRunner:
             raise ValueError(f"snapshot holds {n} frames ({st.sink_count} sinks), more than the cache")
         s.frame_index = st.frame_index
         s.sinks = [f for f in st.frames[: st.sink_count]]
+        s.sink_scene = st.scene if st.sink_count else None  # a snapshot keeps no older scene
         s.window.extend(st.frames[st.sink_count :])
         if st.rng.size == s.gen.get_state().numel():
             s.gen.set_state(torch.from_numpy(np.ascontiguousarray(st.rng, dtype=np.uint8)))
@@ -347,10 +349,21 @@ class ModelRunner:
         levels = cfg.noise_levels(steps)
         inp = model.prepare_chunk(prev, actions, scene, [*levels, cfg.commit_noise])  # shared by every forward
         shape = (fc, c, bucket, bucket)
-        pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype)
+        pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype,
+                                                 self._recall_sources(states, bucket))
         frames = pixels.cpu().numpy()
         self._advance(states, clean, frames, k, v, offsets)
         return frames
+
+    def _recall_sources(self, states: list[SessionSlot], bucket: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Each session's sink frame (B, C, H, W) and whether recall may draw from it (B,):
+        it exists and shows the session's current scene (``recall_patch`` models only)."""
+        if not self.cfg.recall_patch:
+            return None
+        ok = [bool(s.sinks) and s.sink_scene == s.scene_text for s in states]
+        blank = np.zeros((bucket, bucket, 3), np.uint8)
+        frames = self._encode(np.stack([s.sinks[0] if s.sinks else blank for s in states]))
+        return frames, torch.tensor(ok, device=self.device)
 
     def _prev_inputs(self, states: list[SessionSlot], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The chunk's ``prev`` input (B, F, prev_channels, H, W) and, for ``anchor_warp``
@@ -361,8 +374,7 @@ class ModelRunner:
         prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, *states[0].prev.shape)
         if not cfg.anchor_warp:
             return prev, None
-        nk = cfg.num_keys
-        clipped = torch.cat((actions[..., :nk].clamp(0, 1), actions[..., nk:].clamp(-1, 1)), -1)
+        clipped = clamped_actions(cfg, actions)
         zero = torch.zeros(2, device=self.device)
         start = torch.stack([zero if s.offset is None else s.offset for s in states])  # (B, 2)
         offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
@@ -388,6 +400,8 @@ class ModelRunner:
     def _graphable(self, states: list[SessionSlot]) -> bool:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
         frames (its own queries and keys take no time rotation)."""
+        if self.cfg.recall_patch:  # recall's draw is not part of a captured chunk
+            return False
         return self.cfg.frames_per_chunk == 1 and all(s.frame_index >= self.cfg.sink_frames for s in states)
 
     def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot]) -> np.ndarray:
@@ -447,6 +461,7 @@ class ModelRunner:
             for f in range(fc):
                 if s.frame_index < s_max:
                     s.sinks.append(frames[i, f])
+                    s.sink_scene = s.scene_text
                 else:
                     s.window.append(frames[i, f])
                 s.frame_index += 1

@@ -81,6 +81,7 @@ from model.train_targets import (
     noise_levels,
     noised_context,
     randn,
+    recall_term,
     shift_targets,
     weather_mask,
 )
@@ -122,6 +123,7 @@ class TrainConfig:
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
     texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``model/texture.py``)
     context_noise: float = 0.0  # context frames noised up to this level (serve with ModelConfig.commit_noise)
+    recall_weight: float = 1.0  # recall's cross-entropy (``recall_patch`` models, ``model/recall.py``)
     bank_share: float = 0.0  # steps that train on the model's own long rollouts (``model/train_bank.py``)
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
@@ -203,6 +205,7 @@ def train_step(
     motion_weathers: tuple[str, ...] = (), carry: bool = False,
     adversary: Adversary | None = None, adv_weight: float = 0.0,
     texture: TextureLoss | None = None, texture_weight: float = 0.0, context_noise: float = 0.0,
+    recall_weight: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -225,7 +228,8 @@ def train_step(
     statistics against the renderer's frames, at ``texture_weight``, with the critic's reach.
     ``context_noise``: the context frames after the sink enter at noise levels uniform in
     [0, context_noise) (the model is told each), as the cache holds chunks committed at
-    ``cfg.commit_noise``."""
+    ``cfg.commit_noise``. ``recall_weight``: recall's cross-entropy (``recall_patch`` models,
+    ``train_targets.recall_term``)."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
@@ -286,8 +290,9 @@ def train_step(
     seq_pos = torch.tensor(pos + pos)
     flags = torch.cat((torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)))
     kernels: list[torch.Tensor] | None = [] if motion_weight > 0 else None
+    feats: list[torch.Tensor] | None = [] if cfg.recall_patch and recall_weight > 0 else None
     out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags,
-                                    kernels=kernels)
+                                    kernels=kernels, feats=feats)
     pred = out[:, n:]
     if pix_weight is None:
         loss = F.mse_loss(pred, x)
@@ -320,6 +325,11 @@ def train_step(
         stats["adv"] = adv.detach()
         if adv_weight > 0:
             loss = loss + adv_weight * adv
+    if feats:  # recall: which sink window continues the view where the camera brings in new ground
+        tokens = feats[0].view(b, 2 * n, -1, feats[0].shape[-1])[:, n:]
+        rec = recall_term(model, tokens, pred, real, batch["actions"], batch["scenes"])
+        stats["recall"] = rec.detach()
+        loss = loss + recall_weight * rec
     if cfg.anchor_warp:  # the model's own camera shift per action, for serving's references
         base = cfg.base_bucket
         want = put(camera_shifts(batch["actions"], base).astype(np.float32))
@@ -475,7 +485,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
                                       tc.rollout_lead, tc.motion_weathers, carry, adversary,
                                       adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight,
-                                      tc.context_noise)
+                                      tc.context_noise, tc.recall_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -545,6 +555,7 @@ OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "adv_warmup": "steps the critic trains alone, then as many ramping the term in",
     "texture_weight": "feature statistics of the x0 guesses against the renderer's frames (0: off)",
     "context_noise": "context frames after the sink noised up to this level (serve with commit_noise)",
+    "recall_weight": "recall's cross-entropy (models with recall_patch)",
     "bank_share": "share of steps on the model's own long rollouts (carried ground + critic)",
     "bank_life": "frames a bank session lives at most",
     "bank_advance": "frames every bank session moves on per training step",

@@ -244,3 +244,28 @@ def noised_context(frames: torch.Tensor, context_noise: float, g: torch.Generato
     level = torch.rand((b, n), generator=g, device=g.device) * context_noise
     level[:, 0] = 0.0
     return noised(frames, level[..., None, None, None], randn(frames.shape, g)), level
+
+
+def recall_term(
+    model: torch.nn.Module, tokens: torch.Tensor, pred: torch.Tensor, real: torch.Tensor,
+    actions: np.ndarray, scenes: np.ndarray,
+) -> torch.Tensor:
+    """Recall's cross-entropy (``model/recall.py``) over a sequence's noisy frames: tokens
+    (B, N, T, W) their final tokens, pred (B, N, C, H, W) their guesses, real the renderer's
+    frames. Every sub-patch holding pixels the commanded camera shift brings into view is
+    labelled with the window of the sequence's first frame (the sink) nearest to the
+    renderer's frame there; frame 0, and frames from a prompt change on (the sink shows
+    another scene), do not count."""
+    from model.recall import new_pixels, recall_loss
+
+    rc = model.recall
+    b, n, c, h, w = real.shape
+    shifts = torch.from_numpy(camera_shifts(actions, h).astype(np.float32)).to(real.device)
+    new = new_pixels(shifts.flatten(0, 1), h)  # (B*N, 1, H, W)
+    cand = rc.candidates(real[:, :1].expand(b, n, c, h, w).flatten(0, 1))  # (B*N, K, C*s*s)
+    same = ~np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1).astype(bool)  # (B, N-1)
+    frame_ok = torch.from_numpy(np.concatenate((np.zeros((b, 1), bool), same), 1)).to(real.device)
+    weight = (rc.touched(new) & frame_ok.flatten()[:, None]).float()
+    guess = pred.detach().flatten(0, 1)
+    logits = rc.logits(tokens.flatten(0, 1), guess, new, cand)
+    return recall_loss(logits, rc.labels(real.flatten(0, 1), cand), weight)

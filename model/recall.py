@@ -1,0 +1,134 @@
+"""Recall: new terrain at the view's edge drawn from windows of the sink frame, by a choice.
+
+A clean-sample regressor draws what it cannot know as the mean of what might be there: the
+terrain entering the view comes out as flat, token-sized blocks, and a long rollout is made
+of nothing else. Recall makes that part of the frame a choice instead of an average. Every
+sub-patch (``ModelConfig.recall_patch`` pixels a side) that holds pixels the camera brings
+into view picks one window of the session's sink frame (a frame of the real world: the
+observation the epoch started from), and those pixels are copied from it:
+
+    sink frame (H, W)                      new frame (H, W), camera moving right
+    +----------------+                     +------------+---+
+    | [w0] [w1] ...  |  candidates: every  |  carried   | n |  n: pixels whose source lies
+    |   windows s x s,  stride 2 px        |  (warp,    | e |     outside the previous frame
+    |   keys  k = K(pixels)                |   anchor)  | w |     (the camera's shift)
+    +----------------+                     +------------+---+
+                                           sub-patch query q = Q_tok(token) + Q_pix(known pixels)
+                                           p(window) = softmax(q . k / sqrt(d)); one is drawn
+
+Training is classification: the label of a sub-patch is the window nearest to the renderer's
+frame there (over the whole sub-patch, so the pixels already in view weigh most: the
+choice that continues them wins), and the loss is the cross-entropy. A categorical draw
+does not average: whatever window is drawn is real terrain of this world, as sharp as the
+observation it came from. Serving draws it from the session's own noise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+STRIDE = 2  # pixels between candidate windows of the sink frame
+DIM = 64  # query / key width
+MATCH_START = 4.0  # log of the overlap term's initial scale: a mean squared difference of 0.02 scores -1.1
+
+
+def new_pixels(shift: torch.Tensor, size: int) -> torch.Tensor:
+    """Pixels the camera brings into view: shift (N, 2) the static scene's move (dy, dx) in
+    pixels this frame -> (N, 1, size, size) bool, True where the source ``(y - dy, x - dx)``
+    lies outside the previous frame (the warp can only replicate its edge there)."""
+    pos = torch.arange(size, device=shift.device, dtype=torch.float32)
+    dy, dx = shift[:, 0, None].float(), shift[:, 1, None].float()
+    rows = ((pos - dy) < 0) | ((pos - dy) > size - 1)  # (N, H)
+    cols = ((pos - dx) < 0) | ((pos - dx) > size - 1)  # (N, W)
+    return (rows[:, :, None] | cols[:, None, :])[:, None]
+
+
+def uniforms(noise: torch.Tensor, s: int) -> torch.Tensor:
+    """One uniform in (0, 1) per sub-patch from standard normal noise (N, C, H, W): its first
+    channel at each sub-patch's corner through the normal CDF -> (N, (H/s) * (W/s))."""
+    z = noise[:, 0, ::s, ::s].float().flatten(1)
+    return 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))
+
+
+class Recall(nn.Module):
+    """The query, key and choice of ``recall_patch``-sized sub-patches (one module for every
+    bucket: the sub-patch is the same number of pixels at each)."""
+
+    def __init__(self, width: int, channels: int, patch: int, sub: int):
+        super().__init__()
+        self.sub, self.per_side = sub, patch // sub
+        self.token_query = nn.Linear(width, self.per_side**2 * DIM)
+        self.pixel_query = nn.Linear((channels + 1) * sub * sub, DIM)
+        self.key = nn.Linear(channels * sub * sub, DIM)
+        self.match_scale = nn.Parameter(torch.zeros(()))  # log scale of the overlap term
+
+    def reset_parameters(self) -> None:
+        for m in (self.token_query, self.pixel_query, self.key):
+            nn.init.normal_(m.weight, std=0.02)
+            nn.init.zeros_(m.bias)
+        nn.init.constant_(self.match_scale, MATCH_START)
+
+    def candidates(self, sink: torch.Tensor) -> torch.Tensor:
+        """Every s x s window of the sink frames (N, C, H, W) at ``STRIDE`` -> (N, K, C*s*s)."""
+        return F.unfold(sink.float(), self.sub, stride=STRIDE).transpose(1, 2)
+
+    def logits(self, tokens: torch.Tensor, guess: torch.Tensor, new: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+        """Scores of every window for every sub-patch: tokens (N, T, W) the head's normed
+        tokens; guess (N, C, H, W) the frame drawn so far; new (N, 1, H, W) bool; cand
+        (N, K, C*s*s) -> (N, S, K), S sub-patches in raster order. The score is a learned
+        match (the token's and the known pixels' query against the window's key) minus,
+        scaled, the mean squared difference between the window and the pixels already in
+        view where they overlap: the window that continues the view scores high from the
+        start (texture synthesis by non-parametric sampling, Efros & Leung), and the learned
+        part adds what the scene and the tokens know."""
+        n, t, _ = tokens.shape
+        g, r = math.isqrt(t), self.per_side
+        q_tok = self.token_query(tokens.float()).view(n, g, g, r, r, DIM)
+        q_tok = q_tok.permute(0, 1, 3, 2, 4, 5).reshape(n, g * r * g * r, DIM)  # sub-patch raster order
+        known = torch.cat((guess.float() * ~new, new.float()), 1)  # what is in view, and where it is not
+        parts = F.unfold(known, self.sub, stride=self.sub).transpose(1, 2)  # (N, S, (C+1)*s*s)
+        q_pix = self.pixel_query(parts)  # (N, S, D)
+        keys = self.key(cand)  # (N, K, D)
+        learned = (q_tok + q_pix) @ keys.transpose(1, 2) / math.sqrt(DIM)
+        c = cand.shape[-1] // (self.sub * self.sub)
+        seen = (1.0 - parts[..., -self.sub * self.sub :]).repeat(1, 1, c)  # (N, S, C*s*s) 1 where in view
+        vals = parts[..., : -self.sub * self.sub]  # zero where not in view
+        # sum over the seen pixels of (v - c)^2 = sum v^2 - 2 v.c + seen.c^2
+        sq = (vals * vals).sum(-1, keepdim=True) - 2 * vals @ cand.transpose(1, 2) + seen @ (cand * cand).transpose(1, 2)
+        mse = sq / seen.sum(-1, keepdim=True).clamp_min(1.0)
+        return learned - self.match_scale.exp() * mse
+
+    def paste(self, guess: torch.Tensor, new: torch.Tensor, cand: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """``guess`` (N, C, H, W) with its new pixels copied from the chosen windows: idx
+        (N, S) one window per sub-patch."""
+        h, w = guess.shape[-2:]
+        chosen = cand.gather(1, idx[..., None].expand(-1, -1, cand.shape[-1]))  # (N, S, C*s*s)
+        drawn = F.fold(chosen.transpose(1, 2), (h, w), self.sub, stride=self.sub)
+        return torch.where(new, drawn.to(guess.dtype), guess)
+
+    def labels(self, target: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+        """The window nearest to each sub-patch of ``target`` (N, C, H, W) -> (N, S)."""
+        parts = F.unfold(target.float(), self.sub, stride=self.sub).transpose(1, 2)  # (N, S, C*s*s)
+        dist = (cand * cand).sum(-1)[:, None] - 2 * parts @ cand.transpose(1, 2)  # |a|^2 is the same for every k
+        return dist.argmin(-1)
+
+    def touched(self, new: torch.Tensor) -> torch.Tensor:
+        """(N, S) bool: sub-patches holding a new pixel."""
+        return F.max_pool2d(new.float(), self.sub).flatten(1) > 0
+
+
+def draw(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One window per sub-patch from ``softmax(logits)`` (N, S, K) by the uniforms u (N, S)."""
+    cdf = logits.float().softmax(-1).cumsum(-1)
+    return (cdf < u[..., None]).sum(-1).clamp_max(logits.shape[-1] - 1)
+
+
+def recall_loss(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy (N, S, K) against labels (N, S), averaged over the sub-patches of
+    weight 1 (N, S); 0 where none counts."""
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none").view_as(weight)
+    return (ce * weight).sum() / weight.sum().clamp_min(1.0)
