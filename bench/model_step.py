@@ -2,6 +2,7 @@
 
     python -m bench.model_step [--threads N] [--dtype auto|float32|bfloat16] [--weights PATH]
                                [--device cpu|cuda] [--cuda-graphs] [--batches 1 2 4 8 16] [--compile]
+                               [--moving]
 
 First measures this machine's matmul peak (GFLOP/s, same dtype and threads), then for each
 resolution bucket and batch size prints ms per denoising forward, frames/s with the full step
@@ -27,7 +28,7 @@ from model.dit import WorldModel
 from model.dtype import DTYPES, matmul_gflops, pick_dtype
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS, load_model
-from session.plan import ChunkWork, SessionSpec, StepPlan
+from session.plan import KEYS, ChunkWork, SessionSpec, StepPlan
 
 BATCHES = (1, 2, 4, 8, 16)
 CPU = torch.device("cpu")
@@ -60,13 +61,20 @@ def timed(fn, min_seconds: float = 0.6, min_reps: int = 3, device: torch.device 
     return (time.perf_counter() - t0) / reps
 
 
-def measure(runner: ModelRunner, bucket: int, batch: int, compiled: bool = False) -> tuple[float, float, float, float]:
+def measure(
+    runner: ModelRunner, bucket: int, batch: int, compiled: bool = False, moving: bool = False,
+) -> tuple[float, float, float, float]:
     """(seconds per denoising forward, seconds per whole chunk, FLOPs per denoising forward,
-    seconds per denoising forward compiled by ``torch.compile`` (NaN unless ``compiled``))."""
+    seconds per denoising forward compiled by ``torch.compile`` (NaN unless ``compiled``)).
+    ``moving``: the chunks' camera moves right and turns, so what the serving path does for
+    ground entering the view (recall, the canvas's writes) is in the chunk's time."""
     cfg = runner.cfg
     ids = [f"bench{i}" for i in range(batch)]
     runner.execute(StepPlan(new_sessions=[SessionSpec(s, bucket, seed=i, scene="") for i, s in enumerate(ids)]))
     actions = np.zeros((cfg.frames_per_chunk, cfg.action_dim), np.float32)
+    if moving:
+        actions[:, KEYS.index("right")] = 1.0
+        actions[:, cfg.num_keys] = 0.3
     items = [ChunkWork(s, 0, actions) for s in ids]
     try:
         with torch.inference_mode():
@@ -106,6 +114,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="time whole chunks as the runner replays them from CUDA graphs")
     ap.add_argument("--compile", action="store_true",
                     help="also time the denoising forward compiled by torch.compile (minutes of compiling)")
+    ap.add_argument("--moving", action="store_true",
+                    help="time chunks of a moving, turning camera (the edge work of recall and the canvas)")
     args = ap.parse_args(argv)
     if args.compile:
         import torch._inductor.config as inductor
@@ -139,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     for bucket in cfg.buckets:
         chunk_ms = []
         for b in args.batches:
-            t_fwd, t_chunk, flops, t_comp = measure(runner, bucket, b, args.compile)
+            t_fwd, t_chunk, flops, t_comp = measure(runner, bucket, b, args.compile, args.moving)
             fps = b * cfg.frames_per_chunk / t_chunk
             gflops = flops / t_fwd / 1e9
             throughput[bucket, b] = fps

@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-# settings of the sampler alone: a runner may override them on trained weights
-SAMPLER_FIELDS = ("denoising_steps", "renoise", "sampler_eta", "commit_noise")
+# settings of the sampler and the serving path alone: a runner may override them on trained weights
+SAMPLER_FIELDS = ("denoising_steps", "renoise", "sampler_eta", "commit_noise", "canvas_memory")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class ModelConfig:
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
     motion_layers: int = 1  # 2: a second kernel per token and a per-pixel mix (things moving on their own)
     anchor_warp: bool = False  # also copy from an anchor frame moved by the accumulated camera shift (model/anchor.py)
+    canvas_memory: bool = False  # serving: the anchor is a canvas of all ground seen, written once (model/canvas.py)
     refine_channels: int = 0  # > 0: a pixel-level refiner of that width after the head (model/refine.py)
     recall_patch: int = 0  # > 0: new pixels at the view's edge copied from a drawn sink window this wide (model/recall.py)
 
@@ -90,6 +91,8 @@ class ModelConfig:
             raise ValueError(f"refine_channels must be >= 0 (0: no refiner), got {self.refine_channels}")
         if self.recall_patch < 0 or (self.recall_patch and self.patch % self.recall_patch):
             raise ValueError(f"recall_patch {self.recall_patch} must be 0 (off) or divide patch {self.patch}")
+        if self.canvas_memory and not self.anchor_warp:
+            raise ValueError("canvas_memory needs anchor_warp: the canvas is what the anchor reference reads")
         if self.recall_patch and not self.anchor_warp:
             raise ValueError("recall_patch needs anchor_warp: it finds new pixels by the model's camera shift")
         if self.motion_radius < 0 or self.motion_radius > self.patch:

@@ -42,7 +42,7 @@ from torch import nn
 from model import recall
 from model.attention import attend
 from model.config import ModelConfig
-from model.recall import Recall, draw
+from model.recall import Recall
 from model.refine import PixelRefiner
 from model.rope import Rope, RopeTables
 from model.warp import shift_warp
@@ -477,16 +477,6 @@ class WorldModel(nn.Module):
             )
         return self._head(tokens, *inp.final[level], inp.prev, inp.prior, x, inp.levels[level], feats=feats)
 
-    def recall_new(
-        self, x0: torch.Tensor, tokens: torch.Tensor, new: torch.Tensor, sink: torch.Tensor, u: torch.Tensor,
-    ) -> torch.Tensor:
-        """``recall_patch`` models: the guesses x0 (N, C, H, W) with their ``new`` pixels (N,
-        1, H, W) copied from windows of ``sink`` (N, C, H, W) drawn by the uniforms u (N, S)
-        (``model/recall.py``); ``tokens`` the last step's ``feats``, (N, T, W)."""
-        cand = self.recall.candidates(sink)
-        idx = draw(self.recall.logits(tokens, x0, new, cand), u)
-        return self.recall.paste(x0, new, cand, idx)
-
     def commit_step(self, x: torch.Tensor, inp: ChunkInputs, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
         """The chunk at the commit level, the last of ``inp.levels`` (0.0: clean; else
         ``x`` is already noised to it) -> keys, values (L, B, F*T, H, D) for the cache."""
@@ -535,9 +525,10 @@ class WorldModel(nn.Module):
                 frames, ok = sink
                 shift = self.camera_shift(clamped_actions(cfg, inp.actions), h).flatten(0, 1)
                 new = recall.new_pixels(shift, h) & ok.repeat_interleave(f)[:, None, None, None]
-                x0 = self.recall_new(
-                    x0.flatten(0, 1), feats[0].view(b * f, -1, feats[0].shape[-1]), new,
-                    frames.repeat_interleave(f, 0), u,
+                new &= inp.prev[:, :, -1:].flatten(0, 1) <= 0.5  # not where the anchor reference shows the ground
+                x0 = self.recall.choose(
+                    feats[0].view(b * f, -1, feats[0].shape[-1]), x0.flatten(0, 1), new,
+                    self.recall.candidates(frames.repeat_interleave(f, 0)), u,
                 ).view_as(x0)
         pixels = self.decode(x0)
         clean = self.encode(pixels).to(dtype)

@@ -33,17 +33,21 @@ from torch import nn
 
 STRIDE = 2  # pixels between candidate windows of the sink frame
 DIM = 64  # query / key width
+EDGE_SLACK = 0.5  # pixels a source may lie past the previous frame's edge and still count as carried
 MATCH_START = 4.0  # log of the overlap term's initial scale: a mean squared difference of 0.02 scores -1.1
 
 
 def new_pixels(shift: torch.Tensor, size: int) -> torch.Tensor:
     """Pixels the camera brings into view: shift (N, 2) the static scene's move (dy, dx) in
     pixels this frame -> (N, 1, size, size) bool, True where the source ``(y - dy, x - dx)``
-    lies outside the previous frame (the warp can only replicate its edge there)."""
+    lies outside the previous frame by more than ``EDGE_SLACK`` (the warp can only replicate
+    its edge there; a source less far out is mostly the edge pixel itself, and a camera at
+    rest, whose estimated shift is a hair off zero, brings in nothing)."""
     pos = torch.arange(size, device=shift.device, dtype=torch.float32)
     dy, dx = shift[:, 0, None].float(), shift[:, 1, None].float()
-    rows = ((pos - dy) < 0) | ((pos - dy) > size - 1)  # (N, H)
-    cols = ((pos - dx) < 0) | ((pos - dx) > size - 1)  # (N, W)
+    lo, hi = -EDGE_SLACK, size - 1 + EDGE_SLACK
+    rows = ((pos - dy) < lo) | ((pos - dy) > hi)  # (N, H)
+    cols = ((pos - dx) < lo) | ((pos - dx) > hi)  # (N, W)
     return (rows[:, :, None] | cols[:, None, :])[:, None]
 
 
@@ -85,17 +89,42 @@ class Recall(nn.Module):
         view where they overlap: the window that continues the view scores high from the
         start (texture synthesis by non-parametric sampling, Efros & Leung), and the learned
         part adds what the scene and the tokens know."""
+        q, parts = self._queries(tokens, guess, new)
+        return self._scores(q, parts, cand)
+
+    def choose(self, tokens: torch.Tensor, guess: torch.Tensor, new: torch.Tensor, cand: torch.Tensor,
+               u: torch.Tensor) -> torch.Tensor:
+        """Serving's draw: ``guess`` with its new pixels pasted from windows drawn by the
+        uniforms u (N, S), scored as ``logits`` does but only for the sub-patches that hold
+        new pixels (at most the frame's rim), none at all when the camera is at rest."""
+        touched = self.touched(new)  # (N, S)
+        m = int(touched.sum(1).max())
+        if m == 0:
+            return guess
+        sel = torch.argsort((~touched).to(torch.uint8), dim=1, stable=True)[:, :m]  # touched ones first
+        q, parts = self._queries(tokens, guess, new)
+        q = q.gather(1, sel[..., None].expand(-1, -1, q.shape[-1]))
+        parts = parts.gather(1, sel[..., None].expand(-1, -1, parts.shape[-1]))
+        idx = torch.zeros_like(touched, dtype=torch.long).scatter_(1, sel, draw(self._scores(q, parts, cand), u.gather(1, sel)))
+        return self.paste(guess, new, cand, idx)  # rows padded in with untouched ones paste nothing
+
+    def _queries(self, tokens: torch.Tensor, guess: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every sub-patch's query (N, S, D) and its known pixels with the new-pixel mask
+        (N, S, (C+1)*s*s)."""
         n, t, _ = tokens.shape
         g, r = math.isqrt(t), self.per_side
         q_tok = self.token_query(tokens.float()).view(n, g, g, r, r, DIM)
         q_tok = q_tok.permute(0, 1, 3, 2, 4, 5).reshape(n, g * r * g * r, DIM)  # sub-patch raster order
         known = torch.cat((guess.float() * ~new, new.float()), 1)  # what is in view, and where it is not
         parts = F.unfold(known, self.sub, stride=self.sub).transpose(1, 2)  # (N, S, (C+1)*s*s)
-        q_pix = self.pixel_query(parts)  # (N, S, D)
-        keys = self.key(cand)  # (N, K, D)
-        learned = (q_tok + q_pix) @ keys.transpose(1, 2) / math.sqrt(DIM)
+        return q_tok + self.pixel_query(parts), parts
+
+    def _scores(self, q: torch.Tensor, parts: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+        """Queries (N, M, D) and known pixels (N, M, (C+1)*s*s) of M sub-patches against
+        the windows (N, K, C*s*s) -> (N, M, K)."""
+        learned = q @ self.key(cand).transpose(1, 2) / math.sqrt(DIM)
         c = cand.shape[-1] // (self.sub * self.sub)
-        seen = (1.0 - parts[..., -self.sub * self.sub :]).repeat(1, 1, c)  # (N, S, C*s*s) 1 where in view
+        seen = (1.0 - parts[..., -self.sub * self.sub :]).repeat(1, 1, c)  # (N, M, C*s*s) 1 where in view
         vals = parts[..., : -self.sub * self.sub]  # zero where not in view
         # sum over the seen pixels of (v - c)^2 = sum v^2 - 2 v.c + seen.c^2
         sq = (vals * vals).sum(-1, keepdim=True) - 2 * vals @ cand.transpose(1, 2) + seen @ (cand * cand).transpose(1, 2)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from model.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, anchor_reference, visible_share
+from model.canvas import Canvas
 from model.chunk_graph import ChunkGraphs, padded
 from model.config import ModelConfig
 from model.dit import WorldModel, clamped_actions
@@ -77,6 +78,7 @@ class SessionSlot:
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
     anchor_wait: int = 1
     anchor_age: int = 0  # frames generated since the anchor
+    canvas: Canvas | None = None  # ``canvas_memory``: the ground seen, by world position (model/canvas.py)
     sink_scene: str | None = None  # the scene the sink frame shows (recall draws from it only under that scene)
 
 
@@ -105,6 +107,8 @@ class ModelRunner:
         self.model = model.to(self.device, dtype).eval()
         if self.cfg.anchor_warp:  # summed over many frames: the shift per action stays fp32
             self.model.shift_head.float()
+        if self.cfg.recall_patch:  # small, and its choices compare pixel distances: fp32
+            self.model.recall.float()
         if self.cfg.refine_channels:  # the CPU's fast layout for convolutions (inputs follow it)
             self.model.refiner.to(memory_format=torch.channels_last)
         self.scene_encoder = scene_encoder
@@ -375,12 +379,19 @@ class ModelRunner:
         if not cfg.anchor_warp:
             return prev, None
         clipped = clamped_actions(cfg, actions)
-        zero = torch.zeros(2, device=self.device)
+        zero = torch.zeros(2, device=self.device, dtype=torch.float64 if cfg.canvas_memory else torch.float32)
         start = torch.stack([zero if s.offset is None else s.offset for s in states])  # (B, 2)
         offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
-        anchors = torch.stack([s.prev if s.anchor is None else s.anchor for s in states])
         valid = torch.tensor([s.anchor is not None for s in states], device=self.device)
-        c, h = cfg.channels, anchors.shape[-1]
+        c, h = cfg.channels, states[0].prev.shape[-1]
+        if cfg.canvas_memory:
+            blank = prev.new_zeros(c + 1, h, h)
+            ref = torch.stack([
+                torch.stack([blank if s.anchor is None or s.canvas is None else s.canvas.read(offsets[i, f], h)
+                             for f in range(fc)])
+                for i, s in enumerate(states)])
+            return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
+        anchors = torch.stack([s.prev if s.anchor is None else s.anchor for s in states])
         ref = anchor_reference(
             anchors[:, None].expand(b, fc, c, h, h).reshape(b * fc, c, h, h), offsets.reshape(b * fc, 2),
             valid[:, None].expand(b, fc).reshape(-1),
@@ -394,8 +405,13 @@ class ModelRunner:
 
     def _anchor_on(self, s: SessionSlot, frame: torch.Tensor) -> None:
         """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
-        if self.cfg.anchor_warp:
-            s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, torch.zeros(2, device=self.device), 0, 0
+        if not self.cfg.anchor_warp:
+            return
+        s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, torch.zeros(2, device=self.device), 0, 0
+        if self.cfg.canvas_memory:  # a fresh canvas holding this frame; the shift sums in float64 from here
+            s.offset = s.offset.double()
+            s.canvas = Canvas.blank(self.cfg.channels, frame.shape[-1], frame.dtype, self.device)
+            s.canvas.write(frame, s.offset)
 
     def _graphable(self, states: list[SessionSlot]) -> bool:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
@@ -482,6 +498,10 @@ class ModelRunner:
                     self._anchor_on(s, newest[i])
                 continue
             s.anchor_age += self.cfg.frames_per_chunk
+            if s.canvas is not None:  # the canvas keeps what it has and learns what is new
+                s.canvas.write(newest[i], offsets[i])
+                s.offset = offsets[i]
+                continue
             if s.anchor_age >= REANCHOR_FRAMES:
                 self._anchor_on(s, newest[i])
                 continue

@@ -33,10 +33,10 @@ def test_recall_needs_the_anchor_and_a_divisor_of_the_patch() -> None:
 
 
 def test_new_pixels_are_those_whose_source_lies_outside_the_previous_frame() -> None:
-    new = new_pixels(torch.tensor([[0.0, 0.0], [0.0, 2.0], [-1.5, 0.0], [3.0, -2.0]]), 8)[:, 0]
-    assert not new[0].any()
+    new = new_pixels(torch.tensor([[0.0, 0.0], [0.0, 2.0], [-1.6, 0.0], [3.0, -2.0], [1e-3, -0.4]]), 8)[:, 0]
+    assert not new[0].any() and not new[4].any()  # at rest, or a hair off it: nothing new
     assert new[1, :, :2].all() and not new[1, :, 2:].any()  # scene moves right: new at the left
-    assert new[2, 6:].all() and not new[2, :6].any()  # 1.5 px up: two rows, one of them in part
+    assert new[2, 6:].all() and not new[2, :6].any()  # 1.6 px up: two rows, one of them mostly
     want = torch.zeros(8, 8, dtype=torch.bool)
     want[:3], want[:, 6:] = True, True
     assert torch.equal(new[3], want)
