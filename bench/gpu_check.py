@@ -32,12 +32,11 @@ import torch
 
 from bench import model_step
 from model.attention import flash_available
-from model.config import ModelConfig
 from model.consistency import cached_vs_full
 from model.dit import WorldModel
 from model.kv_cache import KVCachePool
 from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS, load_model
+from model.weights import DEFAULT_WEIGHTS
 from session.plan import Batch, ChunkWork, SessionSpec, StepPlan
 
 
@@ -128,7 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.backends.cudnn.allow_tf32 = False
     print(f"gpu: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, "
           f"flash-attn {'installed' if flash_available(dev) else 'not installed (SDPA)'}")
-    load = lambda: load_model(args.weights) if args.weights.exists() else WorldModel(ModelConfig())  # noqa: E731
+    try:
+        model_step.weights_or_init(args.weights)
+    except FileNotFoundError as exc:
+        ap.error(str(exc))
+    load = lambda: model_step.weights_or_init(args.weights)[0]  # noqa: E731
 
     gpu32 = load().to(dev)
     kv = cached_vs_full(gpu32, n_chunks=gpu32.cfg.cache_frames + 4, bucket=64)

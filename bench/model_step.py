@@ -103,6 +103,19 @@ def measure(
     return t_fwd, t_chunk, float(counter.get_total_flops()), t_comp
 
 
+def weights_or_init(weights: Path) -> tuple[WorldModel, str]:
+    """The model at ``weights`` (with or without the ``.safetensors`` suffix) and its name;
+    a randomly initialised default model only where the default weights are absent (a
+    checkout without them). Named weights that are not there are an error, never a
+    silent random model."""
+    path = Path(weights).with_suffix(".safetensors")
+    if path.exists():
+        return load_model(path), str(path)
+    if path == DEFAULT_WEIGHTS.with_suffix(".safetensors"):
+        return WorldModel(ModelConfig()), "random init (no weights file)"
+    raise FileNotFoundError(f"no weights at {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -126,10 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     dtype = pick_dtype(args.dtype, device=device)
-    if args.weights.exists():
-        model, source = load_model(args.weights), str(args.weights)
-    else:
-        model, source = WorldModel(ModelConfig()), "random init (no weights file)"
+    try:
+        model, source = weights_or_init(args.weights)
+    except FileNotFoundError as exc:
+        ap.error(str(exc))
     cfg = model.cfg
     params = sum(p.numel() for p in model.parameters())
     peak = matmul_peak(dtype, device=device)
