@@ -18,11 +18,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from model.config import ModelConfig
+
 REANCHOR_SHARE = 0.25  # re-anchor on the newest frame when less of the anchor than this stays in view
 # ... and once the anchor is this many frames old: training shows the model anchors at most
 # 15 frames back (16-frame sequences); an older one drifts apart from the view it has made
 # since, and the per-pixel mix flickers between the two
 REANCHOR_FRAMES = 64
+
+
+def clamped_actions(cfg: ModelConfig, actions: torch.Tensor) -> torch.Tensor:
+    """Actions (..., A) inside the ranges training saw, as the camera shift is estimated for
+    them: keys in [0, 1], mouse in [-1, 1]."""
+    nk = cfg.num_keys
+    return torch.cat((actions[..., :nk].clamp(0, 1), actions[..., nk:].clamp(-1, 1)), -1)
 
 
 def anchor_reference(anchor: torch.Tensor, offset: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:

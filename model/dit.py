@@ -39,10 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import recall
+from model.anchor import clamped_actions
 from model.attention import attend
 from model.config import ModelConfig
-from model.recall import Recall
+from model.flow import level_tensor, next_noisy, noised
+from model.recall import Recall, uniforms
 from model.refine import PixelRefiner
 from model.rope import Rope, RopeTables
 from model.warp import shift_warp
@@ -232,36 +233,6 @@ def unpatchify(x: torch.Tensor, frames: int, c: int, p: int, g: int) -> torch.Te
 DRIFT_START = 2.0  # initial mix logit: sigmoid(2) = 0.88 of each pixel from the camera-moved frame
 ANCHOR_START = -6.0  # initial anchor mix logit: sigmoid(-6) = 0.25 % of each pixel from the anchor
 
-_LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
-
-
-def noised(x: torch.Tensor, level: float | torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """``x`` at noise ``level`` of the flow (a float, or a tensor that broadcasts over ``x``)."""
-    return (1 - level) * x + level * noise
-
-
-def next_noisy(
-    cfg: ModelConfig, x: torch.Tensor, x0: torch.Tensor, t: float, nxt: float, fresh: torch.Tensor,
-) -> torch.Tensor:
-    """The sampler's input at level ``nxt`` from the step at ``t`` (input ``x``, guess ``x0``):
-    the guess noised again, with noise that is ``cfg.sampler_eta`` fresh (``fresh``) and the
-    rest the noise ``x`` holds by the guess, scaled by ``cfg.renoise``. eta 1 is the few-step
-    sampler that every schedule trains; eta 0 is the deterministic Euler step of the flow."""
-    eta = cfg.sampler_eta
-    noise = fresh if eta == 1.0 else (1 - eta * eta) ** 0.5 * (x - (1 - t) * x0) / t + eta * fresh
-    return (1 - nxt) * x0 + (nxt * cfg.renoise) * noise
-
-
-def _level_tensor(levels: tuple[float, ...], device: torch.device) -> torch.Tensor:
-    """The noise levels as a tensor on ``device``, made once: no host-to-device copy per
-    chunk, which is also what lets a CUDA graph capture ``prepare_chunk``."""
-    key = (levels, device)
-    if key not in _LEVELS:
-        with torch.inference_mode(False):  # a normal tensor: training reads it too
-            _LEVELS[key] = torch.tensor(levels, device=device)
-    return _LEVELS[key]
-
-
 class WorldModel(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -445,7 +416,7 @@ class WorldModel(nn.Module):
         t = base.shape[1] // f
         base = (base.view(b, f, t, -1) + self._frame_tokens(actions, scene)[:, :, None]).view(b, f * t, -1)
         levels = tuple(float(v) for v in levels)
-        noise = _level_tensor(levels, prev.device)[:, None, None].expand(len(levels), b, f)
+        noise = level_tensor(levels, prev.device)[:, None, None].expand(len(levels), b, f)
         cond = self._conditioning(noise, actions[None], scene[None])  # (S, B, F, W)
         per_block = [blk.modulation(cond) for blk in self.blocks]  # [block][6] (S, B, F, W)
         mods = [[tuple(m[i] for m in blk) for blk in per_block] for i in range(len(levels))]
@@ -518,18 +489,11 @@ class WorldModel(nn.Module):
                 x = next_noisy(cfg, x, x0, levels[i], levels[i + 1], noise(i + 1))
         draws = len(levels)
         if cfg.recall_patch:
-            u = recall.uniforms(noise(draws).flatten(0, 1), cfg.recall_patch)
+            u = uniforms(noise(draws).flatten(0, 1), cfg.recall_patch)
             draws += 1
             if sink is not None:
-                b, f, _, h, _ = x0.shape
-                frames, ok = sink
-                shift = self.camera_shift(clamped_actions(cfg, inp.actions), h).flatten(0, 1)
-                new = recall.new_pixels(shift, h) & ok.repeat_interleave(f)[:, None, None, None]
-                new &= inp.prev[:, :, -1:].flatten(0, 1) <= 0.5  # not where the anchor reference shows the ground
-                x0 = self.recall.choose(
-                    feats[0].view(b * f, -1, feats[0].shape[-1]), x0.flatten(0, 1), new,
-                    self.recall.candidates(frames.repeat_interleave(f, 0)), u,
-                ).view_as(x0)
+                shift = self.camera_shift(clamped_actions(cfg, inp.actions), x0.shape[-1])
+                x0 = self.recall.fill(x0, feats[0], shift, inp.prev[:, :, -1:], *sink, u)
         pixels = self.decode(x0)
         clean = self.encode(pixels).to(dtype)
         s = inp.levels[-1]
@@ -601,12 +565,6 @@ class WorldModel(nn.Module):
     def encode(frames: torch.Tensor) -> torch.Tensor:
         """uint8 (..., H, W, C) -> floats (..., C, H, W) in [-1, 1] (observations, training)."""
         return frames.movedim(-1, -3).float() / 127.5 - 1.0
-
-
-def clamped_actions(cfg: ModelConfig, actions: torch.Tensor) -> torch.Tensor:
-    """Actions (..., A) inside the ranges training saw: keys in [0, 1], mouse in [-1, 1]."""
-    nk = cfg.num_keys
-    return torch.cat((actions[..., :nk].clamp(0, 1), actions[..., nk:].clamp(-1, 1)), -1)
 
 
 def sequence_mask(cfg: ModelConfig, pos: torch.Tensor, noisy: torch.Tensor) -> torch.Tensor:

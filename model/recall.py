@@ -92,6 +92,22 @@ class Recall(nn.Module):
         q, parts = self._queries(tokens, guess, new)
         return self._scores(q, parts, cand)
 
+    def fill(
+        self, x0: torch.Tensor, tokens: torch.Tensor, shift: torch.Tensor, shown: torch.Tensor,
+        sink: torch.Tensor, ok: torch.Tensor, u: torch.Tensor,
+    ) -> torch.Tensor:
+        """Serving's step after the last denoising forward: the guesses x0 (B, F, C, H, W)
+        with the ground the camera brings into view drawn from each session's sink frame.
+        tokens (B, F*T, W) the last forward's final tokens; shift (B, F, 2) the model's camera
+        shift; shown (B, F, 1, H, W) the anchor reference's mask (no drawing where it shows
+        the ground); sink (B, C, H, W) and ok (B,) bool, whether it may be drawn from; u
+        (B*F, S) the uniforms of the draw."""
+        b, f, _, h, _ = x0.shape
+        new = new_pixels(shift.flatten(0, 1), h) & ok.repeat_interleave(f)[:, None, None, None]
+        new &= shown.flatten(0, 1) <= 0.5
+        return self.choose(tokens.view(b * f, -1, tokens.shape[-1]), x0.flatten(0, 1), new,
+                           self.candidates(sink.repeat_interleave(f, 0)), u).view_as(x0)
+
     def choose(self, tokens: torch.Tensor, guess: torch.Tensor, new: torch.Tensor, cand: torch.Tensor,
                u: torch.Tensor) -> torch.Tensor:
         """Serving's draw: ``guess`` with its new pixels pasted from windows drawn by the

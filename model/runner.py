@@ -23,11 +23,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, anchor_reference, visible_share
+from model.anchor import (
+    REANCHOR_FRAMES,
+    REANCHOR_SHARE,
+    anchor_reference,
+    clamped_actions,
+    visible_share,
+)
 from model.canvas import Canvas
 from model.chunk_graph import ChunkGraphs, padded
 from model.config import ModelConfig
-from model.dit import WorldModel, clamped_actions
+from model.dit import WorldModel
 from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
@@ -379,10 +385,8 @@ class ModelRunner:
         if not cfg.anchor_warp:
             return prev, None
         clipped = clamped_actions(cfg, actions)
-        zero = torch.zeros(2, device=self.device, dtype=torch.float64 if cfg.canvas_memory else torch.float32)
-        start = torch.stack([zero if s.offset is None else s.offset for s in states])  # (B, 2)
+        start = torch.stack([self._no_shift() if s.offset is None else s.offset for s in states])  # (B, 2)
         offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
-        valid = torch.tensor([s.anchor is not None for s in states], device=self.device)
         c, h = cfg.channels, states[0].prev.shape[-1]
         if cfg.canvas_memory:
             blank = prev.new_zeros(c + 1, h, h)
@@ -392,6 +396,7 @@ class ModelRunner:
                 for i, s in enumerate(states)])
             return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
         anchors = torch.stack([s.prev if s.anchor is None else s.anchor for s in states])
+        valid = torch.tensor([s.anchor is not None for s in states], device=self.device)
         ref = anchor_reference(
             anchors[:, None].expand(b, fc, c, h, h).reshape(b * fc, c, h, h), offsets.reshape(b * fc, 2),
             valid[:, None].expand(b, fc).reshape(-1),
@@ -407,11 +412,15 @@ class ModelRunner:
         """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
         if not self.cfg.anchor_warp:
             return
-        s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, torch.zeros(2, device=self.device), 0, 0
-        if self.cfg.canvas_memory:  # a fresh canvas holding this frame; the shift sums in float64 from here
-            s.offset = s.offset.double()
+        s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, self._no_shift(), 0, 0
+        if self.cfg.canvas_memory:  # a fresh canvas holding this frame
             s.canvas = Canvas.blank(self.cfg.channels, frame.shape[-1], frame.dtype, self.device)
             s.canvas.write(frame, s.offset)
+
+    def _no_shift(self) -> torch.Tensor:
+        """A summed camera shift of zero (2,): float64 with the canvas, whose world positions
+        grow without bound over a session, float32 else."""
+        return torch.zeros(2, device=self.device, dtype=torch.float64 if self.cfg.canvas_memory else torch.float32)
 
     def _graphable(self, states: list[SessionSlot]) -> bool:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink

@@ -59,13 +59,15 @@ from safetensors import safe_open
 from model.anchor import anchor_reference, sequence_references
 from model.config import ModelConfig
 from model.critic import Adversary
-from model.dit import WorldModel, next_noisy, noised
+from model.dit import WorldModel
+from model.flow import next_noisy, noised
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
 from model.texture import TextureLoss
 from model.train_bank import RolloutBank
 from model.train_checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
 from model.train_data import BatchSource, DataSpec
+from model.train_optim import adv_ramp, freeze_except, hold_at_ema, lr_at, make_optimizer
 from model.train_targets import (
     anchor_offsets,
     camera_shifts,
@@ -347,59 +349,12 @@ def train_step(
 # ---------------------------------------------------------------------------- loop
 
 
-def lr_at(step: int, tc: TrainConfig, total: int, start: int = 0) -> float:
-    """Linear warm-up then cosine to 0.1 x, over steps ``start`` .. ``total``."""
-    step -= start
-    total -= start
-    if step < tc.warmup:
-        return tc.lr * (step + 1) / tc.warmup
-    frac = min(1.0, (step - tc.warmup) / max(1, total - tc.warmup))
-    return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
-
 def progress(step: int, elapsed: float, budget: float, loss: float, stats: dict[str, float]) -> None:
     frac = min(1.0, elapsed / budget)
     bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
     extra = " ".join(f"{k}={v:.4f}" for k, v in sorted(stats.items()))
     sys.stderr.write(f"\r[{bar}] step {step} {elapsed / 60:5.1f}/{budget / 60:.0f} min loss={loss:.4f} {extra}   ")
     sys.stderr.flush()
-
-
-def make_optimizer(model: WorldModel, tc: TrainConfig, fresh: frozenset[str] = frozenset()) -> torch.optim.AdamW:
-    """AdamW, no decay on biases and norms; each group's ``scale`` multiplies the scheduled
-    learning rate: ``new_module_lr_scale`` for the ``fresh`` parameters (names the checkpoint
-    being resumed lacks: a head added to trained weights has to travel far while the rest
-    only adjusts), 1 elsewhere."""
-    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
-    for name, p in model.named_parameters():  # (fresh, decayed)
-        if not p.requires_grad:
-            continue
-        groups.setdefault((name in fresh, p.dim() >= 2), []).append(p)
-    return torch.optim.AdamW(
-        [{"params": ps, "weight_decay": tc.weight_decay if decayed else 0.0,
-          "scale": tc.new_module_lr_scale if new else 1.0}
-         for (new, decayed), ps in sorted(groups.items())],
-        lr=tc.lr, betas=(0.9, 0.98),
-    )
-
-
-def freeze_except(model: WorldModel, prefixes: tuple[str, ...]) -> None:
-    """Train only the parameters named by ``prefixes``. A frozen part builds no graph, so a
-    step costs its forward and the trained part's backward."""
-    for name, p in model.named_parameters():
-        p.requires_grad_(name.startswith(prefixes))
-    if not any(p.requires_grad for p in model.parameters()):
-        raise ValueError(f"train_only {list(prefixes)} names no parameter of the model")
-
-
-def hold_at_ema(model: WorldModel, ema: WorldModel) -> None:
-    """Frozen parameters take their EMA values, the weights that are served, so the trained
-    part learns on top of those and the EMA of the frozen part stays where it is."""
-    ema_state = dict(ema.named_parameters())
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not p.requires_grad:
-                p.copy_(ema_state[name])
 
 
 def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
@@ -523,14 +478,6 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         Path(export).with_suffix(".report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k not in ("config", "model")}, indent=2))
     return report
-
-
-def adv_ramp(run_step: int, tc: TrainConfig) -> float:
-    """The adversarial term's share at this run's ``run_step``: 0 while a fresh critic learns
-    what the frames look like (``adv_warmup`` steps), then linear to 1 over as many."""
-    if tc.adv_warmup <= 0:
-        return 1.0
-    return min(1.0, max(0.0, (run_step - tc.adv_warmup) / tc.adv_warmup))
 
 
 def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer, meta: dict,

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from model.config import ModelConfig
-from model.dit import noised
+from model.flow import noised
 from model.world import ATTRIBUTES, expected_shift
 
 
@@ -148,6 +148,12 @@ def _whole_shift(d: np.ndarray, h: int, w: int) -> tuple[int, int] | None:
     return dy, dx
 
 
+def prompt_changed(scenes: np.ndarray) -> np.ndarray:
+    """(B, N-1) bool: frames 1.. of each sequence from its first prompt change on, scenes
+    (B, N, S) the frames' scene vectors."""
+    return np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1) > 0
+
+
 def carry_shifts(actions: np.ndarray, scenes: np.ndarray, pos: list[int], bucket: int) -> np.ndarray:
     """The camera shift (dy, dx) in pixels of every frame of a sequence, (B, N, 2), NaN where
     a frame must keep the truth as its target: frame 0 (nothing before it), a frame that
@@ -158,7 +164,7 @@ def carry_shifts(actions: np.ndarray, scenes: np.ndarray, pos: list[int], bucket
     for j in range(1, len(pos)):
         if pos[j] != pos[j - 1] + 1:
             shifts[:, j] = np.nan
-    changed = np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1) > 0  # (B, N-1)
+    changed = prompt_changed(scenes)
     shifts[:, 1:][changed] = np.nan
     return shifts
 
@@ -187,7 +193,7 @@ def anchor_offsets(actions: np.ndarray, scenes: np.ndarray, anchor: int, bucket:
     offsets = np.cumsum(shifts, axis=1)
     valid = np.zeros((b, n), bool)
     valid[:, anchor + 1 :] = True
-    changed = np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1) > 0  # (B, N-1)
+    changed = prompt_changed(scenes)
     valid[:, 1:] &= ~changed
     return offsets, valid
 
@@ -263,7 +269,7 @@ def recall_term(
     shifts = torch.from_numpy(camera_shifts(actions, h).astype(np.float32)).to(real.device)
     new = new_pixels(shifts.flatten(0, 1), h)  # (B*N, 1, H, W)
     cand = rc.candidates(real[:, :1].expand(b, n, c, h, w).flatten(0, 1))  # (B*N, K, C*s*s)
-    same = ~np.cumsum(np.any(scenes[:, 1:] != scenes[:, :-1], axis=-1), axis=1).astype(bool)  # (B, N-1)
+    same = ~prompt_changed(scenes)
     frame_ok = torch.from_numpy(np.concatenate((np.zeros((b, 1), bool), same), 1)).to(real.device)
     weight = (rc.touched(new) & frame_ok.flatten()[:, None]).float()
     guess = pred.detach().flatten(0, 1)
