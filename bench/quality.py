@@ -396,11 +396,12 @@ def scene_switch(runner: ModelRunner, bucket: int, episodes: int, rng: np.random
 
 def long_rollout(
     runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator,
-    strip: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    strip: list[tuple[np.ndarray, np.ndarray]] | None = None, lines: list[str] | None = None,
 ) -> dict[str, float]:
     """Move 200 frames, idle 50, repeat; compare health and sharpness with the renderer.
     ``strip``, if given, receives (renderer, model) frames of every episode at eight
-    evenly spaced moments."""
+    evenly spaced moments; ``lines`` each episode's scene and mean contrast, model and
+    renderer (which episodes the pooled contrast ratio loses)."""
     worlds = make_worlds(episodes, bucket, rng, 200)
     drv = Driver(runner, bucket)
     drv.open(np.stack([w.render(bucket) for w in worlds]), [w.scene.to_prompt() for w in worlds], seed=3)
@@ -428,8 +429,8 @@ def long_rollout(
             truth = [w.render(bucket) for w in worlds]
             if snap:
                 strip.append((np.stack(truth), frames.copy()))
-            m_con.append(np.mean([contrast(f) for f in frames]))
-            r_con.append(np.mean([contrast(f) for f in truth]))
+            m_con.append([contrast(f) for f in frames])
+            r_con.append([contrast(f) for f in truth])
             if t >= late:
                 m_sharp.append(np.mean([sharpness(f) for f in frames]))
                 r_sharp.append(np.mean([sharpness(f) for f in truth]))
@@ -455,10 +456,14 @@ def long_rollout(
         finite &= bool(torch.isfinite(runner.sessions[sid].prev).all())
     drv.close()
     ratio = float(np.mean(m_con) / max(np.mean(r_con), 1e-6))
+    if lines is not None:
+        by_ep = np.mean(m_con, 0), np.mean(r_con, 0)
+        lines += [f"  ep{i:<2} {w.scene.to_prompt()[:40]:<40} contrast model / renderer {m:5.1f} / {r:5.1f}"
+                  for i, (w, m, r) in enumerate(zip(worlds, *by_ep, strict=True))]
     return {
         "finite": float(finite),
         "contrast_ratio": ratio,
-        "contrast_min_ratio": float(np.min(np.asarray(m_con) / np.maximum(np.asarray(r_con), 1e-6))),
+        "contrast_min_ratio": float(np.min(np.mean(m_con, 1) / np.maximum(np.mean(r_con, 1), 1e-6))),
         "moving_diff": float(np.mean(diff_move)),
         "idle_diff": float(np.mean(diff_idle)) if diff_idle else 0.0,
         "sharpness_late": float(np.mean(m_sharp) / max(np.mean(r_sharp), 1e-6)),
@@ -563,10 +568,11 @@ def main(argv: list[str] | None = None) -> None:
         judged = [m for m, r in zip(model_ok, truth_ok, strict=True) if r]
         res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")
         res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
+        long_lines: list[str] = []
         if bucket == asked[0] or not args.quick:  # the summary's bucket always has a long rollout
             frames: list[tuple[np.ndarray, np.ndarray]] = []
             long = long_rollout(runner, bucket, min(episodes, 4), long_len if bucket == runner.buckets[0] else long_len // 5,
-                                rng, frames)
+                                rng, frames, long_lines)
             save_long_strip(frames, args.out, bucket)
             res.update(long)
             res["long_ok"] = float(
@@ -580,6 +586,9 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(f"    {w:<9} {m:5.3f} / {r:5.3f}  ({n} steps)" for w, (m, r, n) in by_weather.items()))
         print(f"  per episode, PSNR model / repeat-last (bucket {bucket}):")
         print("\n".join(episode_lines(roll, control=per_model)))
+        if long_lines:
+            print(f"  long rollout per episode (bucket {bucket}):")
+            print("\n".join(long_lines))
         if not summary:  # the smallest bucket asked for
             summary = res
     s = summary

@@ -134,8 +134,10 @@ def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
 
     runner = make_runner(tiny_config(buckets=(64,), base_bucket=64), max_sessions=4)
     frames: list = []
-    res = long_rollout(runner, 64, 2, 40, np.random.default_rng(0), frames)
+    lines: list[str] = []
+    res = long_rollout(runner, 64, 2, 40, np.random.default_rng(0), frames, lines)
     assert res["finite"] == 1.0 and len(frames) == 7  # frames 5, 10, .., 35
+    assert len(lines) == 2 and all("contrast model / renderer" in line for line in lines)
     assert all(t.shape == m.shape == (2, 64, 64, 3) for t, m in frames)
     save_long_strip(frames, tmp_path, 64)
     img = np.asarray(Image.open(tmp_path / "long_64.png"))
