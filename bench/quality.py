@@ -63,6 +63,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from bench._driver import Driver, make_worlds
 from bench._frame_measures import (
     COLOUR_BINS,
     anisotropy,
@@ -76,10 +77,9 @@ from bench._frame_measures import (
 )
 from model.dtype import DTYPES, pick_dtype
 from model.runner import ModelRunner
-from model.train import HELD_OUT_SEEDS
 from model.weights import DEFAULT_WEIGHTS
 from model.world import World, expected_shift, global_shift, mixed_policy, sample_scene
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
+from session.plan import ACTION_DIM
 
 HORIZONS = (1, 8, 32)
 
@@ -257,50 +257,6 @@ def episode_lines(
         scene = roll.scenes[i] if roll.scenes else "?"
         lines.append(f"  ep{i:<2} {scene[:40]:<40} {'moving' if moved else 'still '}  " + "  ".join(cols))
     return lines
-
-
-class Driver:
-    """Runs many sessions of the runner in lockstep, one batch per frame, at ``steps``
-    denoising steps (``--steps``; default the model's full count)."""
-
-    steps: int | None = None
-
-    def __init__(self, runner: ModelRunner, bucket: int):
-        self.runner, self.bucket = runner, bucket
-        self.ids: list[str] = []
-        self.block = 0
-
-    def open(self, anchors: np.ndarray, scenes: list[str], seed: int) -> None:
-        self.ids = [f"q{seed}_{i}" for i in range(len(anchors))]
-        self.block = 0
-        self.runner.execute(StepPlan(new_sessions=[
-            SessionSpec(sid, self.bucket, seed=seed + i, scene=scenes[i], observation=anchors[i])
-            for i, sid in enumerate(self.ids)
-        ]))
-
-    def step(self, actions: np.ndarray) -> np.ndarray:
-        """actions (E, A) -> frames (E, H, W, 3)."""
-        items = [ChunkWork(sid, self.block, actions[i][None]) for i, sid in enumerate(self.ids)]
-        out = self.runner.execute(StepPlan(batches=[Batch(self.bucket, self.steps or self.runner.max_steps, items)]))
-        if out.errors:
-            raise RuntimeError(f"runner errors: {out.errors}")
-        self.block += 1
-        by_id = {r.session_id: r.frames[-1] for r in out.results}
-        return np.stack([by_id[sid] for sid in self.ids])
-
-    def scene(self, prompts: list[str]) -> None:
-        self.runner.execute(StepPlan(updates=[SessionUpdate(sid, scene=p) for sid, p in zip(self.ids, prompts, strict=True)]))
-
-    def close(self) -> None:
-        self.runner.execute(StepPlan(freed=self.ids))
-
-
-def make_worlds(n: int, bucket: int, rng: np.random.Generator, first_seed: int) -> list[World]:
-    seeds = [HELD_OUT_SEEDS[first_seed + i] for i in range(n)]
-    worlds = [World(s, sample_scene(rng), (bucket,)) for s in seeds]
-    for w in worlds:
-        w.reset(w.random_position(rng))
-    return worlds
 
 
 def rollouts(runner: ModelRunner, bucket: int, worlds: list[World], actions: np.ndarray, seed: int) -> Rollouts:

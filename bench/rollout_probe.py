@@ -38,31 +38,31 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image
 
 import model.canvas
+from bench._driver import Driver, make_worlds
 from bench._frame_measures import contrast
-from bench.quality import Driver, make_worlds, psnr
+from bench.quality import psnr
 from model.runner import ModelRunner, SessionSlot
 from model.weights import DEFAULT_WEIGHTS
-from model.world import World, expected_shift, mixed_policy
+from model.world import World, expected_shift, median_filter, mixed_policy
 
 MIN_KNOWN = 200  # pixels of the first frame's ground in view for a known-region PSNR
 
 
 class WorldRecallRunner(ModelRunner):
-    """A runner whose recall draws from ``banks[session_id]`` (encoded mosaics of the world)
-    instead of each session's sink frame: the oracle behind ``--recall-source world``."""
+    """A runner whose recall draws from ``banks[slot]`` (encoded mosaics of the world, by the
+    session's pool slot) instead of each session's sink frame: the oracle behind
+    ``--recall-source world``."""
 
-    banks: dict[str, torch.Tensor]
+    banks: dict[int, torch.Tensor]
 
     def _recall_sources(self, states: list[SessionSlot], bucket: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         out = super()._recall_sources(states, bucket)
         if out is None:
             return None
-        by_slot = {id(s): sid for sid, s in self.sessions.items()}
-        return torch.stack([self.banks[by_slot[id(s)]] for s in states]), out[1]
+        return torch.stack([self.banks[s.slot] for s in states]), out[1]
 
 
 def world_mosaic(world: World, bucket: int, rng: np.random.Generator, n: int = 4) -> np.ndarray:
@@ -80,10 +80,7 @@ def world_mosaic(world: World, bucket: int, rng: np.random.Generator, n: int = 4
 
 def median3(frame: np.ndarray) -> np.ndarray:
     """3x3 median per channel, edges replicated: (H, W, 3) uint8 -> same."""
-    p = np.pad(frame, ((1, 1), (1, 1), (0, 0)), mode="edge")
-    win = sliding_window_view(p, (3, 3), axis=(0, 1))  # (H, W, 3, 3, 3)
-    out: np.ndarray = np.median(win.reshape(*frame.shape, 9), -1).astype(np.uint8)
-    return out
+    return np.stack([median_filter(frame[..., c], 3) for c in range(frame.shape[-1])], -1).astype(np.uint8)
 
 
 def known_mask(shift: np.ndarray, size: int) -> np.ndarray:
@@ -105,7 +102,7 @@ def probe(
     drv.open(world.render(bucket)[None], [world.scene.to_prompt()], seed=3)
     if bank is not None:
         assert isinstance(runner, WorldRecallRunner)
-        runner.banks = {drv.ids[0]: runner._encode(bank[None])[0]}
+        runner.banks = {runner.sessions[drv.ids[0]].slot: runner._encode(bank[None])[0]}
     shift = np.zeros(2)
     con_m, con_r, known, rows_r, rows_m = [], [], [], [], []
     for t in range(1, len(policy)):
@@ -155,9 +152,10 @@ def main(argv: list[str] | None = None) -> None:
     world = make_worlds(4, args.bucket, rng, 200)[args.episode]
     policy = mixed_policy(args.length, rng).astype(np.float32)
     policy[np.arange(args.length) % 250 >= 200] = 0.0  # bench.quality's long rollout: move 200, idle 50
-    if args.scene:
-        world = World(world.seed, args.scene, (args.bucket,))
-        world.reset(make_worlds(4, args.bucket, np.random.default_rng(args.seed), 200)[args.episode].position)
+    if args.scene:  # the same place and start, another look
+        place = world
+        world = World(place.seed, args.scene, (args.bucket,))
+        world.reset(place.position)
     cls = WorldRecallRunner if args.recall_source == "world" else ModelRunner
     runner = cls.from_pretrained(args.weights, max_sessions=2, sampler=args.sampler)
     if args.recall_source == "world" and not runner.cfg.recall_patch:

@@ -31,7 +31,15 @@ time=night, other attributes at their defaults.
 
 from .episode import Episode, generate_episode, record_episode
 from .layout import Layout, build_layout
-from .motion import KEY_SPEED, MOUSE_SPEED, VIEW, camera_velocity, expected_shift, global_shift
+from .motion import (
+    KEY_SPEED,
+    MOUSE_SPEED,
+    VIEW,
+    camera_velocity,
+    expected_shift,
+    global_shift,
+    median_filter,
+)
 from .policy import POLICIES, ActionPolicy, mixed_policy, random_policy, scripted_policy
 from .scene import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt, sample_scene
 from .start import start_frame
@@ -57,6 +65,7 @@ __all__ = [
     "expected_shift",
     "generate_episode",
     "global_shift",
+    "median_filter",
     "mixed_policy",
     "parse_prompt",
     "random_policy",

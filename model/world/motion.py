@@ -55,11 +55,11 @@ def _gray(frame: np.ndarray, despeckle: int = 0) -> np.ndarray:
     if f.ndim == 3:
         f = f @ np.array([0.299, 0.587, 0.114])
     if despeckle > 1:
-        f = _median(f, despeckle)
+        f = median_filter(f, despeckle)
     return f - f.mean()
 
 
-def _median(f: np.ndarray, size: int) -> np.ndarray:
+def median_filter(f: np.ndarray, size: int) -> np.ndarray:
     """Median over a ``size`` × ``size`` window (edges replicated): removes specks smaller
     than half the window (snowflakes, rain streaks) and keeps the ground's edges."""
     h, w = f.shape
