@@ -15,6 +15,9 @@ if [ ! -f "$stamp" ]; then
     # torch first and pinned: the CPU wheel of this release is on the machine's disk.
     "$PY" -m pip install -q "torch==2.13.0"
     "$PY" -m pip install -q -e "$ROOT[dev]"
+    # The Wan family's reference implementation, for tests/model/wan only (the server never
+    # imports it). Without its dependencies: it declares a whole training stack it does not need.
+    "$PY" -m pip install -q --no-deps "streamdiffusionv2==0.1.1"
     rm -f "$ROOT"/.venv/.worldserve-*
     touch "$stamp"
 fi
