@@ -164,7 +164,9 @@ class Scheduler:
         t0 = now + start + s.lookahead * period
         if o.align_phase and not pull:
             t0 = self._in_phase(t0, s)
-        frame_clock = FrameClock(t0, s.fps, info.frames_per_chunk, s.lookahead)
+        frame_clock = FrameClock(
+            t0, s.fps, info.frames_per_chunk, s.lookahead, info.frames_in_block(first_block)
+        )
         actions = np.zeros((info.frames_per_chunk, ACTION_DIM), np.float32)
         rec = Record(
             session_id,
@@ -399,14 +401,16 @@ class Scheduler:
         rec = self._get(session_id)
         now = self.clock() if now is None else now
         fpc = self.info.frames_per_chunk
-        due = 0 if rec.pull else rec.clock.slots_displayed(now) * fpc
+        due = 0 if rec.pull else rec.clock.frames_before(rec.clock.slots_displayed(now))
+        first = rec.next_block - rec.committed  # the block this scheduling began at
+        committed = self.info.block_start(rec.next_block) - self.info.block_start(first)
         return SessionStats(
             Mode.PULL if rec.pull else Mode.PUSH,
             rec.ladder.level,
             rec.ladder.settings,
             rec.next_block,
             rec.committed,
-            rec.committed * fpc,
+            committed,
             due,
             rec.skipped_slots * fpc,
             rec.misses,

@@ -1,0 +1,206 @@
+"""The Wan2.1 causal family's configuration: the transformer as its authors define it, plus the
+serving recipe (chunk size, sinks, window, denoising schedule) that Self-Forcing, CausVid,
+LongLive and Rolling Forcing share.
+
+Field names of the transformer part are the authors' (``config.json`` of Wan2.1-T2V-1.3B); the
+recipe fields carry the house's names, and ``from_json`` also reads the keys the authors'
+training configs use for them (``denoising_step_list``, ``num_frame_per_block``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WanConfig:
+    # --- transformer (Wan's own config.json names) ---
+    dim: int = 1536  # transformer width
+    ffn_dim: int = 8960  # hidden width of each block's MLP
+    freq_dim: int = 256  # size of the sinusoidal timestep embedding fed to time_embedding
+    text_dim: int = 4096  # width of the text encoder's output (UMT5-XXL: 4096)
+    in_dim: int = 16  # latent channels in (the Wan2.1 VAE's z_dim)
+    out_dim: int = 16  # latent channels out
+    num_heads: int = 12  # attention heads; head_dim = dim // num_heads, even, split 3 ways by RoPE
+    num_layers: int = 30  # transformer blocks
+    patch_size: tuple[int, int, int] = (1, 2, 2)  # (frames, height, width) of one token, in latents
+    text_len: int = 512  # text tokens the cross-attention sees (prompt zero-padded to this)
+    eps: float = 1e-6  # epsilon of every LayerNorm and RMSNorm
+    qk_norm: bool = True  # RMSNorm on queries and keys (over the full width) before attention
+    cross_attn_norm: bool = True  # affine LayerNorm (norm3) before cross-attention
+    model_type: str = "t2v"  # only text-to-video is served
+    rope_theta: float = 10000.0  # RoPE base, as Wan's rope_params
+    # --- serving recipe ---
+    chunk_frames: int = 3  # latent frames generated per chunk (num_frame_per_block)
+    sink_frames: int = 3  # first latent frames of an epoch, kept in the cache forever
+    window_frames: int = 9  # latest committed latent frames kept besides the sinks (ring)
+    timesteps: tuple[float, ...] = (1000.0, 750.0, 500.0, 250.0)  # denoising steps, before warping
+    warp_timesteps: bool = True  # map each step onto the shifted schedule (Self-Forcing's warp_denoising_step)
+    shift: float = 5.0  # flow-matching schedule shift: sigma' = shift*s / (1 + (shift-1)*s)
+    num_train_timesteps: int = 1000  # timestep scale: sigma = timestep / num_train_timesteps
+    commit_timestep: float = 0.0  # timestep of the commit pass that writes the cache (context_noise)
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "ffn_dim", "freq_dim", "text_dim", "in_dim", "out_dim", "num_heads",
+                     "num_layers", "text_len", "chunk_frames", "num_train_timesteps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WanConfig.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.dim % self.num_heads:
+            raise ValueError(f"WanConfig.dim {self.dim!r} is not divisible by num_heads {self.num_heads!r}")
+        if self.head_dim % 2:
+            raise ValueError(f"WanConfig head_dim {self.head_dim!r} (dim / num_heads) must be even for RoPE")
+        if min(self.rope_pairs) < 1:
+            raise ValueError(f"WanConfig head_dim {self.head_dim!r} is too small to split RoPE over frames, height, width")
+        if self.freq_dim % 2:
+            raise ValueError(f"WanConfig.freq_dim must be even, got {self.freq_dim!r}")
+        if len(self.patch_size) != 3 or min(self.patch_size) < 1:
+            raise ValueError(f"WanConfig.patch_size must be 3 positive ints, got {self.patch_size!r}")
+        if self.patch_size[0] != 1:
+            raise ValueError(f"WanConfig.patch_size {self.patch_size!r}: the causal cache needs 1 frame per token")
+        if self.model_type != "t2v":
+            raise ValueError(f"WanConfig.model_type {self.model_type!r}: only 't2v' is served")
+        if self.eps <= 0:
+            raise ValueError(f"WanConfig.eps must be > 0, got {self.eps!r}")
+        if self.sink_frames < 0:
+            raise ValueError(f"WanConfig.sink_frames must be >= 0, got {self.sink_frames!r}")
+        if self.window_frames < self.chunk_frames:
+            raise ValueError(
+                f"WanConfig.window_frames {self.window_frames!r} must be >= chunk_frames {self.chunk_frames!r}"
+            )
+        if not self.timesteps:
+            raise ValueError("WanConfig.timesteps is empty")
+        for t in self.timesteps:
+            if not 0 < t <= self.num_train_timesteps:
+                raise ValueError(
+                    f"WanConfig.timesteps {self.timesteps!r}: {t!r} is outside (0, {self.num_train_timesteps}]"
+                )
+        if not 0 <= self.commit_timestep < self.num_train_timesteps:
+            raise ValueError(f"WanConfig.commit_timestep {self.commit_timestep!r} is outside [0, {self.num_train_timesteps})")
+        if self.shift <= 0:
+            raise ValueError(f"WanConfig.shift must be > 0, got {self.shift!r}")
+
+    # --- derived ---
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    @property
+    def rope_pairs(self) -> tuple[int, int, int]:
+        """Rotary pairs of the head dim given to (frame, height, width), in that order: Wan gives
+        height and width a third each (rounded down) and time the rest."""
+        c = self.head_dim // 2
+        return (c - 2 * (c // 3), c // 3, c // 3)
+
+    @property
+    def cache_frames(self) -> int:
+        """Latent frames a session's KV cache holds: sinks plus window."""
+        return self.sink_frames + self.window_frames
+
+    @property
+    def patch_dim(self) -> int:
+        """Output values one token writes: out_dim * prod(patch_size)."""
+        return self.out_dim * math.prod(self.patch_size)
+
+    def tokens_per_frame(self, height: int, width: int) -> int:
+        """Tokens in one latent frame of ``height`` x ``width`` latents (1560 at 60x104)."""
+        ph, pw = self.patch_size[1:]
+        if height % ph or width % pw or height < 1 or width < 1:
+            raise ValueError(f"latent size {height}x{width} is not a positive multiple of the patch {ph}x{pw}")
+        return (height // ph) * (width // pw)
+
+    def sigma(self, timestep: float) -> float:
+        """Noise level of a model timestep: x_t = (1 - sigma) x0 + sigma * noise."""
+        return timestep / self.num_train_timesteps
+
+    def warp(self, t: float) -> float:
+        """A schedule step mapped onto the shifted schedule, as a model timestep."""
+        s = t / self.num_train_timesteps
+        return self.num_train_timesteps * self.shift * s / (1 + (self.shift - 1) * s)
+
+    @property
+    def step_timesteps(self) -> tuple[float, ...]:
+        """The model timesteps of the denoising steps (1000, 937.5, 833.3, 625 for Self-Forcing)."""
+        return tuple(self.warp(t) if self.warp_timesteps else float(t) for t in self.timesteps)
+
+    # --- presets and files ---
+    @classmethod
+    def wan_1_3b(cls, **recipe: Any) -> WanConfig:
+        """Wan2.1-T2V-1.3B, the backbone of Self-Forcing, CausVid, LongLive and Rolling Forcing."""
+        return cls(**recipe)
+
+    @classmethod
+    def tiny(cls, **kw: Any) -> WanConfig:
+        """A few-thousand-parameter model with the real one's structure, for tests on a CPU."""
+        base: dict[str, Any] = dict(
+            dim=48, ffn_dim=96, freq_dim=16, text_dim=24, in_dim=4, out_dim=4, num_heads=2,
+            num_layers=2, text_len=8, chunk_frames=2, sink_frames=1, window_frames=4,
+        )
+        base.update(kw)
+        return cls(**base)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], **overrides: Any) -> WanConfig:
+        """Build from a config dict with Wan's key names (``dim``, ``num_heads``, ...) or diffusers'
+        (``num_attention_heads``, ``attention_head_dim``, ``in_channels``, ...), plus optional
+        recipe keys under the house's names or the authors' training-config names."""
+        known = {f.name for f in fields(cls)}
+        out: dict[str, Any] = {k: v for k, v in raw.items() if k in known}
+        if "num_attention_heads" in raw:  # diffusers' WanTransformer3DModel config
+            heads = int(raw["num_attention_heads"])
+            out["num_heads"] = heads
+            if "attention_head_dim" in raw:
+                out["dim"] = heads * int(raw["attention_head_dim"])
+        for theirs, ours in _ALIASES.items():
+            if theirs in raw and ours not in raw:
+                out[ours] = raw[theirs]
+        if "local_attn_size" in raw and "window_frames" not in raw and int(raw["local_attn_size"]) > 0:
+            # Self-Forcing / LongLive count the attended frames including sinks and the chunk itself.
+            sinks = int(out.get("sink_frames", cls.sink_frames))
+            chunk = int(out.get("chunk_frames", cls.chunk_frames))
+            out["window_frames"] = int(raw["local_attn_size"]) - sinks - chunk
+        if "patch_size" in out:
+            out["patch_size"] = tuple(int(p) for p in out["patch_size"])
+        if "timesteps" in out:  # the authors' lists may end with the final 0
+            out["timesteps"] = tuple(float(t) for t in out["timesteps"] if float(t) != 0)
+        out.update(overrides)
+        return cls(**out)
+
+    @classmethod
+    def from_json(cls, path: str | Path, **overrides: Any) -> WanConfig:
+        """Read an authors' ``config.json`` (see ``from_dict``); ``overrides`` win over the file."""
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"Wan config {path} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"Wan config {path} is not valid JSON: {e}") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"Wan config {path} holds a {type(raw).__name__}, not an object")
+        try:
+            return cls.from_dict(raw, **overrides)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"Wan config {path}: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def with_recipe(self, **recipe: Any) -> WanConfig:
+        return replace(self, **recipe)
+
+
+# Other names for the same fields: diffusers' transformer config and the authors' training configs.
+_ALIASES = {
+    "in_channels": "in_dim",
+    "out_channels": "out_dim",
+    "num_frame_per_block": "chunk_frames",
+    "sink_size": "sink_frames",
+    "denoising_step_list": "timesteps",
+    "warp_denoising_step": "warp_timesteps",
+    "timestep_shift": "shift",
+    "context_noise": "commit_timestep",
+}
