@@ -506,7 +506,7 @@ class WorldClient:
             return
         if isinstance(msg, Frame):
             image = self._decoder.decode(msg) if self.decode else None
-            if (msg.frame + 1) % self._fpc == 0:
+            if msg.frame + 1 == self.block_start(msg.block_idx + 1):  # the block's last frame
                 self._next_block = msg.block_idx + 1
             self._emit(FrameEvent(msg, image))
             return
@@ -525,9 +525,15 @@ class WorldClient:
             self._ended = msg
         self._emit(msg)
 
-    @property
-    def _fpc(self) -> int:
-        return self.started.chunk_frames if self.started else 1
+    def block_start(self, block_idx: int) -> int:
+        """The epoch frame index of block ``block_idx``'s first frame: block 0 holds
+        ``started.first_chunk_frames`` frames (a latent model's first block is shorter),
+        every later block ``started.chunk_frames``."""
+        st = self.started
+        if st is None or block_idx <= 0:
+            return 0
+        first = st.chunk_frames if st.first_chunk_frames is None else st.first_chunk_frames
+        return first + (block_idx - 1) * st.chunk_frames
 
     def _resolve(self, key: tuple[str, int], msg: ServerMessage) -> None:
         fut = self._waiters.pop(key, None)

@@ -2,10 +2,11 @@
 step metrics, and sessions leaving the store.
 
 - ``_pump`` (one task per attached session) moves chunks from the engine's outbox to the
-  peer: in order in pull mode, the newest one in push mode (dropped ones are counted).
-- ``_on_event`` (the engine's ``on_event``) keeps each session's replay ring, next block
-  and degradation level, commits pull blocks in the store, and tells the peer about
-  skipped frames, degradations and runner errors; ``_on_step`` records step metrics.
+  peer: in order in pull mode, the newest one in push mode (dropped ones are counted). A
+  push block that comes late is preceded by one ``skipped`` (the display frames it missed).
+- ``_on_event`` (the engine's ``on_event``) keeps each session's replay ring, next block,
+  presentation times and degradation level, commits pull blocks in the store, and tells
+  the peer about degradations and runner errors; ``_on_step`` records step metrics.
 - ``_disposed`` (the store's ``on_dispose``) ends a session for good: it leaves the
   engine, its peer is told ``ended`` with the reason, the directory is told (``Remote``).
 
@@ -53,10 +54,13 @@ class EngineEventsMixin:
 
         def _unbind(self, live: Live) -> None: ...
 
+        def block_start(self, block_idx: int) -> int: ...
+
     async def _pump(self, live: Live, box: Outbox) -> None:
         """Engine outbox -> peer, until the outbox closes or the peer goes."""
         q = box.ordered if live.pull else box.latest
         seen = 0
+        shown = live.next_block - 1  # the newest block the peer has (a resume replays up to it)
         try:
             while (ev := await q.get()) is not None:
                 if q.drops != seen:
@@ -67,16 +71,33 @@ class EngineEventsMixin:
                 if peer is None:
                     return
                 ch = live.find(ev.block_idx) or self._chunk(live, ev)
+                if ch.late_frames and not live.pull:  # said right before the late block itself
+                    peer.send(Skipped(ch.block_idx, shown, ch.late_frames))
                 peer.chunk(ch, ordered=live.pull)
+                shown = ch.block_idx
         except Exception:
             log.exception("frame pump failed", extra={"sid": live.sid})
 
-    def _chunk(self, live: Live, ev: ChunkReady) -> Chunk:
-        fpc = self.chunk_frames
+    def _chunk(self, live: Live, ev: ChunkReady, late: int = 0) -> Chunk:
+        first = self.block_start(ev.block_idx)
+        step = 1e6 / live.settings.fps  # the rate it was made at (admitted, maybe degraded)
         return Chunk(
-            live.sid, ev.block_idx, ev.frames, ev.action_seq, ev.block_idx * fpc,
-            1e6 / live.request.fps, time.time(),
+            live.sid, ev.block_idx, ev.frames, ev.action_seq, first,
+            step, time.time(), self._pts(live, ev, first, step), late,
         )
+
+    def _pts(self, live: Live, ev: ChunkReady, first: int, step: float) -> int:
+        """A block's presentation time in microseconds. Push: its display time on the frame
+        clock that paces it, from the epoch's first frame (a late start, skipped slots and
+        fps changes included). Pull: the frames before it, each at the rate it was made at."""
+        if ev.display_time is not None:
+            if ev.block_idx == 0 or live.pts_origin is None:  # a new epoch; or adopted from
+                live.pts_origin = ev.display_time - first * step / 1e6  # a worker with another clock
+            return round((ev.display_time - live.pts_origin) * 1e6)
+        nxt = live.pts_next
+        pts = nxt[1] if nxt is not None and nxt[0] == ev.block_idx and ev.block_idx > 0 else first * step
+        live.pts_next = (ev.block_idx + 1, pts + len(ev.frames) * step)
+        return round(pts)
 
     def _on_event(self, ev: Event) -> None:
         if isinstance(ev, Drift):
@@ -87,18 +108,22 @@ class EngineEventsMixin:
             return
         peer = live.peer
         if isinstance(ev, ChunkReady):
-            live.ring.append(self._chunk(live, ev))
+            late = live.late[1] if live.late is not None and live.late[0] == ev.block_idx else 0
+            live.late = None
+            live.ring.append(self._chunk(live, ev, late))
             live.next_block = ev.block_idx + 1
             if live.pull:
                 try:
-                    self.store.commit_block(live.sid, ev.block_idx, self.chunk_frames)
+                    self.store.commit_block(live.sid, ev.block_idx, len(ev.frames))
                 except SessionError as exc:
                     log.warning("store commit: %s", exc, extra={"sid": live.sid})
         elif isinstance(ev, FrameSkipped):
             live.skipped += ev.frames
             self.metrics.drops.labels("skipped").inc(ev.frames)
-            if peer is not None:
-                peer.send(Skipped(ev.block_idx, ev.repeat_block_idx, ev.frames))
+            # told with the late block itself (``_pump``), so the client hears of it once,
+            # after the block it keeps showing and right before the one that comes late
+            before = live.late[1] if live.late is not None and live.late[0] == ev.block_idx else 0
+            live.late = (ev.block_idx, before + ev.frames)
         elif isinstance(ev, DeadlineMiss):
             live.misses += 1
             self.metrics.deadline_misses.labels(live.request.mode).inc()

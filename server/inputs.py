@@ -5,10 +5,14 @@ requests (what server/dispatch.py hands the service for both transports).
   seen is dropped (``stale``); faster than ``max_actions_per_s`` actions coalesce into one
   pending action, applied when the token bucket allows (``coalesced``). The applied action
   is kept on the ``Live`` so that a resume (here or on another worker) applies it again.
+  A model that takes neither keys nor mouse (``started.controls``) applies them as nothing
+  and says so once, with a non-fatal ``ignored_control`` error.
 - ``prompt`` and ``observe`` change the session's scene or commit a real frame; both are
   acknowledged (``ack``).
 - ``block``: pull mode's block requests, under the store's block_idx rules (next, a
-  retransmit of the last, or 0 for a new epoch) and at most ``pull_queue`` outstanding.
+  retransmit of the last, or 0 for a new epoch) and at most ``pull_queue`` outstanding
+  (requested, not yet generated; ``start``'s block 0 counts). The scheduler starts them
+  no faster than the session's admitted fps (session/scheduler.py).
 
 A hand-off (server/migration.py) takes the session out of the engine between two steps
 while its client stays attached until ``migrate``. Inputs that arrive meanwhile update the
@@ -30,7 +34,7 @@ import numpy as np
 from server.engine import Engine
 from server.live import Live
 from server.metrics import Metrics
-from server.protocol import Ack, Action, Block, ErrorCode, Observation, Prompt, ProtocolError
+from server.protocol import Ack, Action, Block, Error, ErrorCode, Observation, Prompt, ProtocolError
 from server.settings import Settings
 from session.errors import SessionStateMissing
 from session.plan import encode_action
@@ -53,6 +57,7 @@ class InputMixin:
     store: SessionStore
     engine: Engine | None
     chunk_frames: int
+    controls: tuple[str, ...]
     _live: dict[str, Live]
 
     if TYPE_CHECKING:
@@ -74,6 +79,14 @@ class InputMixin:
             return
         live.seen_seq = msg.seq
         vec = encode_action(frozenset(msg.keys), (msg.mouse[0], msg.mouse[1]))
+        if not live.told_ignored and vec.any() and not {"keys", "mouse"} & set(self.controls):
+            live.told_ignored = True  # a text-only model: say so once, then apply as usual
+            if live.peer is not None:
+                live.peer.send(Error(
+                    ErrorCode.IGNORED_CONTROL,
+                    f"this model takes {', '.join(self.controls)}; keys and mouse are ignored",
+                    "keys",
+                ))
         if live.pending is None and live.actions.take():
             self._apply_action(live, msg.seq, vec)
             return
@@ -139,7 +152,8 @@ class InputMixin:
         if n == session.last_block_idx + 1 and outstanding >= self.settings.pull_queue:
             raise ProtocolError(
                 f"{outstanding} blocks are already outstanding (at most "
-                f"{self.settings.pull_queue}); wait for block {live.next_block}",
+                f"{self.settings.pull_queue}, block 0 that start asked for included until it "
+                f"arrives); wait for block {live.next_block}",
                 "block_idx",
                 ErrorCode.RATE_LIMITED,
             )

@@ -125,8 +125,16 @@ class Chunk:
     frames: np.ndarray  # (chunk_frames, H, W, 3) uint8
     action_seq: int
     first_frame: int  # epoch frame index of frames[0]
-    pts_step_us: float  # microseconds per frame on the session's nominal clock
+    pts_step_us: float  # microseconds per frame at the rate it was made at
     t_gen: float  # wall clock when generated
+    pts_us: int | None = None  # frames[0]'s presentation time (None: first_frame * pts_step_us)
+    late_frames: int = 0  # push: display frames before it that got no new picture (skipped)
+
+    def frame_pts(self, i: int) -> int:
+        """Presentation time in microseconds of ``frames[i]``."""
+        if self.pts_us is None:
+            return int((self.first_frame + i) * self.pts_step_us)
+        return self.pts_us + round(i * self.pts_step_us)
 
 
 class Peer(Protocol):
@@ -168,9 +176,13 @@ class Live:
     skipped: int = 0
     misses: int = 0
     outbox_drops: int = 0
+    late: tuple[int, int] | None = None  # push: (next block, display frames skipped before it)
+    pts_origin: float | None = None  # push: scheduler-clock time of pts 0 in this epoch
+    pts_next: tuple[int, float] | None = None  # pull: (next block, its pts in microseconds)
     end_reason: str | None = None
     adopted: int | None = None  # restored from another worker's handoff at this block
     handing_off: bool = False  # suspended for a migration: no more generation here
+    told_ignored: bool = False  # told once that the model ignores keys and mouse
 
     @property
     def pull(self) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 import msgpack
 import numpy as np
 
-from session.plan import KEYS
+from session.plan import CONTROLS, KEYS
 from session.session import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
 
 PROTOCOL_VERSION = 1
@@ -55,6 +55,7 @@ class ErrorCode(StrEnum):
     NOT_READY = "not_ready"  # the server is warming up or draining (closes 1013)
     INTERNAL = "internal"  # a server bug (closes 1011)
     RUNNER_ERROR = "runner_error"  # the model failed this session's chunk; it is retried
+    IGNORED_CONTROL = "ignored_control"  # the model does not take this control (sent once)
     # From session/errors.py:
     MISSING_SESSION_STATE = "missing_session_state"
     STALE_BLOCK = "stale_block"
@@ -380,12 +381,15 @@ class Started(Message):
     bucket: int
     width: int
     height: int
-    chunk_frames: int  # frames per block
+    chunk_frames: int  # frames per block (every block after the first of an epoch)
     level: int  # degradation level admitted at (0 = as asked)
     steps: int
     lookahead: int
     epoch: int
     buckets: tuple[int, ...]  # buckets this server serves
+    # Added in protocol 1 without a version change (older servers leave them out):
+    first_chunk_frames: int | None = None  # frames of block 0 (None: chunk_frames)
+    controls: tuple[str, ...] = CONTROLS  # what the model takes; the rest is ignored
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +414,8 @@ class Resumed(Message):
     # blocks N..K-1 were generated but never delivered (numbering goes on at K).
     restored_from: int = -1
     gap_blocks: int = 0
+    first_chunk_frames: int | None = None  # as in ``started``
+    controls: tuple[str, ...] = CONTROLS
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,7 +435,7 @@ class Frame(Message):
     TYPE: ClassVar[str] = "frame"
     session_id: str
     block_idx: int
-    frame: int  # frame index in the epoch (block_idx * chunk_frames + i)
+    frame: int  # frame index in the epoch: block_idx's first frame + i (``block_start``)
     pts_us: int  # presentation time in microseconds on the session's nominal frame clock
     action_seq: int  # the newest action folded into this frame (0: none yet)
     codec: Codec

@@ -69,6 +69,8 @@ class MigrationMixin:
 
         def close(self, sid: str, reason: str) -> bool: ...
 
+        def block_start(self, block_idx: int) -> int: ...
+
     def sessions(self) -> list[str]:
         """Ids of the sessions held here (attached or detached)."""
         return list(self._live)
@@ -179,7 +181,7 @@ class MigrationMixin:
         if not session.check_token(msg.token):
             self.metrics.resumes.labels("bad_token").inc()
             raise BadToken(sid)
-        k, fpc = h.next_block, self.chunk_frames
+        k = h.next_block
         if session.config.mode == "pull" and msg.block_idx > k:
             # A crash rewound the model: the store's numbering goes on at the client's block.
             n = msg.block_idx
@@ -187,14 +189,14 @@ class MigrationMixin:
                 session.config, session.token_hash, session_id=sid, scene=session.scene,
                 epoch=session.epoch, status=SessionStatus.DETACHED, clock=self.clock,
                 controls=session.controls, log=session.log, blocks_committed=n,
-                last_block_idx=n - 1, frames_due=n * fpc, frames_committed=n * fpc,
+                last_block_idx=n - 1, frames_due=self.block_start(n), frames_committed=self.block_start(n),
             )
         self.store.install(session)
         s, req = self.settings, h.request
         rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.max_steps, state.bucket)
         step_us = 1e6 / req.fps
         ring = deque(
-            (Chunk(sid, r.block_idx, r.frames, r.action_seq, r.block_idx * fpc, step_us, h.created)
+            (Chunk(sid, r.block_idx, r.frames, r.action_seq, self.block_start(r.block_idx), step_us, h.created)
              for r in h.replay),
             maxlen=max(s.replay_blocks, len(h.replay)),
         )

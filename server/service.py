@@ -70,7 +70,7 @@ from session.admission import Admission
 from session.costmodel import CostModel
 from session.degrade import Settings as Rung
 from session.errors import BadToken, IllegalTransition, SessionStateMissing
-from session.plan import BatchTiming, ModelState, Runner, SessionSpec
+from session.plan import CONTROLS, BatchTiming, ModelState, Runner, SessionSpec
 from session.scheduler import Mode, RunnerInfo, Scheduler
 from session.session import Session, SessionConfig, SessionStatus, hash_token
 
@@ -113,6 +113,8 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         self.buckets: tuple[int, ...] = ()
         self.chunk_frames = 1
         self.max_steps = 1
+        self.info: RunnerInfo | None = None  # the runner's shape (frame sizes, block frames, controls)
+        self.controls = CONTROLS  # what the model takes (``started.controls``)
         self._live: dict[str, Live] = {}
         self._evicted_seen = 0
         self._reaper: asyncio.Task[None] | None = None
@@ -130,7 +132,8 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         self.buckets = buckets
         self.chunk_frames = runner.frames_per_chunk
         self.max_steps = runner.max_steps
-        info = RunnerInfo(buckets, runner.frames_per_chunk, runner.max_steps, s.warmup_batch_sizes)
+        self.info = info = RunnerInfo.of(runner, s.warmup_batch_sizes, buckets)
+        self.controls = info.controls
         scheduler = Scheduler(info, CostModel(timings), self.clock, s.scheduler_options())
         self.engine = Engine(
             scheduler,
@@ -249,7 +252,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             seed=req.seed,
         )
         if session_id is None:
-            decision = self.store.open_block(None, 0, config=config, scene=req.prompt, frames=self.chunk_frames)
+            decision = self.store.open_block(None, 0, config=config, scene=req.prompt, frames=self.block_frames(0))
             sid, token, epoch = decision.session_id, decision.token or "", decision.epoch
         else:
             if session_id in self.store:
@@ -257,7 +260,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             token = secrets.token_urlsafe(24)
             session = Session(config, hash_token(token), session_id=session_id, scene=req.prompt,
                               clock=self.clock)
-            session.accept_block(0, self.chunk_frames)
+            session.accept_block(0, self.block_frames(0))
             self.store.install(session)
             sid, epoch = session_id, session.epoch
         s = self.settings
@@ -276,22 +279,25 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             self.store.close(sid)  # not in _live yet: nothing else to undo
             raise self._model_full(verdict)
         self._live[sid] = live
+        height, width = self.frame_size(live.settings.bucket)
         started = Started(
             sid,
             token,
             1,
             req.mode,
             req.codec,
-            req.fps,
+            live.settings.fps,  # admitted: the rate its frames are paced at
             live.settings.bucket,
-            live.settings.bucket,
-            live.settings.bucket,
+            width,
+            height,
             self.chunk_frames,
             live.level,
             live.settings.steps,
             live.settings.lookahead,
             live.epoch,
             self.buckets,
+            self.block_frames(0),
+            self.controls,
         )
         self._attach(engine, live, peer, started, [])
         if live.pull:
@@ -385,10 +391,11 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             session = self.store.peek(live.sid)
             requested = session.last_block_idx if session is not None else -1
         r = live.request
-        side = live.settings.bucket
+        height, width = self.frame_size(live.settings.bucket)
         return Resumed(
-            live.sid, block_idx, live.epoch, requested, replayed, r.mode, r.codec, r.fps,
-            side, side, self.chunk_frames, live.level, restored_from, gap,
+            live.sid, block_idx, live.epoch, requested, replayed, r.mode, r.codec, live.settings.fps,
+            width, height, self.chunk_frames, live.level, restored_from, gap,
+            self.block_frames(0), self.controls,
         )
 
     async def disconnected(self, sid: str, peer: Peer) -> None:
@@ -433,6 +440,18 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         return self.store.close(sid)
 
     # --- queries ---
+
+    def block_frames(self, block_idx: int) -> int:
+        """Frames of block ``block_idx`` of an epoch (a latent family's block 0 holds fewer)."""
+        return self.info.frames_in_block(block_idx) if self.info is not None else self.chunk_frames
+
+    def block_start(self, block_idx: int) -> int:
+        """The epoch frame index of block ``block_idx``'s first frame."""
+        return self.info.block_start(block_idx) if self.info is not None else block_idx * self.chunk_frames
+
+    def frame_size(self, bucket: int) -> tuple[int, int]:
+        """(height, width) of the frames of ``bucket``."""
+        return self.info.frame_size(bucket) if self.info is not None else (bucket, bucket)
 
     def live(self, sid: str) -> Live | None:
         return self._live.get(sid)
@@ -503,7 +522,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
     def _new_epoch(self, engine: Engine, live: Live) -> None:
         """Block 0 on a live session: the store opens a new epoch, the model starts afresh."""
         sid = live.sid
-        decision = self.store.open_block(sid, 0, frames=self.chunk_frames)
+        decision = self.store.open_block(sid, 0, frames=self.block_frames(0))
         if sid in engine.scheduler:
             engine.remove_session(sid)
         if live.pump is not None:

@@ -15,6 +15,10 @@ slots after it are spaced by the new period. A session's first chunk anchors its
 it is late: nothing is on screen before it, so there is no frame to miss (the open, a start
 frame, an observation or a restore, takes model time the clock could not know of).
 
+A session's first slot may hold another number of frames than the rest (``first_frames``:
+a causal VAE's first chunk decodes to fewer frames); slot s then starts at frame
+``first_frames + (s - 1) * frames_per_chunk`` and the later slots keep the period.
+
 Pull mode (the client asks for block N): the block is due at the request time plus the
 client's deadline, or a default one.
 """
@@ -27,21 +31,34 @@ import math
 class FrameClock:
     """Display times and due times of one push-mode session's slots."""
 
-    __slots__ = ("_anchor_slot", "_anchor_time", "_fps", "_period", "frames_per_chunk", "lookahead")
+    __slots__ = ("_anchor_slot", "_anchor_time", "_fps", "_period", "_short", "frames_per_chunk", "lookahead")
 
-    def __init__(self, t0: float, fps: float, frames_per_chunk: int, lookahead: int = 0) -> None:
+    def __init__(
+        self, t0: float, fps: float, frames_per_chunk: int, lookahead: int = 0, first_frames: int | None = None
+    ) -> None:
         if not fps > 0:
             raise ValueError(f"fps must be > 0, got {fps!r}")
         if frames_per_chunk < 1:
             raise ValueError(f"frames_per_chunk must be >= 1, got {frames_per_chunk!r}")
         if lookahead < 0:
             raise ValueError(f"lookahead must be >= 0, got {lookahead!r}")
+        if first_frames is not None and first_frames < 1:
+            raise ValueError(f"first_frames must be >= 1, got {first_frames!r}")
         self._anchor_slot = 0
         self._anchor_time = t0
         self._fps = fps
         self._period = frames_per_chunk / fps
+        self._short = frames_per_chunk - (frames_per_chunk if first_frames is None else first_frames)
         self.frames_per_chunk = frames_per_chunk
         self.lookahead = lookahead
+
+    def frames_before(self, slot: int) -> int:
+        """Frames of the slots before ``slot`` (from slot 0)."""
+        return slot * self.frames_per_chunk - (self._short if slot > 0 else 0)
+
+    def _frame_at(self, t: float) -> float:
+        """The (fractional) frame count from slot 0 displayed at ``t``."""
+        return (t - self._anchor_time) * self._fps + self.frames_before(self._anchor_slot)
 
     @property
     def fps(self) -> float:
@@ -53,11 +70,11 @@ class FrameClock:
 
     def display(self, slot: int) -> float:
         """When the first frame of ``slot`` is displayed."""
-        return self._anchor_time + (slot - self._anchor_slot) * self._period
+        return self._anchor_time + (self.frames_before(slot) - self.frames_before(self._anchor_slot)) / self._fps
 
     def frame_display(self, frame: int) -> float:
         """When frame ``frame`` (counted in slots' frames, skips included) is displayed."""
-        return self._anchor_time + (frame - self._anchor_slot * self.frames_per_chunk) / self._fps
+        return self._anchor_time + (frame - self.frames_before(self._anchor_slot)) / self._fps
 
     def due(self, slot: int) -> float:
         """When the chunk for ``slot`` must be ready: L chunk periods before display."""
@@ -65,8 +82,10 @@ class FrameClock:
 
     def slot_at(self, t: float) -> int:
         """The first slot displayed at or after ``t``."""
-        x = (t - self._anchor_time) / self._period
-        return self._anchor_slot + math.ceil(x - 1e-9)
+        x = self._frame_at(t) / self.frames_per_chunk  # in periods from slot 0
+        if x <= 1e-9:
+            return math.ceil(x - 1e-9)
+        return max(1, math.ceil(x + self._short / self.frames_per_chunk - 1e-9))
 
     def next_display(self, t: float) -> float:
         """The first display time on this clock's grid at or after ``t``."""
@@ -74,8 +93,11 @@ class FrameClock:
 
     def slots_displayed(self, now: float) -> int:
         """How many slots (from slot 0) have started displaying by ``now``."""
-        x = (now - self._anchor_time) / self._period
-        return max(0, self._anchor_slot + math.floor(x + 1e-9) + 1)
+        x = self._frame_at(now) / self.frames_per_chunk  # in periods from slot 0
+        first = 1 - self._short / self.frames_per_chunk  # slot 1 starts here
+        if x < first - 1e-9:
+            return max(0, min(0, math.floor(x + 1e-9)) + 1)
+        return math.floor(x + self._short / self.frames_per_chunk + 1e-9) + 1
 
     def anchor(self, slot: int, t: float) -> None:
         """Move the clock so that ``slot`` is displayed at ``t``; the period is unchanged."""

@@ -4,8 +4,10 @@
 batch "costs" ``cost(bucket, steps, size)`` seconds, which it can really sleep
 (``sleep=time.sleep``), spend on a virtual clock (``sleep=ManualClock().advance``) or
 just report. Frames are deterministic: every pixel of frame k of a session holds
-``(k % 256, k // 256 % 256, session_tag(session_id))``, where k = block_idx * F + i, so a
-test can read back which block of which session it got (``decode_frame``).
+``(k % 256, k // 256 % 256, session_tag(session_id))``, where k is the frame's index in the
+epoch (block_idx * F + i when every block holds F frames), so a test can read back which
+block of which session it got (``decode_frame``). ``first_chunk_frames`` gives block 0 another
+frame count, as a latent family's first chunk has.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from session.plan import BatchTiming, ChunkResult, ModelState, SessionSpec, StepOutput, StepPlan
+from session.plan import (
+    CONTROLS,
+    BatchTiming,
+    ChunkResult,
+    ModelState,
+    SessionSpec,
+    StepOutput,
+    StepPlan,
+)
 
 CostFn = Callable[[int, int, int], float]  # (bucket, steps, size) -> seconds
 
@@ -66,9 +76,13 @@ class FakeRunner:
         frame_side: int | None = 4,
         jitter: float = 0.0,
         seed: int = 0,
+        first_chunk_frames: int | None = None,
+        controls: tuple[str, ...] = CONTROLS,
     ) -> None:
         self._buckets = buckets
         self._fpc = frames_per_chunk
+        self._first = frames_per_chunk if first_chunk_frames is None else first_chunk_frames
+        self.controls = controls
         self._max_steps = max_steps
         self.cost: CostFn = cost or LinearCost(
             {b: (0.002 * b / 64, 0.0005 * b / 64) for b in buckets}, max_steps
@@ -94,8 +108,15 @@ class FakeRunner:
         return self._fpc
 
     @property
+    def first_chunk_frames(self) -> int:
+        return self._first
+
+    @property
     def max_steps(self) -> int:
         return self._max_steps
+
+    def _block_start(self, block_idx: int) -> int:
+        return 0 if block_idx == 0 else self._first + (block_idx - 1) * self._fpc
 
     def execute(self, plan: StepPlan) -> StepOutput:
         if self.raise_next is not None:
@@ -134,7 +155,7 @@ class FakeRunner:
                     out.errors[work.session_id] = self.fail.pop(work.session_id)
                 else:
                     frames = self._frames(work.session_id, work.block_idx, batch.bucket)
-                    s.frame_index = (work.block_idx + 1) * self._fpc
+                    s.frame_index = self._block_start(work.block_idx + 1)
                     out.results.append(
                         ChunkResult(work.session_id, work.block_idx, frames, work.action_seq)
                     )
@@ -183,8 +204,9 @@ class FakeRunner:
 
     def _frames(self, session_id: str, block_idx: int, bucket: int) -> np.ndarray:
         side = self.frame_side or bucket
-        frames = np.empty((self._fpc, side, side, 3), np.uint8)
-        for i in range(self._fpc):
-            k = block_idx * self._fpc + i
+        n = self._first if block_idx == 0 else self._fpc
+        frames = np.empty((n, side, side, 3), np.uint8)
+        for i in range(n):
+            k = self._block_start(block_idx) + i
             frames[i] = (k % 256, k // 256 % 256, session_tag(session_id))
         return frames

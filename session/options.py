@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from session.admission import AdmissionOptions
 from session.degrade import DegradeOptions
-from session.plan import Runner
+from session.plan import CONTROLS, Runner
 
 
 class Mode(StrEnum):
@@ -23,20 +23,58 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RunnerInfo:
-    """What the scheduler needs to know about the runner."""
+    """What the scheduler (and the server) need to know about the runner; the optional
+    runner members of session/plan.py with their defaults filled in."""
 
     buckets: tuple[int, ...]
-    frames_per_chunk: int
+    frames_per_chunk: int  # frames of every block after an epoch's first
     max_steps: int
     batch_sizes: tuple[int, ...]  # warmed batch sizes; the largest caps a batch
+    first_chunk_frames: int = 0  # frames of block 0 of an epoch; 0: frames_per_chunk
+    sizes: tuple[tuple[int, int], ...] = ()  # (height, width) per bucket, in bucket order; (): square
+    controls: tuple[str, ...] = CONTROLS  # what the model takes
 
     def __post_init__(self) -> None:
         if not self.buckets or not self.batch_sizes or min(self.batch_sizes) < 1:
             raise ValueError(f"need buckets and batch sizes >= 1, got {self}")
+        if self.frames_per_chunk < 1 or self.first_chunk_frames < 0:
+            raise ValueError(
+                f"need frames_per_chunk >= 1 and first_chunk_frames >= 0, got "
+                f"{self.frames_per_chunk!r} and {self.first_chunk_frames!r}"
+            )
+        if self.sizes and len(self.sizes) != len(self.buckets):
+            raise ValueError(f"sizes {self.sizes} must give one (height, width) per bucket {self.buckets}")
+        unknown = sorted(set(self.controls) - set(CONTROLS))
+        if unknown:
+            raise ValueError(f"unknown controls {unknown}; known: {list(CONTROLS)}")
 
     @classmethod
-    def of(cls, runner: Runner, batch_sizes: tuple[int, ...]) -> RunnerInfo:
-        return cls(tuple(runner.buckets), runner.frames_per_chunk, runner.max_steps, batch_sizes)
+    def of(cls, runner: Runner, batch_sizes: tuple[int, ...], buckets: tuple[int, ...] | None = None) -> RunnerInfo:
+        """The runner's info, serving ``buckets`` (default: all of the runner's)."""
+        buckets = tuple(runner.buckets) if buckets is None else buckets
+        size = getattr(runner, "frame_size", None)
+        sizes = tuple((int(h), int(w)) for h, w in map(size, buckets)) if size is not None else ()
+        first = int(getattr(runner, "first_chunk_frames", runner.frames_per_chunk))
+        controls = tuple(getattr(runner, "controls", CONTROLS))
+        return cls(buckets, runner.frames_per_chunk, runner.max_steps, batch_sizes, first, sizes, controls)
+
+    def frames_in_block(self, block_idx: int) -> int:
+        """How many frames block ``block_idx`` of an epoch holds."""
+        if block_idx == 0 and self.first_chunk_frames:
+            return self.first_chunk_frames
+        return self.frames_per_chunk
+
+    def block_start(self, block_idx: int) -> int:
+        """The epoch frame index of block ``block_idx``'s first frame."""
+        if block_idx <= 0:
+            return 0
+        return self.frames_in_block(0) + (block_idx - 1) * self.frames_per_chunk
+
+    def frame_size(self, bucket: int) -> tuple[int, int]:
+        """(height, width) of the frames of ``bucket``."""
+        if not self.sizes:
+            return bucket, bucket
+        return self.sizes[self.buckets.index(bucket)]
 
 
 @dataclass(frozen=True, slots=True)

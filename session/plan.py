@@ -14,6 +14,22 @@ ids whose model state must be freed.
 Physical state (KV cache slots, clean-frame windows, RNG) lives in the runner, keyed by
 session id; ``Runner.export_state`` / ``SessionSpec.restore`` move it between workers as
 a ``ModelState`` of plain arrays.
+
+Model families differ in shape; the contract says how, in optional runner members that
+``session.options.RunnerInfo.of`` reads (a runner without them serves what the default
+family serves):
+
+- Resolution. A bucket stays one integer, the key of the scheduler's batches and of the
+  ladder's resolution rung; ``frame_size(bucket) -> (height, width)`` says the frames it
+  makes (default: square, ``(bucket, bucket)``). Wan's bucket 480 makes 480x832 frames.
+- Frames per block. Block 0 of an epoch holds ``first_chunk_frames`` frames, every later
+  block ``frames_per_chunk`` (default: the same). A causal VAE's first chunk decodes to
+  fewer frames (Wan: 3 latent frames make 9 pixel frames first, then 12). A restored
+  session goes on at a block > 0, so its next block holds ``frames_per_chunk``.
+- Controls. ``controls`` names what the family takes, a subset of ``CONTROLS``; a
+  text-only family says ``("prompt",)`` and ignores the actions it is given.
+- Model state. ``ModelState`` carries pixel frames (the default family) or latent frames
+  (``latents``, a latent family such as Wan), and the ``family`` that made it.
 """
 
 from __future__ import annotations
@@ -28,6 +44,8 @@ import numpy as np
 KEYS: tuple[str, ...] = ("forward", "back", "left", "right")
 MOUSE_DIMS = 2
 ACTION_DIM = len(KEYS) + MOUSE_DIMS
+# The controls a model family may take (``started.controls`` on the wire).
+CONTROLS: tuple[str, ...] = ("keys", "mouse", "prompt", "observation")
 
 
 def encode_action(keys: frozenset[str] | set[str] | tuple[str, ...], mouse: tuple[float, float]) -> np.ndarray:
@@ -51,6 +69,11 @@ class ModelState:
     ``frames``: the committed clean frames still in the cache (sink frames first, then
     the window, oldest first), (N, H, W, 3) uint8. ``frame_index``: the index of the next
     frame to generate. ``rng``: the session's noise generator state as uint8 bytes.
+
+    A latent family (``family`` other than "default") keeps its window as ``latents``
+    instead, (N, C, h, w) float32, sink frames first, with ``frames`` empty,
+    (0, height, width, 3): ``sink_count`` and ``frame_index`` then count latent frames.
+    The target worker re-runs the commit pass over them to rebuild the KV cache.
     """
 
     bucket: int
@@ -59,6 +82,8 @@ class ModelState:
     frame_index: int
     rng: np.ndarray
     scene: str
+    latents: np.ndarray | None = None
+    family: str = "default"
 
 
 @dataclass(slots=True)
@@ -66,7 +91,7 @@ class SessionSpec:
     """Everything the runner needs to open a session's model state, sent once."""
 
     session_id: str
-    bucket: int  # output side length in pixels, one of the runner's buckets
+    bucket: int  # one of the runner's buckets (frames of ``frame_size(bucket)``)
     seed: int
     scene: str  # scene prompt text; the runner maps it to a conditioning vector
     observation: np.ndarray | None = None  # (H, W, 3) uint8 first frame to anchor on
@@ -118,7 +143,7 @@ class StepPlan:
 class ChunkResult:
     session_id: str
     block_idx: int
-    frames: np.ndarray  # (frames_per_chunk, H, W, 3) uint8
+    frames: np.ndarray  # (frames in the block, H, W, 3) uint8
     action_seq: int = 0
 
 
@@ -141,7 +166,11 @@ class StepOutput:
 
 class Runner(Protocol):
     """What the engine needs from a model runner. ``model.runner.ModelRunner`` is the
-    real one; ``session.fake_runner.FakeRunner`` stands in for scheduler tests."""
+    real one; ``session.fake_runner.FakeRunner`` stands in for scheduler tests.
+
+    Optional members (see the module docstring; ``RunnerInfo.of`` supplies the defaults):
+    ``first_chunk_frames: int`` (frames of block 0), ``frame_size(bucket) -> (height,
+    width)`` and ``controls: tuple[str, ...]`` (a subset of ``CONTROLS``)."""
 
     @property
     def buckets(self) -> tuple[int, ...]: ...
@@ -159,7 +188,7 @@ class Runner(Protocol):
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]: ...
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
-        """The (bucket, bucket, 3) uint8 frame a fresh session with no observation is
+        """The (height, width, 3) uint8 frame a fresh session with no observation is
         anchored on, or None (it starts from nothing). Safe to call off the model thread: a
         server renders it there and passes it as ``SessionSpec.observation``, so opening a
         session does not hold up the chunks of the running ones."""

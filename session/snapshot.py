@@ -9,6 +9,11 @@ The format is msgpack, one map::
      "log":     {capacity, dropped, start{seed, scene, bucket, steps}, events[...]},
      "model":   {bucket, frames, sink_count, frame_index, rng, scene}}
 
+Version 2 is written for a latent family's state (``ModelState.latents``; the Wan family):
+its "model" map adds ``family`` (a str) and ``latents`` (float32, (N, C, h, w), sink frames
+first), and ``frames`` is empty, (0, height, width, 3). A default-family state is still
+written as version 1, so workers that read only version 1 take it; both are read.
+
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES`` (stored
 little-endian). ``restore`` validates everything (format, version, exact key sets, types,
 ranges, dtype and shape against the byte length, ``max_bytes`` and ``max_frames``) and
@@ -58,7 +63,10 @@ from session.session import (
 )
 
 FORMAT = "worldserve/session-snapshot"
-VERSION = 1
+VERSION = 2  # the newest: a latent family's state ("model" adds family and latents)
+VERSION_PIXEL = 1  # a pixel-frame (default family) state, still written as version 1
+VERSIONS = (VERSION_PIXEL, VERSION)
+MAX_FAMILY_CHARS = 64
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
 MAX_RNG_BYTES = 1 << 16
@@ -83,9 +91,10 @@ def snapshot(
     held, held_seq = session.controls.held()
     pending, pending_seq = session.controls.latest()
     config = session.config
+    latent = model_state.latents is not None or model_state.family != "default"
     doc = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION if latent else VERSION_PIXEL,
         "session": {
             "id": session.id,
             "token_sha256": session.token_hash,
@@ -128,6 +137,11 @@ def snapshot(
             "scene": model_state.scene,
         },
     }
+    if latent:
+        if model_state.latents is None:
+            raise SnapshotError(f"family {model_state.family!r}'s model state has no latents")
+        model: dict[str, object] = doc["model"]  # type: ignore[assignment]
+        model.update(family=model_state.family, latents=_pack_array(model_state.latents))
     data: bytes = msgpack.packb(doc, use_bin_type=True)
     if len(data) > max_bytes:
         raise SnapshotError(f"snapshot is {len(data)} bytes, over the limit of {max_bytes}")
@@ -154,13 +168,16 @@ def restore(
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise SnapshotError(f"not a snapshot map with format {FORMAT!r}")
     version = obj.get("version")
-    if type(version) is not int or version != VERSION:
+    if type(version) is not int or version not in VERSIONS:
         shown = repr(version) if isinstance(version, int | float | str | None) else "?"
-        raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {VERSION}")
+        raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {list(VERSIONS)}")
     top = _Map(obj, "snapshot", {"format", "version", "session", "log", "model"})
     try:
         session = _restore_session(top, clock)
-        model = _restore_model(top.get_map("model", _MODEL_KEYS), max_frames)
+        if version == VERSION_PIXEL:
+            model = _restore_model(top.get_map("model", _MODEL_KEYS), max_frames)
+        else:
+            model = _restore_latent_model(top.get_map("model", _LATENT_MODEL_KEYS), max_frames)
     except ValueError as exc:  # a constructor's own validation
         raise SnapshotError(str(exc)) from exc
     return session, model
@@ -213,6 +230,7 @@ _CONTROL_KEYS = {"held_seq", "held", "pending_seq", "pending"}
 _LOG_KEYS = {"capacity", "dropped", "start", "events"}
 _START_KEYS = {"seed", "scene", "bucket", "steps"}
 _MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene"}
+_LATENT_MODEL_KEYS = _MODEL_KEYS | {"family", "latents"}
 _EVENT_KEYS = {
     "action": {"kind", "block", "seq", "action"},
     "scene": {"kind", "block", "scene"},
@@ -405,4 +423,34 @@ def _restore_model(m: _Map, max_frames: int) -> ModelState:
         frame_index=m.get_int("frame_index", 0, MAX_INT),
         rng=rng,
         scene=m.get_str("scene", MAX_SCENE_CHARS),
+    )
+
+
+def _restore_latent_model(m: _Map, max_frames: int) -> ModelState:
+    bucket = m.get_int("bucket", 1, MAX_BUCKET)
+    frames = m.get_array("frames", "uint8", 4)
+    if frames.shape[0] != 0 or frames.shape[3] != 3 or not all(1 <= n <= 4 * MAX_BUCKET for n in frames.shape[1:3]):
+        raise SnapshotError(
+            f"{m.path}.frames: expected (0, height, width, 3) for a latent state, got {frames.shape}"
+        )
+    latents = m.get_array("latents", "float32", 4)
+    if latents.shape[0] > max_frames:
+        raise SnapshotError(f"{m.path}.latents: {latents.shape[0]} frames, over {max_frames}")
+    if not np.isfinite(latents).all():
+        raise SnapshotError(f"{m.path}.latents: not all finite")
+    rng = m.get_array("rng", "uint8", 1)
+    if rng.size > MAX_RNG_BYTES:
+        raise SnapshotError(f"{m.path}.rng: {rng.size} bytes, over {MAX_RNG_BYTES}")
+    family = m.get_str("family", MAX_FAMILY_CHARS)
+    if family == "default":
+        raise SnapshotError(f"{m.path}.family: a latent state's family is not 'default'")
+    return ModelState(
+        bucket=bucket,
+        frames=frames,
+        sink_count=m.get_int("sink_count", 0, latents.shape[0]),
+        frame_index=m.get_int("frame_index", 0, MAX_INT),
+        rng=rng,
+        scene=m.get_str("scene", MAX_SCENE_CHARS),
+        latents=latents,
+        family=family,
     )
