@@ -1,7 +1,6 @@
 """Quality of the world model against the procedural world's renderer, on held-out worlds.
 
-    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality] [--steps N] [--renoise S]
-        [--eta E] [--commit-noise S]
+    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality] [--steps N] [--eta E]
 
 For every bucket: the model is anchored on the renderer's first frame (an observation), then
 driven by held-out action scripts; its rollout is compared with the renderer's for the same
@@ -471,16 +470,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--buckets", type=int, nargs="+", default=None, help="only these buckets (default: all)")
     ap.add_argument("--steps", type=int, default=None,
                     help="denoising steps per frame (noise levels 1, (n-1)/n, ..., 1/n); default the model's")
-    ap.add_argument("--renoise", type=float, default=None,
-                    help="scale of the noise put back between steps; default the weights' (ModelConfig.renoise)")
     ap.add_argument("--eta", type=float, default=None,
                     help="share of fresh noise between steps (1: all fresh, 0: the Euler step); default the weights'")
-    ap.add_argument("--commit-noise", type=float, default=None,
-                    help="noise level generated frames enter the cache at; default the weights'")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    sampler = {k: v for k, v in (("renoise", args.renoise), ("sampler_eta", args.eta),
-                                 ("commit_noise", args.commit_noise)) if v is not None}
+    sampler = {} if args.eta is None else {"sampler_eta": args.eta}
     if args.steps is not None:  # any count: levels 1, ..., 1/n (training draws levels uniformly too)
         if args.steps < 1:
             ap.error("--steps must be at least 1")

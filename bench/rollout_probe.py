@@ -1,8 +1,7 @@
 """One long rollout of one held-out episode, frame by frame: where the model's view goes.
 
     python -m bench.rollout_probe [--episode 1] [--length 400] [--weights PATH] [--sampler JSON]
-        [--scene PROMPT] [--snaps 5 10 20 ...] [--window 50] [--recall-source sink|world]
-        [--redraw X] [--out probe.png]
+        [--scene PROMPT] [--snaps 5 10 20 ...] [--window 50] [--out probe.png]
 
 ``bench.quality`` scores many episodes at once; this looks at one, to find out why a number
 moves. The episodes are the ones ``bench.quality``'s long rollout builds from the same
@@ -19,15 +18,9 @@ generator (held-out worlds, move 200 frames then idle 50), ``--seed`` picks the 
 
 Writes ``--out``: the renderer's frames at the snapshots above the model's.
 
-Diagnostics beyond the weights' own settings:
-
-- ``--scene`` replaces the episode's scene (same place, same camera path), e.g. the same
-  snowfall episode under a clear sky;
-- ``--redraw`` sets the canvas's redraw threshold (``model.canvas.REDRAW``; a large value: never)
-  for ``canvas_memory`` runs;
-- ``--recall-source world`` (``recall_patch`` weights): recall draws from a mosaic of four
-  renderer frames of the same world and scene at other places instead of the session's sink
-  frame. An oracle no session has: what a bank of the world's own ground would give.
+``--scene`` replaces the episode's scene (same place, same camera path), e.g. the same
+snowfall episode under a clear sky; ``--sampler`` overrides the weights' sampler settings
+(``ModelConfig.with_sampler``).
 """
 
 from __future__ import annotations
@@ -40,42 +33,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-import model.canvas
 from bench._driver import Driver, make_worlds
 from bench._frame_measures import contrast
 from bench.quality import psnr
-from model.runner import ModelRunner, SessionSlot
+from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS
 from model.world import World, expected_shift, median_filter, mixed_policy
 
 MIN_KNOWN = 200  # pixels of the first frame's ground in view for a known-region PSNR
-
-
-class WorldRecallRunner(ModelRunner):
-    """A runner whose recall draws from ``banks[slot]`` (encoded mosaics of the world, by the
-    session's pool slot) instead of each session's sink frame: the oracle behind
-    ``--recall-source world``."""
-
-    banks: dict[int, torch.Tensor]
-
-    def _recall_sources(self, states: list[SessionSlot], bucket: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        out = super()._recall_sources(states, bucket)
-        if out is None:
-            return None
-        return torch.stack([self.banks[s.slot] for s in states]), out[1]
-
-
-def world_mosaic(world: World, bucket: int, rng: np.random.Generator, n: int = 4) -> np.ndarray:
-    """``n`` renderer frames of ``world``'s place and scene at random positions, tiled
-    (side x side frames): the oracle bank."""
-    side = int(np.ceil(np.sqrt(n)))
-    copy = World(world.seed, world.scene, (bucket,))
-    out = np.zeros((bucket * side, bucket * side, 3), np.uint8)
-    for k in range(n):
-        copy.reset(copy.random_position(rng))
-        r, c = divmod(k, side)
-        out[r * bucket:(r + 1) * bucket, c * bucket:(c + 1) * bucket] = copy.render(bucket)
-    return out
 
 
 def median3(frame: np.ndarray) -> np.ndarray:
@@ -94,15 +59,11 @@ def known_mask(shift: np.ndarray, size: int) -> np.ndarray:
 
 def probe(
     runner: ModelRunner, world: World, policy: np.ndarray, bucket: int, snaps: set[int], window: int,
-    bank: np.ndarray | None = None,
 ) -> tuple[list[tuple[str, str]], list[np.ndarray], list[np.ndarray]]:
     """Roll ``world`` and the model out under ``policy`` (T, A); returns printable lines and
     the renderer's and the model's frames at ``snaps``."""
     drv = Driver(runner, bucket)
     drv.open(world.render(bucket)[None], [world.scene.to_prompt()], seed=3)
-    if bank is not None:
-        assert isinstance(runner, WorldRecallRunner)
-        runner.banks = {runner.sessions[drv.ids[0]].slot: runner._encode(bank[None])[0]}
     shift = np.zeros(2)
     con_m, con_r, known, rows_r, rows_m = [], [], [], [], []
     for t in range(1, len(policy)):
@@ -130,7 +91,7 @@ def probe(
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="One held-out episode's long rollout, frame by frame.")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
-    ap.add_argument("--sampler", type=json.loads, default={}, help="sampler overrides (JSON), e.g. '{\"canvas_memory\": true}'")
+    ap.add_argument("--sampler", type=json.loads, default={}, help="sampler overrides (JSON), e.g. '{\"sampler_eta\": 1}'")
     ap.add_argument("--seed", type=int, default=11, help="generator of the episode set and the camera path")
     ap.add_argument("--episode", type=int, default=1, choices=range(4))
     ap.add_argument("--bucket", type=int, default=64)
@@ -138,16 +99,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scene", default=None, help="replace the episode's scene prompt (same place and path)")
     ap.add_argument("--snaps", type=int, nargs="+", default=[5, 10, 20, 40, 80, 160, 240, 399])
     ap.add_argument("--window", type=int, default=50, help="frames per contrast mean")
-    ap.add_argument("--recall-source", choices=("sink", "world"), default="sink")
-    ap.add_argument("--redraw", type=float, default=None, help="canvas redraw threshold (model.canvas.REDRAW)")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--out", type=Path, default=Path("probe.png"))
     args = ap.parse_args(argv)
     if args.length < 2:
         ap.error("--length must be at least 2")
     torch.set_num_threads(args.threads)
-    if args.redraw is not None:
-        model.canvas.REDRAW = args.redraw
     rng = np.random.default_rng(args.seed)
     world = make_worlds(4, args.bucket, rng, 200)[args.episode]
     policy = mixed_policy(args.length, rng).astype(np.float32)
@@ -156,14 +113,10 @@ def main(argv: list[str] | None = None) -> None:
         place = world
         world = World(place.seed, args.scene, (args.bucket,))
         world.reset(place.position)
-    cls = WorldRecallRunner if args.recall_source == "world" else ModelRunner
-    runner = cls.from_pretrained(args.weights, max_sessions=2, sampler=args.sampler)
-    if args.recall_source == "world" and not runner.cfg.recall_patch:
-        ap.error("--recall-source world needs weights with recall (recall_patch)")
-    bank = world_mosaic(world, args.bucket, np.random.default_rng([args.seed, args.episode])) if args.recall_source == "world" else None
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=2, sampler=args.sampler)
     snaps = {t for t in args.snaps if 0 < t < args.length}
     print(f"episode {args.episode}: {world.scene.to_prompt()}, {args.length} frames, weights {args.weights}")
-    lines, rows_r, rows_m = probe(runner, world, policy, args.bucket, snaps, args.window, bank)
+    lines, rows_r, rows_m = probe(runner, world, policy, args.bucket, snaps, args.window)
     for name, text in lines:
         print(f"  {name:<36} {text}")
     if rows_r:

@@ -50,7 +50,7 @@ class ChunkGraph:
         self.prev = new(batch, cfg.prev_channels, bucket, bucket)
         self.actions = new(batch, fc, cfg.action_dim)
         self.scene = new(batch, cfg.scene_dim)
-        self.noise = new(cfg.noise_draws(steps), batch, fc, c, bucket, bucket)
+        self.noise = new(steps, batch, fc, c, bucket, bucket)
         # which context positions hold a frame (the chunk's own always do); pad rows see all
         self.mask = torch.ones(batch, 1, 1, ctx_shape[2], dtype=torch.bool, device=device) if masked else None
         none = torch.empty(0, dtype=dtype, device=device)
@@ -64,7 +64,7 @@ class ChunkGraph:
         ctx = ChunkContext(k=self.ctx_k, v=self.ctx_v, mask=self.mask, rope_q=self._identity, rope_k=self._identity)
         fc = self.actions.shape[1]
         prev = self.prev[:, None].expand(-1, fc, -1, -1, -1)
-        inp = model.prepare_chunk(prev, self.actions, self.scene, [*levels, model.cfg.commit_noise])
+        inp = model.prepare_chunk(prev, self.actions, self.scene, [*levels, 0.0])
         return model.sample_chunk(inp, ctx, lambda i: self.noise[i], self.prev.dtype)
 
     def capture_now(self) -> None:

@@ -11,8 +11,16 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-# settings of the sampler and the serving path alone: a runner may override them on trained weights
-SAMPLER_FIELDS = ("denoising_steps", "renoise", "sampler_eta", "commit_noise", "canvas_memory")
+# settings of the sampler alone: a runner may override them on trained weights
+SAMPLER_FIELDS = ("denoising_steps", "sampler_eta")
+
+# switches of trials that were not adopted, removed from the model (docs/long_rollout.md), and
+# the value at which each was off: a config written before their removal loads where it holds
+# exactly that value, and names the trial where it does not
+RETIRED_FIELDS: dict[str, object] = {
+    "renoise": 1.0, "commit_noise": 0.0, "motion_layers": 1,
+    "canvas_memory": False, "refine_channels": 0, "recall_patch": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -36,20 +44,14 @@ class ModelConfig:
     # --- few-step sampler (flow matching, clean-sample prediction) ---
     denoising_steps: int = 4  # default steps; levels for n steps are 1, (n-1)/n, ..., 1/n
     min_steps: int = 1  # fewest steps the degradation ladder may ask for
-    renoise: float = 1.0  # scale of the fresh noise put back between steps (< 1: nearer the mean, less grain)
-    sampler_eta: float = 1.0  # share of fresh noise between steps (1: all fresh; 0: the guess's own noise, the Euler step)
-    commit_noise: float = 0.0  # noise level a generated chunk enters the cache at (context noise; 0: clean)
+    sampler_eta: float = 0.0  # share of fresh noise between steps (0: the guess's own noise, the Euler step; 1: all fresh)
     # --- conditioning ---
     num_keys: int = 4  # multi-hot movement keys (forward, back, left, right)
     mouse_dims: int = 2  # continuous mouse / camera delta
     scene_dim: int = 18  # scene conditioning vector length (model.world.SCENE_DIM)
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
-    motion_layers: int = 1  # 2: a second kernel per token and a per-pixel mix (things moving on their own)
-    anchor_warp: bool = False  # also copy from an anchor frame moved by the accumulated camera shift (model/anchor.py)
-    canvas_memory: bool = False  # serving: the anchor is a canvas of all ground seen, written once (model/canvas.py)
-    refine_channels: int = 0  # > 0: a pixel-level refiner of that width after the head (model/refine.py)
-    recall_patch: int = 0  # > 0: new pixels at the view's edge copied from a drawn sink window this wide (model/recall.py)
+    anchor_warp: bool = True  # also copy from an anchor frame moved by the accumulated camera shift (model/anchor.py)
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -79,22 +81,8 @@ class ModelConfig:
             raise ValueError(
                 f"window_frames {self.window_frames} must hold a whole chunk of {self.frames_per_chunk}"
             )
-        if not 0.0 <= self.renoise <= 1.0:
-            raise ValueError(f"renoise must lie in [0, 1], got {self.renoise}")
         if not 0.0 <= self.sampler_eta <= 1.0:
             raise ValueError(f"sampler_eta must lie in [0, 1], got {self.sampler_eta}")
-        if not 0.0 <= self.commit_noise < 1.0:
-            raise ValueError(f"commit_noise must lie in [0, 1), got {self.commit_noise}")
-        if self.motion_layers not in (1, 2):
-            raise ValueError(f"motion_layers must be 1 or 2, got {self.motion_layers}")
-        if self.refine_channels < 0:
-            raise ValueError(f"refine_channels must be >= 0 (0: no refiner), got {self.refine_channels}")
-        if self.recall_patch < 0 or (self.recall_patch and self.patch % self.recall_patch):
-            raise ValueError(f"recall_patch {self.recall_patch} must be 0 (off) or divide patch {self.patch}")
-        if self.canvas_memory and not self.anchor_warp:
-            raise ValueError("canvas_memory needs anchor_warp: the canvas is what the anchor reference reads")
-        if self.recall_patch and not self.anchor_warp:
-            raise ValueError("recall_patch needs anchor_warp: it finds new pixels by the model's camera shift")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 
@@ -143,12 +131,6 @@ class ModelConfig:
             raise ValueError(f"steps {n} outside [{self.min_steps}, {self.denoising_steps}]")
         return tuple((n - i) / n for i in range(n))
 
-    def noise_draws(self, steps: int) -> int:
-        """Noise tensors a ``steps``-step chunk draws: one a step, one for recall's choices
-        (``recall_patch``), one for the commit when generated chunks enter the cache noised
-        (``commit_noise``)."""
-        return steps + (self.recall_patch > 0) + (self.commit_noise > 0)
-
     def with_sampler(self, settings: dict[str, Any] | None) -> ModelConfig:
         """This config with sampler settings (``SAMPLER_FIELDS``) replaced: what may change on
         trained weights without training."""
@@ -170,10 +152,16 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
+        kw = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
+        for name in sorted(set(data) & set(RETIRED_FIELDS)):
+            if data[name] != RETIRED_FIELDS[name]:
+                raise ValueError(
+                    f"{name}={data[name]!r} switches on a trial that was removed "
+                    f"(only {RETIRED_FIELDS[name]!r}, off, loads; see docs/long_rollout.md)"
+                )
+        unknown = set(kw) - known
         if unknown:
             raise ValueError(f"unknown config fields {sorted(unknown)}")
-        kw = dict(data)
         if "buckets" in kw:
             kw["buckets"] = tuple(kw["buckets"])
         return cls(**kw)

@@ -8,10 +8,7 @@ time rotation (``model/rope.py``): a chunk sees itself, the sink frames and the 
 
 The head predicts the clean frame as a per-token motion kernel applied to the previous frame
 (separable, ±radius pixels in y and x: the shift the action causes) plus a residual for what
-the shift cannot explain (new terrain at the edges, things that move on their own). With
-``motion_layers=2`` a second kernel per token, free of the action, moves what drifts on its
-own (falling snow, rain), and a per-pixel weight mixes the two moved frames: one kernel per
-16-pixel token cannot move the ground with the camera and the snow across it at once.
+the shift cannot explain (new terrain at the edges, things that move on their own).
 
 Explicit steps, no whole-video API:
 - ``prepare_chunk``: what every step of one chunk shares, computed once (the previous frame's
@@ -39,12 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.anchor import clamped_actions
 from model.attention import attend
 from model.config import ModelConfig
-from model.flow import level_tensor, next_noisy, noised
-from model.recall import Recall, uniforms
-from model.refine import PixelRefiner
+from model.flow import level_tensor, next_noisy
 from model.rope import Rope, RopeTables
 from model.warp import shift_warp
 
@@ -230,7 +224,6 @@ def unpatchify(x: torch.Tensor, frames: int, c: int, p: int, g: int) -> torch.Te
     return x.reshape(b, frames, c, g * p, g * p)
 
 
-DRIFT_START = 2.0  # initial mix logit: sigmoid(2) = 0.88 of each pixel from the camera-moved frame
 ANCHOR_START = -6.0  # initial anchor mix logit: sigmoid(-6) = 0.25 % of each pixel from the anchor
 
 class WorldModel(nn.Module):
@@ -256,18 +249,10 @@ class WorldModel(nn.Module):
         self.motion_prior = nn.ModuleDict(
             {f"b{b}": nn.Linear(cfg.action_dim, 2 * (2 * cfg.radius(b) + 1)) for b in cfg.buckets}
         )
-        if cfg.motion_layers == 2:  # the second layer's kernels (y, x) and each pixel's mix logit
-            self.drift_heads = nn.ModuleDict(
-                {f"b{b}": nn.Linear(w, 2 * (2 * cfg.radius(b) + 1) + p * p) for b in cfg.buckets}
-            )
         if cfg.anchor_warp:  # the anchor reference's stem, each pixel's mix logit, the shift per action
             self.anchor_stems = nn.ModuleDict({f"b{b}": nn.Linear((c + 1) * p * p, w) for b in cfg.buckets})
             self.anchor_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, p * p) for b in cfg.buckets})
             self.shift_head = nn.Linear(cfg.action_dim, 2)
-        if cfg.refine_channels:  # one for every bucket: it works in pixels, whatever the grid
-            self.refiner = PixelRefiner(c, cfg.refine_channels)
-        if cfg.recall_patch:  # likewise: its sub-patches are the same pixels at every bucket
-            self.recall = Recall(w, c, p, cfg.recall_patch)
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -291,18 +276,6 @@ class WorldModel(nn.Module):
                 nn.init.zeros_(head.weight)
                 nn.init.constant_(head.bias, ANCHOR_START)
             nn.init.zeros_(self.shift_head.weight)
-        if self.cfg.motion_layers == 2:
-            for name, head in self.drift_heads.items():
-                taps = 2 * self.cfg.radius(int(name[1:])) + 1
-                nn.init.zeros_(head.weight)
-                with torch.no_grad():  # the second layer starts still, and all but unused
-                    head.bias.zero_()
-                    head.bias[: 2 * taps].view(2, taps)[:, taps // 2] = 4.0
-                    head.bias[2 * taps :] = DRIFT_START
-        if self.cfg.refine_channels:
-            self.refiner.reset_parameters()
-        if self.cfg.recall_patch:
-            self.recall.reset_parameters()
 
     # --- pieces shared by every path ---
 
@@ -354,21 +327,15 @@ class WorldModel(nn.Module):
 
     def _head(
         self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, prev: torch.Tensor,
-        prior: torch.Tensor, noisy: torch.Tensor, level: torch.Tensor | float,
-        kernels: list[torch.Tensor] | None = None, feats: list[torch.Tensor] | None = None,
+        prior: torch.Tensor, kernels: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Final tokens -> clean-frame guess (B, F, C, H, W); ``noisy`` (B, F, C, H, W) the
-        frames at noise ``level`` (a float, or (B, F)) that the guess is for (the refiner's
-        input). ``kernels``, if given, receives the motion kernels (B*F, gh, gw, 2, taps), y
-        then x, softmax over the offsets; ``feats`` the modulated final tokens (B, F*T, W),
-        what recall's queries read."""
+        """Final tokens -> clean-frame guess (B, F, C, H, W). ``kernels``, if given, receives
+        the motion kernels (B*F, gh, gw, 2, taps), y then x, softmax over the offsets."""
         cfg, p = self.cfg, self.cfg.patch
         ch = cfg.channels
         b, f, _, h, w = prev.shape
         g, r = h // p, cfg.radius(h)
         normed = modulate(self.final_norm(x), shift, scale, f)
-        if feats is not None:
-            feats.append(normed)
         out = self.heads[f"b{h}"](normed)  # (B, F*T, O)
         resid = unpatchify(out[..., : ch * p * p], f, ch, p, g)
         taps = 2 * r + 1
@@ -378,24 +345,11 @@ class WorldModel(nn.Module):
             kernels.append(kern)
         flat_prev = prev[:, :, :ch].reshape(b * f, ch, h, w).float()
         moved = shift_warp(flat_prev, kern[..., 0, :], kern[..., 1, :], r, p)
-        if self.cfg.motion_layers == 2:
-            drift = self.drift_heads[f"b{h}"](normed)  # (B, F*T, 2*taps + p*p)
-            kern2 = drift[..., : 2 * taps].reshape(b * f, g, g, 2, taps).float().softmax(-1)
-            if kernels is not None:
-                kernels.append(kern2)
-            mix = unpatchify(drift[..., 2 * taps :], f, 1, p, g).reshape(b * f, 1, h, w).float().sigmoid()
-            moved2 = shift_warp(flat_prev, kern2[..., 0, :], kern2[..., 1, :], r, p)
-            moved = torch.lerp(moved2, moved, mix)  # mix = share of the camera-moved frame
         if cfg.anchor_warp:  # copy from the anchor where the head trusts it and it shows anything
             ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
             logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
             moved = torch.lerp(moved, ref[:, :ch], logit.sigmoid() * ref[:, ch:])
-        guess = moved.view(b, f, ch, h, w).to(resid.dtype) + resid
-        if not cfg.refine_channels:
-            return guess
-        lv = level.expand(b, f).reshape(b * f) if isinstance(level, torch.Tensor) else level
-        out = self.refiner(guess.view(b * f, ch, h, w), noisy.reshape(b * f, ch, h, w), lv)
-        return out.view(b, f, ch, h, w).to(resid.dtype)
+        return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
     # --- cached, chunk-by-chunk steps ---
 
@@ -433,12 +387,8 @@ class WorldModel(nn.Module):
             inp.base.reshape(-1, inp.base.shape[-1]), patchify(x, p).flatten(0, 1), stem.weight[:, : c * p * p].t()
         ).view_as(inp.base)
 
-    def denoise_step(
-        self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext,
-        feats: list[torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """One denoising forward: noisy chunk (B, F, C, H, W) at ``inp.levels[level]`` -> x0
-        guess (``feats`` as in ``_head``)."""
+    def denoise_step(self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext) -> torch.Tensor:
+        """One denoising forward: noisy chunk (B, F, C, H, W) at ``inp.levels[level]`` -> x0 guess."""
         f = x.shape[1]
         tokens = self._tokens(x, inp)
         rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype, tokens.device)
@@ -446,11 +396,11 @@ class WorldModel(nn.Module):
             tokens, _, _ = blk(
                 tokens, inp.mods[level][i], f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask
             )
-        return self._head(tokens, *inp.final[level], inp.prev, inp.prior, x, inp.levels[level], feats=feats)
+        return self._head(tokens, *inp.final[level], inp.prev, inp.prior)
 
     def commit_step(self, x: torch.Tensor, inp: ChunkInputs, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """The chunk at the commit level, the last of ``inp.levels`` (0.0: clean; else
-        ``x`` is already noised to it) -> keys, values (L, B, F*T, H, D) for the cache."""
+        """The clean chunk at the commit level, the last of ``inp.levels`` (0.0) -> keys,
+        values (L, B, F*T, H, D) for the cache."""
         level = len(inp.levels) - 1
         f = x.shape[1]
         tokens = self._tokens(x, inp)
@@ -468,37 +418,22 @@ class WorldModel(nn.Module):
         return torch.stack(ks), torch.stack(vs)
 
     def sample_chunk(
-        self, inp: ChunkInputs, ctx: ChunkContext, noise: Callable[[int], torch.Tensor],
-        dtype: torch.dtype, sink: tuple[torch.Tensor, torch.Tensor] | None = None,
+        self, inp: ChunkInputs, ctx: ChunkContext, noise: Callable[[int], torch.Tensor], dtype: torch.dtype,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The few-step sampler and the commit pass of one chunk: ``inp`` prepared for the
-        step levels then the commit level (``cfg.commit_noise``); ``noise(i)`` the noise of
-        step ``i`` (``next_noisy``), then of recall's draw (``recall_patch`` models), then of
-        the commit if its level is above 0, asked for in order. ``sink``: recall's source,
-        each session's sink frame (B, C, H, W) and whether it may be drawn from (B,) bool (a
-        prompt change makes its colours stale); without it nothing is recalled.
-        Returns pixels uint8 (B, F, H, W, 3) (what the client sees), the clean chunk decoded
-        and re-encoded in ``dtype`` (exactly what the model conditions on next), and the
-        chunk's keys, values (L, B, F*T, H, D) for the cache."""
-        levels, cfg = inp.levels[:-1], self.cfg
+        step levels then the commit level 0.0; ``noise(i)`` the noise of step ``i``
+        (``next_noisy``), asked for in order. Returns pixels uint8 (B, F, H, W, 3) (what the
+        client sees), the clean chunk decoded and re-encoded in ``dtype`` (exactly what the
+        model conditions on next), and the chunk's keys, values (L, B, F*T, H, D) for the cache."""
+        levels, eta = inp.levels[:-1], self.cfg.sampler_eta
         x = x0 = noise(0)
-        feats: list[torch.Tensor] = []
         for i in range(len(levels)):
-            x0 = self.denoise_step(x, inp, i, ctx, feats if i + 1 == len(levels) else None).clamp(-1, 1)
+            x0 = self.denoise_step(x, inp, i, ctx).clamp(-1, 1)
             if i + 1 < len(levels):
-                x = next_noisy(cfg, x, x0, levels[i], levels[i + 1], noise(i + 1))
-        draws = len(levels)
-        if cfg.recall_patch:
-            u = uniforms(noise(draws).flatten(0, 1), cfg.recall_patch)
-            draws += 1
-            if sink is not None:
-                shift = self.camera_shift(clamped_actions(cfg, inp.actions), x0.shape[-1])
-                x0 = self.recall.fill(x0, feats[0], shift, inp.prev[:, :, -1:], *sink, u)
+                x = next_noisy(x, x0, levels[i], levels[i + 1], noise(i + 1), eta)
         pixels = self.decode(x0)
         clean = self.encode(pixels).to(dtype)
-        s = inp.levels[-1]
-        committed = noised(clean, s, noise(draws)) if s > 0 else clean
-        k, v = self.commit_step(committed, inp, ctx)
+        k, v = self.commit_step(clean, inp, ctx)
         return pixels, clean, k, v
 
     def denoise_chunk(
@@ -509,12 +444,10 @@ class WorldModel(nn.Module):
         return self.denoise_step(x, self.prepare_chunk(prev, actions, scene, [noise_level]), 0, ctx)
 
     def commit_chunk(
-        self, x: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor, scene: torch.Tensor,
-        ctx: ChunkContext, level: float = 0.0,
+        self, x: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor, scene: torch.Tensor, ctx: ChunkContext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The chunk at noise ``level`` (0: clean; else ``x`` is noised to it) -> keys,
-        values (L, B, F*T, H, D) for the cache."""
-        return self.commit_step(x, self.prepare_chunk(prev, actions, scene, [level]), ctx)
+        """The clean chunk -> keys, values (L, B, F*T, H, D) for the cache."""
+        return self.commit_step(x, self.prepare_chunk(prev, actions, scene, [0.0]), ctx)
 
     # --- every frame at once ---
 
@@ -522,7 +455,6 @@ class WorldModel(nn.Module):
         self, x: torch.Tensor, prev: torch.Tensor, noise: torch.Tensor, actions: torch.Tensor,
         scene: torch.Tensor, frame_pos: torch.Tensor, noisy: torch.Tensor,
         return_kv: bool = False, kernels: list[torch.Tensor] | None = None,
-        feats: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """All N frames of a sequence in one pass with the block-causal mask.
 
@@ -531,7 +463,7 @@ class WorldModel(nn.Module):
         generation query: it sees the clean context of its chunk's window and the noisy
         frames of its own chunk, and nothing attends to it (see ``sequence_mask``).
         Returns x0 guesses (B, N, C, H, W) and, if asked, keys/values (L, B, N*T, H, D);
-        ``kernels`` receives the motion kernels, ``feats`` the final tokens (see ``_head``).
+        ``kernels`` receives the motion kernels (see ``_head``).
         """
         n, h = x.shape[1], x.shape[3]
         cfg = self.cfg
@@ -553,7 +485,7 @@ class WorldModel(nn.Module):
                 ks.append(k)
                 vs.append(v)
         shift, scale = self.final_ada(c).chunk(2, -1)
-        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), x, noise, kernels, feats)
+        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), kernels)
         return out, ((torch.stack(ks), torch.stack(vs)) if return_kv else None)
 
     @staticmethod

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from model.config import ModelConfig
-
 _LEVELS: dict[tuple[tuple[float, ...], torch.device], torch.Tensor] = {}
 
 
@@ -21,15 +19,15 @@ def noised(x: torch.Tensor, level: float | torch.Tensor, noise: torch.Tensor) ->
 
 
 def next_noisy(
-    cfg: ModelConfig, x: torch.Tensor, x0: torch.Tensor, t: float, nxt: float, fresh: torch.Tensor,
+    x: torch.Tensor, x0: torch.Tensor, t: float, nxt: float, fresh: torch.Tensor, eta: float,
 ) -> torch.Tensor:
     """The sampler's input at level ``nxt`` from the step at ``t`` (input ``x``, guess ``x0``):
-    the guess noised again, with noise that is ``cfg.sampler_eta`` fresh (``fresh``) and the
-    rest the noise ``x`` holds by the guess, scaled by ``cfg.renoise``. eta 1 is the few-step
-    sampler that every schedule trains; eta 0 is the deterministic Euler step of the flow."""
-    eta = cfg.sampler_eta
+    the guess noised again, with noise that is ``eta`` fresh (``fresh``) and the rest the noise
+    ``x`` holds by the guess. eta 1 is the few-step sampler that every schedule trains (and
+    training's self-rollout runs); eta 0 is the deterministic Euler step of the flow, what the
+    shipped weights serve with (``ModelConfig.sampler_eta``)."""
     noise = fresh if eta == 1.0 else (1 - eta * eta) ** 0.5 * (x - (1 - t) * x0) / t + eta * fresh
-    return (1 - nxt) * x0 + (nxt * cfg.renoise) * noise
+    return (1 - nxt) * x0 + nxt * noise
 
 
 def level_tensor(levels: tuple[float, ...], device: torch.device) -> torch.Tensor:

@@ -30,7 +30,6 @@ from model.anchor import (
     clamped_actions,
     visible_share,
 )
-from model.canvas import Canvas
 from model.chunk_graph import ChunkGraphs, padded
 from model.config import ModelConfig
 from model.dit import WorldModel
@@ -84,8 +83,6 @@ class SessionSlot:
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
     anchor_wait: int = 1
     anchor_age: int = 0  # frames generated since the anchor
-    canvas: Canvas | None = None  # ``canvas_memory``: the ground seen, by world position (model/canvas.py)
-    sink_scene: str | None = None  # the scene the sink frame shows (recall draws from it only under that scene)
 
 
 class ModelRunner:
@@ -113,10 +110,6 @@ class ModelRunner:
         self.model = model.to(self.device, dtype).eval()
         if self.cfg.anchor_warp:  # summed over many frames: the shift per action stays fp32
             self.model.shift_head.float()
-        if self.cfg.recall_patch:  # small, and its choices compare pixel distances: fp32
-            self.model.recall.float()
-        if self.cfg.refine_channels:  # the CPU's fast layout for convolutions (inputs follow it)
-            self.model.refiner.to(memory_format=torch.channels_last)
         self.scene_encoder = scene_encoder
         self.start_frame = start_frame
         self.pools = {
@@ -268,7 +261,6 @@ class ModelRunner:
             raise ValueError(f"snapshot holds {n} frames ({st.sink_count} sinks), more than the cache")
         s.frame_index = st.frame_index
         s.sinks = [f for f in st.frames[: st.sink_count]]
-        s.sink_scene = st.scene if st.sink_count else None  # a snapshot keeps no older scene
         s.window.extend(st.frames[st.sink_count :])
         if st.rng.size == s.gen.get_state().numel():
             s.gen.set_state(torch.from_numpy(np.ascontiguousarray(st.rng, dtype=np.uint8)))
@@ -357,23 +349,12 @@ class ModelRunner:
         prev, offsets = self._prev_inputs(states, actions)
         scene = torch.stack([s.scene for s in states])
         levels = cfg.noise_levels(steps)
-        inp = model.prepare_chunk(prev, actions, scene, [*levels, cfg.commit_noise])  # shared by every forward
+        inp = model.prepare_chunk(prev, actions, scene, [*levels, 0.0])  # shared by every forward
         shape = (fc, c, bucket, bucket)
-        pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype,
-                                                 self._recall_sources(states, bucket))
+        pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype)
         frames = pixels.cpu().numpy()
         self._advance(states, clean, frames, k, v, offsets)
         return frames
-
-    def _recall_sources(self, states: list[SessionSlot], bucket: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Each session's sink frame (B, C, H, W) and whether recall may draw from it (B,):
-        it exists and shows the session's current scene (``recall_patch`` models only)."""
-        if not self.cfg.recall_patch:
-            return None
-        ok = [bool(s.sinks) and s.sink_scene == s.scene_text for s in states]
-        blank = np.zeros((bucket, bucket, 3), np.uint8)
-        frames = self._encode(np.stack([s.sinks[0] if s.sinks else blank for s in states]))
-        return frames, torch.tensor(ok, device=self.device)
 
     def _prev_inputs(self, states: list[SessionSlot], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The chunk's ``prev`` input (B, F, prev_channels, H, W) and, for ``anchor_warp``
@@ -388,13 +369,6 @@ class ModelRunner:
         start = torch.stack([self._no_shift() if s.offset is None else s.offset for s in states])  # (B, 2)
         offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
         c, h = cfg.channels, states[0].prev.shape[-1]
-        if cfg.canvas_memory:
-            blank = prev.new_zeros(c + 1, h, h)
-            ref = torch.stack([
-                torch.stack([blank if s.anchor is None or s.canvas is None else s.canvas.read(offsets[i, f], h)
-                             for f in range(fc)])
-                for i, s in enumerate(states)])
-            return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
         anchors = torch.stack([s.prev if s.anchor is None else s.anchor for s in states])
         valid = torch.tensor([s.anchor is not None for s in states], device=self.device)
         ref = anchor_reference(
@@ -413,20 +387,14 @@ class ModelRunner:
         if not self.cfg.anchor_warp:
             return
         s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, self._no_shift(), 0, 0
-        if self.cfg.canvas_memory:  # a fresh canvas holding this frame
-            s.canvas = Canvas.blank(self.cfg.channels, frame.shape[-1], frame.dtype, self.device)
-            s.canvas.write(frame, s.offset)
 
     def _no_shift(self) -> torch.Tensor:
-        """A summed camera shift of zero (2,): float64 with the canvas, whose world positions
-        grow without bound over a session, float32 else."""
-        return torch.zeros(2, device=self.device, dtype=torch.float64 if self.cfg.canvas_memory else torch.float32)
+        """A summed camera shift of zero (2,), float32."""
+        return torch.zeros(2, device=self.device, dtype=torch.float32)
 
     def _graphable(self, states: list[SessionSlot]) -> bool:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
         frames (its own queries and keys take no time rotation)."""
-        if self.cfg.recall_patch:  # recall's draw is not part of a captured chunk
-            return False
         return self.cfg.frames_per_chunk == 1 and all(s.frame_index >= self.cfg.sink_frames for s in states)
 
     def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot]) -> np.ndarray:
@@ -448,7 +416,7 @@ class ModelRunner:
         graph.actions[:b] = actions
         graph.scene[:b] = torch.stack([s.scene for s in states])
         shape = (self.cfg.frames_per_chunk, self.cfg.channels, bucket, bucket)
-        for i in range(self.cfg.noise_draws(steps)):  # each session's generator draws in the eager path's order
+        for i in range(steps):  # each session's generator draws in the eager path's order
             graph.noise[i, :b] = self._noise(states, shape)
         try:
             pixels, clean, k, v = graph.run()
@@ -486,7 +454,6 @@ class ModelRunner:
             for f in range(fc):
                 if s.frame_index < s_max:
                     s.sinks.append(frames[i, f])
-                    s.sink_scene = s.scene_text
                 else:
                     s.window.append(frames[i, f])
                 s.frame_index += 1
@@ -507,10 +474,6 @@ class ModelRunner:
                     self._anchor_on(s, newest[i])
                 continue
             s.anchor_age += self.cfg.frames_per_chunk
-            if s.canvas is not None:  # the canvas keeps what it has and learns what is new
-                s.canvas.write(newest[i], offsets[i])
-                s.offset = offsets[i]
-                continue
             if s.anchor_age >= REANCHOR_FRAMES:
                 self._anchor_on(s, newest[i])
                 continue

@@ -74,16 +74,13 @@ from model.train_targets import (
     carry_mask,
     carry_shifts,
     carry_targets,
-    context_noised,
     edge_loss,
     fit_shift_head,
     masked_mse,
     motion_loss,
     moved_frames,
     noise_levels,
-    noised_context,
     randn,
-    recall_term,
     shift_targets,
     weather_mask,
 )
@@ -94,6 +91,9 @@ HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training 
 # the shift head's own term, small: Adam moves its 14 weights at the same pace whatever the
 # weight, and at weight 1 its early error (pixels squared) would own the clipped gradient norm
 SHIFT_WEIGHT = 0.01
+# self-rollout samples with fresh noise at every step (``next_noisy``'s eta 1), as the shipped
+# weights were trained; serving takes ``ModelConfig.sampler_eta`` (0) on the same weights
+ROLLOUT_ETA = 1.0
 
 
 @dataclass
@@ -124,8 +124,6 @@ class TrainConfig:
     adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
     texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``model/texture.py``)
-    context_noise: float = 0.0  # context frames noised up to this level (serve with ModelConfig.commit_noise)
-    recall_weight: float = 1.0  # recall's cross-entropy (``recall_patch`` models, ``model/recall.py``)
     bank_share: float = 0.0  # steps that train on the model's own long rollouts (``model/train_bank.py``)
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
@@ -189,10 +187,9 @@ def self_rollout(
             for k, t in enumerate(levels):
                 x0 = model.denoise_chunk(xt, prev, t, a, sc, ctx).clamp(-1, 1)
                 if k + 1 < len(levels):
-                    xt = next_noisy(cfg, xt, x0, t, levels[k + 1], randn(x0.shape, g))
+                    xt = next_noisy(xt, x0, t, levels[k + 1], randn(x0.shape, g), ROLLOUT_ETA)
             out[:, i : i + 1] = WorldModel.encode(WorldModel.decode(x0))
-        kv = model.commit_chunk(context_noised(out[:, i : i + 1], cfg.commit_noise, g), prev, a, sc, ctx,
-                                cfg.commit_noise)
+        kv = model.commit_chunk(out[:, i : i + 1], prev, a, sc, ctx)
         pool.commit(slots, np.full((b, 1), pos[i]), *kv)
         prev = out[:, i : i + 1]
     return out
@@ -206,8 +203,7 @@ def train_step(
     use_rollout: bool, edge_weight: float = 0.0, motion_weight: float = 0.0, rollout_lead: int = 0,
     motion_weathers: tuple[str, ...] = (), carry: bool = False,
     adversary: Adversary | None = None, adv_weight: float = 0.0,
-    texture: TextureLoss | None = None, texture_weight: float = 0.0, context_noise: float = 0.0,
-    recall_weight: float = 1.0,
+    texture: TextureLoss | None = None, texture_weight: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -227,11 +223,7 @@ def train_step(
     enters the loss at ``adv_weight`` (0 while the critic warms up) and, with ``anchor_warp``,
     reaches only the pixels the anchor reference does not cover; the caller runs
     ``adversary.critic_step()`` after the model's update. ``texture``: the guesses' feature
-    statistics against the renderer's frames, at ``texture_weight``, with the critic's reach.
-    ``context_noise``: the context frames after the sink enter at noise levels uniform in
-    [0, context_noise) (the model is told each), as the cache holds chunks committed at
-    ``cfg.commit_noise``. ``recall_weight``: recall's cross-entropy (``recall_patch`` models,
-    ``train_targets.recall_term``)."""
+    statistics against the renderer's frames, at ``texture_weight``, with the critic's reach."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
@@ -283,18 +275,15 @@ def train_step(
         x, stats["carried"] = carry_targets(x, prev, ctx_prev[:, :, : cfg.channels], shifts)
     t = noise_levels((b, n), cfg, g)
     noisy = noised(x, t[..., None, None, None], randn(x.shape, g))
-    ctx_in, ctx_level = noised_context(ctx_frames, context_noise, g)
-    seq = torch.cat((ctx_in, noisy), 1)
+    seq = torch.cat((ctx_frames, noisy), 1)
     seq_prev = torch.cat((ctx_prev, ctx_prev), 1)
-    seq_noise = torch.cat((ctx_level, t), 1)
+    seq_noise = torch.cat((t.new_zeros(b, n), t), 1)  # the context is clean
     seq_act = torch.cat((actions, actions), 1)
     seq_scene = torch.cat((scene, scene), 1)
     seq_pos = torch.tensor(pos + pos)
     flags = torch.cat((torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)))
     kernels: list[torch.Tensor] | None = [] if motion_weight > 0 else None
-    feats: list[torch.Tensor] | None = [] if cfg.recall_patch and recall_weight > 0 else None
-    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags,
-                                    kernels=kernels, feats=feats)
+    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags, kernels=kernels)
     pred = out[:, n:]
     if pix_weight is None:
         loss = F.mse_loss(pred, x)
@@ -327,11 +316,6 @@ def train_step(
         stats["adv"] = adv.detach()
         if adv_weight > 0:
             loss = loss + adv_weight * adv
-    if feats:  # recall: which sink window continues the view where the camera brings in new ground
-        tokens = feats[0].view(b, 2 * n, -1, feats[0].shape[-1])[:, n:]
-        rec = recall_term(model, tokens, pred, real, batch["actions"], batch["scenes"])
-        stats["recall"] = rec.detach()
-        loss = loss + recall_weight * rec
     if cfg.anchor_warp:  # the model's own camera shift per action, for serving's references
         base = cfg.base_bucket
         want = put(camera_shifts(batch["actions"], base).astype(np.float32))
@@ -439,8 +423,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             carry = use_rollout and tc.carry_share > 0 and rng.random() < tc.carry_share
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
                                       tc.rollout_lead, tc.motion_weathers, carry, adversary,
-                                      adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight,
-                                      tc.context_noise, tc.recall_weight)
+                                      adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -492,8 +475,8 @@ def _save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimi
 
 OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "rollout_lead": "frames of self-rollout before the trained frames (the sequence holds them too)",
-    "new_module_lr_scale": "learning-rate factor for modules new to the checkpoint (e.g. drift_heads)",
-    "train_only": "comma-separated parameter-name prefixes to train (e.g. refiner.); the rest stays frozen",
+    "new_module_lr_scale": "learning-rate factor for modules new to the checkpoint (e.g. anchor_heads)",
+    "train_only": "comma-separated parameter-name prefixes to train (e.g. anchor_heads.); the rest stays frozen",
     "still_share": "share of sequences with long still stretches (the calm policy)",
     "motion_weight": "cross-entropy of the motion kernels against the commanded camera shift",
     "motion_weathers": "comma-separated weathers the motion term is limited to (e.g. snowfall,rain)",
@@ -501,8 +484,6 @@ OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "adv_weight": "adversarial term on the x0 guesses against a patch critic (0: off)",
     "adv_warmup": "steps the critic trains alone, then as many ramping the term in",
     "texture_weight": "feature statistics of the x0 guesses against the renderer's frames (0: off)",
-    "context_noise": "context frames after the sink noised up to this level (serve with commit_noise)",
-    "recall_weight": "recall's cross-entropy (models with recall_patch)",
     "bank_share": "share of steps on the model's own long rollouts (carried ground + critic)",
     "bank_life": "frames a bank session lives at most",
     "bank_advance": "frames every bank session moves on per training step",

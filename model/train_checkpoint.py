@@ -27,7 +27,7 @@ from model.train_targets import fit_shift_head
 from model.weights import load_state, save_model
 
 # may be missing from older checkpoints: they start from their initial values
-NEW_MODULES = ("motion_prior.", "drift_heads.", "anchor_stems.", "anchor_heads.", "shift_head.", "refiner.", "recall.")
+NEW_MODULES = ("motion_prior.", "anchor_stems.", "anchor_heads.", "shift_head.")
 
 
 def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,

@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from model.config import ModelConfig
-from model.flow import noised
 from model.world import ATTRIBUTES, expected_shift
 
 
@@ -233,45 +232,3 @@ def noise_levels(shape: tuple[int, ...], cfg: ModelConfig, g: torch.Generator) -
 def randn(shape: torch.Size | tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     """Standard normal noise on the generator's device."""
     return torch.randn(shape, generator=g, device=g.device)
-
-
-def context_noised(x: torch.Tensor, level: float, g: torch.Generator) -> torch.Tensor:
-    """Frames (B, N, C, H, W) noised to ``level``; level 0 returns ``x`` itself and draws nothing."""
-    return x if level == 0 else noised(x, level, randn(x.shape, g))
-
-
-def noised_context(frames: torch.Tensor, context_noise: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """The context (B, N, C, H, W) as a cache of noised commits holds it, and its levels
-    (B, N): uniform in [0, context_noise) after the sink, which stays clean. Off (0): the
-    frames themselves at level 0, nothing drawn."""
-    b, n = frames.shape[:2]
-    if context_noise <= 0:
-        return frames, frames.new_zeros(b, n)
-    level = torch.rand((b, n), generator=g, device=g.device) * context_noise
-    level[:, 0] = 0.0
-    return noised(frames, level[..., None, None, None], randn(frames.shape, g)), level
-
-
-def recall_term(
-    model: torch.nn.Module, tokens: torch.Tensor, pred: torch.Tensor, real: torch.Tensor,
-    actions: np.ndarray, scenes: np.ndarray,
-) -> torch.Tensor:
-    """Recall's cross-entropy (``model/recall.py``) over a sequence's noisy frames: tokens
-    (B, N, T, W) their final tokens, pred (B, N, C, H, W) their guesses, real the renderer's
-    frames. Every sub-patch holding pixels the commanded camera shift brings into view is
-    labelled with the window of the sequence's first frame (the sink) nearest to the
-    renderer's frame there; frame 0, and frames from a prompt change on (the sink shows
-    another scene), do not count."""
-    from model.recall import new_pixels, recall_loss
-
-    rc = model.recall
-    b, n, c, h, w = real.shape
-    shifts = torch.from_numpy(camera_shifts(actions, h).astype(np.float32)).to(real.device)
-    new = new_pixels(shifts.flatten(0, 1), h)  # (B*N, 1, H, W)
-    cand = rc.candidates(real[:, :1].expand(b, n, c, h, w).flatten(0, 1))  # (B*N, K, C*s*s)
-    same = ~prompt_changed(scenes)
-    frame_ok = torch.from_numpy(np.concatenate((np.zeros((b, 1), bool), same), 1)).to(real.device)
-    weight = (rc.touched(new) & frame_ok.flatten()[:, None]).float()
-    guess = pred.detach().flatten(0, 1)
-    logits = rc.logits(tokens.flatten(0, 1), guess, new, cand)
-    return recall_loss(logits, rc.labels(real.flatten(0, 1), cand), weight)

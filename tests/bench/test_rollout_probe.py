@@ -1,6 +1,6 @@
 """bench.rollout_probe: the known region follows the camera, the median leaves the ground and
-removes the flakes, the oracle bank tiles other places of the same world, and a short probe
-of the default weights prints its lines and writes the strip."""
+removes the flakes, and a short probe of the default weights prints its lines and writes the
+strip."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.rollout_probe import known_mask, main, median3, world_mosaic
-from model.world import World
+from bench.rollout_probe import known_mask, main, median3
 
 
 def test_known_region_follows_the_summed_shift() -> None:
@@ -34,15 +33,6 @@ def test_median_removes_a_flake_and_keeps_edges() -> None:
     np.testing.assert_array_equal(out[:, 4], 200)
 
 
-def test_oracle_bank_tiles_other_places_of_the_same_world() -> None:
-    world = World(7, "desert sparse day clear summer", (64,))
-    mosaic = world_mosaic(world, 64, np.random.default_rng(0))
-    assert mosaic.shape == (128, 128, 3) and mosaic.dtype == np.uint8
-    tiles = [mosaic[r:r + 64, c:c + 64] for r in (0, 64) for c in (0, 64)]
-    assert all(t.std() > 0 for t in tiles)
-    assert len({t.tobytes() for t in tiles}) == 4
-
-
 def test_a_short_probe_prints_and_writes_the_strip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "probe.png"
     main(["--length", "12", "--snaps", "3", "8", "--window", "5", "--threads", "1", "--out", str(out)])
@@ -53,9 +43,3 @@ def test_a_short_probe_prints_and_writes_the_strip(tmp_path: Path, capsys: pytes
     assert "3: " in text and "8: " in text  # the first frame's ground is still in view
     strip = np.asarray(Image.open(out))
     assert strip.shape == (128, 128, 3)
-
-
-def test_the_world_source_needs_recall_weights(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--length", "4", "--recall-source", "world", "--threads", "1"])
-    assert "recall_patch" in capsys.readouterr().err

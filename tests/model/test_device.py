@@ -36,10 +36,11 @@ def test_chunk_steps_run_on_the_device_past_the_wrapped_window() -> None:
     a = torch.zeros(b, 1, cfg.action_dim, device=META)
     scene = torch.zeros(b, cfg.scene_dim, device=META)
     x = torch.randn(b, 1, cfg.channels, 64, 64, device=META)
+    prev = torch.randn(b, 1, cfg.prev_channels, 64, 64, device=META)  # the frame and its anchor reference
     for i in range(cfg.cache_frames + 3):  # empty slots (masked), sink, full ring, wrapped
         ctx = pool.context(slots, np.full(b, i))
         assert ctx.k.device == META and ctx.rope_q.cos.device == META
-        inp = model.prepare_chunk(x, a, scene, (0.75, 0.0))
+        inp = model.prepare_chunk(prev, a, scene, (0.75, 0.0))
         y = model.denoise_step(x, inp, 0, ctx)
         k, v = model.commit_step(y, inp, ctx)
         pool.commit(slots, np.full((b, 1), i), k, v)

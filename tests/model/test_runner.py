@@ -172,22 +172,3 @@ def test_bad_input_is_an_error_for_that_session_only() -> None:
     assert set(out.errors) == {"bad", "good", "ghost"}
     assert [r.session_id for r in out.results] == ["good"]
     assert "bad" not in runner.sessions
-
-
-def test_renoise_scales_only_the_noise_put_back_between_steps() -> None:
-    import dataclasses
-
-    import pytest
-
-    with pytest.raises(ValueError, match="renoise"):
-        tiny_config(renoise=1.5)
-
-    def frames(renoise: float, steps: int) -> list[np.ndarray]:
-        runner = make_runner()
-        runner.model.cfg = dataclasses.replace(runner.cfg, renoise=renoise)
-        return rollout(runner, ["s"], chunks=3, steps=steps)["s"]
-
-    full, half = frames(1.0, 4), frames(0.5, 4)
-    assert any(not np.array_equal(a, b) for a, b in zip(full, half, strict=True))
-    # one step puts nothing back: the setting cannot matter there
-    assert all(np.array_equal(a, b) for a, b in zip(frames(1.0, 1), frames(0.5, 1), strict=True))

@@ -212,13 +212,13 @@ def test_a_head_new_to_the_checkpoint_learns_at_its_own_rate() -> None:
     from model.dit import WorldModel
     from model.train import make_optimizer
 
-    model = WorldModel(ModelConfig(**TINY, motion_layers=2))
-    fresh = frozenset(n for n, _ in model.named_parameters() if n.startswith("drift_heads."))
+    model = WorldModel(ModelConfig(**TINY))
+    fresh = frozenset(n for n, _ in model.named_parameters() if n.startswith("anchor_heads."))
     opt = make_optimizer(model, TrainConfig(new_module_lr_scale=30.0), fresh)
     scale = {id(p): g["scale"] for g in opt.param_groups for p in g["params"]}
     decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
     for name, p in model.named_parameters():
-        assert scale[id(p)] == (30.0 if name.startswith("drift_heads.") else 1.0), name
+        assert scale[id(p)] == (30.0 if name.startswith("anchor_heads.") else 1.0), name
         assert decay[id(p)] == (0.01 if p.dim() >= 2 else 0.0), name
 
 
