@@ -129,7 +129,8 @@ def load_vae(
                 f"VAE checkpoint {path} does not match the Wan2.1 VAE: "
                 f"missing keys {sorted(missing)[:5]}, unexpected keys {sorted(unexpected)[:5]}"
             )
-        vae = vae.to(dtype)
+        if dtype != torch.float32:
+            vae = vae.to(dtype)
     else:
         raise FileNotFoundError(f"VAE path {path} is neither a diffusers directory nor a .pth file")
     return vae.to(device).eval().requires_grad_(False)
@@ -164,8 +165,10 @@ class StreamingDecoder:
     @classmethod
     def load(
         cls, path: str | Path, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+        config: dict | None = None,
     ) -> StreamingDecoder:
-        return cls(load_vae(path, device=device, dtype=dtype))
+        """``load_vae`` (a diffusers directory or the authors' ``.pth``) wrapped in a decoder."""
+        return cls(load_vae(path, device=device, dtype=dtype, config=config))
 
     @property
     def device(self) -> torch.device:
@@ -229,8 +232,9 @@ class StreamingDecoder:
             if s.latent_hw is not None and s.latent_hw != hw:
                 raise ValueError(f"stream {i} decodes latents of {s.latent_hw}, got a chunk of {hw}")
         out: list[torch.Tensor | None] = [None] * len(streams)
-        for phase in sorted({s.phase for s in streams}):
-            rows = [i for i, s in enumerate(streams) if s.phase == phase]
+        phases = [s.phase for s in streams]  # fixed before any group decodes and moves on
+        for phase in sorted(set(phases)):
+            rows = [i for i, p in enumerate(phases) if p == phase]
             video = self._decode_group([streams[i] for i in rows], latents[rows])  # (b, 3, F', H, W)
             for i, v in zip(rows, video, strict=True):
                 out[i] = v
