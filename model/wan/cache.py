@@ -1,6 +1,34 @@
 """The Wan causal family's KV cache: preallocated, fixed shapes, one slot per session.
 
-(API published first; bodies follow.)
+Buffer layout of one slot, by frame position (each position holds T = tokens_per_frame tokens)::
+
+    position  | 0 ........ s-1 | s ............................ s+K-1 |
+    holds     | sink frames    | ring: frame g at s + (g - s) % K      |
+              | 0 .. s-1       | (the last K committed frames)         |
+
+    k, v:     (L, S, (s+K)*T, H, D)    L layers, S slots, H heads, D head dim
+    latents:  (S, s+K, C, h, w)        the clean latent frame behind each position
+
+A chunk sees the sinks, the window and itself. Keys are stored after ``norm_k`` and rotated in
+space (height, width) only: those angles belong to the token and never change. The time
+rotation is applied when a chunk reads the cache, from positions the host computes.
+
+Positions (the time axis of RoPE). Let the held frames, oldest first, be the sinks then the
+window; a held frame's position is its rank in that list, and the chunk's frames follow at
+ranks M, M+1, ... (M = frames held). So positions are bounded by s + K + chunk, forever.
+
+- Until the window first rolls, the held frames are 0 .. n-1, so the rank is the frame's own
+  index: exactly the absolute positions the authors' caches use (checked against their code).
+- Without sinks, ranks are absolute positions shifted by a constant, and RoPE only sees
+  differences: exactly the authors' rolling attention, for ever.
+- With sinks, once the window has rolled, the sinks sit just before the oldest window frame
+  (Rolling Forcing's choice), where the authors' absolute scheme keeps them at 0 .. s-1 while
+  the chunk's position grows: its distance to the sinks leaves the range the model was trained
+  on (and Wan's 1,024-entry table) after a few minutes. Rank positions never do.
+
+The cursors (``frame_at``: which epoch frame each position holds, -1 when empty;
+``next_frame``) are host-side numpy, so building a chunk's context never reads a tensor back.
+Memory is fixed at creation: a session can run for ever in it.
 """
 
 from __future__ import annotations
@@ -19,13 +47,27 @@ class CacheFull(RuntimeError):
 
 @dataclass(slots=True)
 class ChunkContext:
-    """Everything a batch of chunks needs from the cache, built once per chunk on the host and
-    reused by every denoising step and the commit pass."""
+    """What a batch of chunks needs from the cache, built once per chunk on the host and reused
+    by every denoising step and the commit pass. Row b generates frames ``start_frames[b]`` ..
+    ``start_frames[b] + num_frames - 1`` of slot ``slots[b]``."""
 
     cache: WanKVCache
     slots: list[int]  # (B,) slot of each batch row
     start_frames: np.ndarray  # (B,) epoch frame index of each chunk's first frame
     num_frames: int  # latent frames in each chunk (all rows alike)
+    slot_index: torch.Tensor  # (B,) long, slots on the cache's device
+    used: int  # cached tokens read: positions 0 .. used/T - 1 hold every row's frames
+    cache_cos: torch.Tensor  # (B, used, 1, Pt) time rotation of the cached keys
+    cache_sin: torch.Tensor  # (B, used, 1, Pt)
+    chunk_cos: torch.Tensor  # (B, F*T, 1, Pt) time rotation of the chunk's queries and keys
+    chunk_sin: torch.Tensor  # (B, F*T, 1, Pt)
+    mask: torch.Tensor | None  # (B, 1, 1, used + F*T) bool, True = attend; None = all valid
+    write_tokens: torch.Tensor  # (B, F*T) long, where the commit writes each token
+    write_positions: np.ndarray  # (B, F) frame positions the commit fills
+
+    @property
+    def batch(self) -> int:
+        return len(self.slots)
 
 
 @dataclass(slots=True)
@@ -33,10 +75,11 @@ class WanKVCache:
     cfg: WanConfig
     height: int  # latent height
     width: int  # latent width
-    k: torch.Tensor  # (L, S, P*T, H, D)
+    k: torch.Tensor  # (L, S, P*T, H, D) keys after norm_k, rotated in space only
     v: torch.Tensor  # (L, S, P*T, H, D)
-    frame_at: np.ndarray  # (S, P) epoch frame index held at each position, -1 = empty
-    next_frame: np.ndarray  # (S,) next epoch frame each slot expects
+    latents: torch.Tensor  # (S, P, C, h, w) clean latents of the held frames
+    frame_at: np.ndarray  # (S, P) int64 epoch frame index at each position, -1 = empty
+    next_frame: np.ndarray  # (S,) int64 next epoch frame each slot expects
     free_slots: list[int]
 
     @classmethod
@@ -45,22 +88,179 @@ class WanKVCache:
         dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
     ) -> WanKVCache:
         """A pool of ``slots`` session caches for latents of ``height`` x ``width``."""
-        raise NotImplementedError
+        if slots < 1:
+            raise ValueError(f"a KV cache pool needs at least 1 slot, got {slots}")
+        t = cfg.tokens_per_frame(height, width)
+        p = cfg.cache_frames
+        shape = (cfg.num_layers, slots, p * t, cfg.num_heads, cfg.head_dim)
+        return cls(
+            cfg=cfg, height=height, width=width,
+            k=torch.zeros(shape, dtype=dtype, device=device),
+            v=torch.zeros(shape, dtype=dtype, device=device),
+            latents=torch.zeros((slots, p, cfg.in_dim, height, width), dtype=torch.float32, device=device),
+            frame_at=np.full((slots, p), -1, dtype=np.int64),
+            next_frame=np.zeros(slots, dtype=np.int64),
+            free_slots=list(range(slots - 1, -1, -1)),
+        )
 
+    @property
+    def capacity(self) -> int:
+        return self.frame_at.shape[0]
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return self.cfg.tokens_per_frame(self.height, self.width)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.latents))
+
+    # --- slots ---
     def allocate(self) -> int:
         """Take a free slot (empty, expecting frame 0); ``CacheFull`` when none is left."""
-        raise NotImplementedError
+        if not self.free_slots:
+            raise CacheFull(f"Wan KV cache {self.height}x{self.width}: all {self.capacity} slots are in use")
+        slot = self.free_slots.pop()
+        self.reset(slot)
+        return slot
 
     def release(self, slot: int) -> None:
-        raise NotImplementedError
+        self._check_slot(slot)
+        self.reset(slot)
+        self.free_slots.append(slot)
 
     def reset(self, slot: int) -> None:
-        """Empty a slot (a new epoch): it expects frame 0 next."""
-        raise NotImplementedError
+        """Empty a slot (a new epoch): it expects frame 0 next. Tensors are left as they are:
+        nothing reads a position whose ``frame_at`` is -1."""
+        self.frame_at[slot] = -1
+        self.next_frame[slot] = 0
 
-    def chunk(self, slots: list[int], start_frames: np.ndarray | list[int] | None = None,
-              num_frames: int | None = None) -> ChunkContext:
+    def seek(self, slot: int, frame: int) -> None:
+        """Make an empty or partly rebuilt slot expect ``frame`` next, skipping the frames the
+        window has already dropped (used by ``CausalWanModel.recache`` only)."""
+        self._check_slot(slot)
+        if frame < self.next_frame[slot]:
+            raise ValueError(
+                f"slot {slot}: cannot seek back to frame {frame}, it expects frame {self.next_frame[slot]}"
+            )
+        self.next_frame[slot] = frame
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.capacity or slot in self.free_slots:
+            raise ValueError(f"Wan KV cache: slot {slot} is not allocated (capacity {self.capacity})")
+
+    def position(self, frame: int) -> int:
+        """Cache position of epoch frame ``frame``."""
+        s, k = self.cfg.sink_frames, self.cfg.window_frames
+        return frame if frame < s else s + (frame - s) % k
+
+    def held(self, slot: int) -> tuple[np.ndarray, torch.Tensor]:
+        """The frames a slot holds, oldest first: (frame ids (N,), clean latents (C, N, h, w)).
+        What a snapshot carries, and what ``recache`` takes."""
+        self._check_slot(slot)
+        frames = self.frame_at[slot]
+        pos = np.flatnonzero(frames >= 0)
+        pos = pos[np.argsort(frames[pos])]
+        lat = self.latents[slot, torch.from_numpy(pos).to(self.latents.device)]  # (N, C, h, w)
+        return frames[pos].copy(), lat.transpose(0, 1).contiguous()
+
+    # --- one chunk ---
+    def chunk(
+        self, slots: list[int], start_frames: np.ndarray | list[int] | None = None,
+        num_frames: int | None = None,
+    ) -> ChunkContext:
         """The context of a batch of chunks: row b generates frames ``start_frames[b]`` ..
         ``+ num_frames - 1`` of slot ``slots[b]`` (default: each slot's next frame, and
-        ``cfg.chunk_frames``)."""
-        raise NotImplementedError
+        ``cfg.chunk_frames``). A start must be the frame the slot expects next."""
+        cfg, t = self.cfg, self.tokens_per_frame
+        f = cfg.chunk_frames if num_frames is None else num_frames
+        if not 1 <= f <= cfg.window_frames:
+            raise ValueError(f"a chunk of {f} frames does not fit a window of {cfg.window_frames}")
+        if len(set(slots)) != len(slots) or not slots:
+            raise ValueError(f"a batch needs distinct slots, got {slots}")
+        for s in slots:
+            self._check_slot(s)
+        expect = self.next_frame[slots]
+        starts = expect.copy() if start_frames is None else np.asarray(start_frames, dtype=np.int64)
+        if starts.shape != (len(slots),):
+            raise ValueError(f"start_frames {starts.tolist()} do not match slots {slots}")
+        for b, (s, got, want) in enumerate(zip(slots, starts.tolist(), expect.tolist(), strict=True)):
+            if got != want:
+                raise ValueError(f"batch row {b}: slot {s} expects frame {want} next, not frame {got}")
+
+        frames = self.frame_at[slots]  # (B, P)
+        valid = frames >= 0
+        held = valid.sum(1)  # (B,) M per row
+        # rank of each held frame among its row's held frames (oldest = 0); -1 where empty
+        big = np.where(valid, frames, np.iinfo(np.int64).max)
+        rank = np.argsort(np.argsort(big, axis=1), axis=1)
+        rank = np.where(valid, rank, 0)
+        used_frames = int(max((np.flatnonzero(v).max() + 1 if v.any() else 0) for v in valid))
+        dev = self.k.device
+        cache_pos = np.repeat(rank[:, :used_frames], t, axis=1)  # (B, used)
+        own = held[:, None] + np.arange(f)[None, :]  # (B, F)
+        chunk_pos = np.repeat(own, t, axis=1)  # (B, F*T)
+        cache_cos, cache_sin = time_rotation(cfg, cache_pos, dev)
+        chunk_cos, chunk_sin = time_rotation(cfg, chunk_pos, dev)
+
+        mask = None
+        if not valid[:, :used_frames].all():
+            tok = np.repeat(valid[:, :used_frames], t, axis=1)
+            full = np.concatenate((tok, np.ones((len(slots), f * t), dtype=bool)), 1)
+            mask = torch.from_numpy(full).to(dev)[:, None, None, :]
+
+        wpos = np.vectorize(self.position, otypes=[np.int64])(starts[:, None] + np.arange(f)[None, :])  # (B, F)
+        wtok = (wpos[:, :, None] * t + np.arange(t)[None, None, :]).reshape(len(slots), f * t)
+        return ChunkContext(
+            cache=self, slots=list(slots), start_frames=starts, num_frames=f,
+            slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t,
+            cache_cos=cache_cos, cache_sin=cache_sin, chunk_cos=chunk_cos, chunk_sin=chunk_sin,
+            mask=mask, write_tokens=torch.from_numpy(wtok).to(dev), write_positions=wpos,
+        )
+
+    def read(self, layer: int, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cached keys (time-rotated for this chunk) and values of one layer: (B, used, H, D)."""
+        k = self.k[layer, ctx.slot_index, : ctx.used]  # (B, used, H, D)
+        v = self.v[layer, ctx.slot_index, : ctx.used]
+        return rotate(k, ctx.cache_cos, ctx.cache_sin, 0), v
+
+    def write(self, layer: int, ctx: ChunkContext, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store one layer's keys (space-rotated) and values (B, F*T, H, D) of the chunk. The
+        commit pass calls it after that layer's attention, so the chunk never reads frames it
+        evicts; ``advance`` then moves the cursors."""
+        rows = ctx.slot_index[:, None]
+        self.k[layer, rows, ctx.write_tokens] = k.to(self.k.dtype)
+        self.v[layer, rows, ctx.write_tokens] = v.to(self.v.dtype)
+
+    def advance(self, ctx: ChunkContext, x0: torch.Tensor) -> None:
+        """After every layer is written: record the chunk's frames and clean latents
+        x0 (B, C, F, h, w) and expect the next chunk."""
+        f = ctx.num_frames
+        frames = ctx.start_frames[:, None] + np.arange(f)[None, :]  # (B, F)
+        rows = np.asarray(ctx.slots)[:, None]
+        self.frame_at[rows, ctx.write_positions] = frames
+        self.next_frame[ctx.slots] = ctx.start_frames + f
+        pos = torch.from_numpy(ctx.write_positions).to(self.latents.device)
+        self.latents[ctx.slot_index[:, None], pos] = x0.transpose(1, 2).to(self.latents.dtype)
+
+
+def time_rotation(cfg: WanConfig, positions: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (B, N, 1, Pt) of the time pairs of RoPE at integer ``positions`` (B, N)."""
+    inv = rope_frequencies(cfg, cfg.rope_pairs[0])  # (Pt,) float64
+    ang = torch.from_numpy(positions).to(torch.float64)[..., None] * inv  # (B, N, Pt)
+    return ang.cos().float()[:, :, None].to(device), ang.sin().float()[:, :, None].to(device)
+
+
+def rope_frequencies(cfg: WanConfig, pairs: int) -> torch.Tensor:
+    """Wan's per-pair frequencies for an axis given ``pairs`` rotary pairs: theta^(-2i / 2*pairs)."""
+    return 1.0 / cfg.rope_theta ** (torch.arange(pairs, dtype=torch.float64) / pairs)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, first_pair: int) -> torch.Tensor:
+    """Rotate the adjacent pairs ``first_pair .. first_pair + P - 1`` of the head dim of
+    x (B, N, H, D) by angles given as cos, sin (B or 1, N, 1, P); other pairs pass through."""
+    p = cos.shape[-1]
+    lo, hi = 2 * first_pair, 2 * (first_pair + p)
+    part = x[..., lo:hi].float().unflatten(-1, (p, 2))  # (B, N, H, P, 2)
+    a, b = part[..., 0], part[..., 1]
+    rot = torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2).to(x.dtype)
+    return torch.cat((x[..., :lo], rot, x[..., hi:]), -1)

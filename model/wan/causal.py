@@ -1,14 +1,25 @@
-"""The Wan2.1 causal transformer (API published first; bodies follow).
+"""The Wan2.1 causal transformer, top to bottom: embeddings, RoPE, attention, block, head, model.
+
+This is Wan2.1-T2V's DiT (Self-Forcing, CausVid, LongLive and Rolling Forcing fine-tune it to
+run chunk by chunk) with block-causal self-attention over a KV cache of sink frames and a
+rolling window (``model/wan/cache.py``: its layout and the RoPE position scheme). Submodule
+names are the authors' checkpoint keys (``patch_embedding``, ``blocks.N.self_attn.q``, ...),
+so their state dicts load as they are (``model/wan/weights.py``).
+
+A latent video is (B, C, F, H, W). A token is one latent frame's 2x2 patch: T = H/2 * W/2
+tokens a frame (1,560 at 480x832), and each frame has its own timestep, so a token is
+modulated by its frame's time embedding.
 
 Per chunk, the runner calls::
 
-    text = model.text_kv(context)                   # once per prompt, kept per session
-    ctx = cache.chunk(slots)                        # once per chunk (host-side cursors)
-    x0 = generate_chunk(model, ctx, text, noise)    # model/wan/sampler.py: steps + commit
-      # = for each step: v = model.denoise(x_t, t, text, ctx); x0 = x_t - sigma * v; renoise
-      #   then model.commit(x0, text, ctx)           # writes the chunk's K/V, advances cursors
+    text = model.text_kv(context)                 # once per prompt, kept with the session
+    ctx = cache.chunk(slots)                      # once per chunk: host-side positions
+    x0 = generate_chunk(model, ctx, text, noise)  # model/wan/sampler.py, which runs
+        # for each step: v = model.denoise(x_t, t, text, ctx); x0 = x_t - sigma v; renoise
+        # then model.commit(x0, text, ctx): writes the chunk's K/V, advances the cursors
 
-and on a prompt change or a migration: ``model.recache(cache, slot, latents, frame_ids, text)``.
+and on a prompt change or a migration ``model.recache(cache, slot, latents, frame_ids, text)``
+with the frames ``cache.held(slot)`` returns (or a snapshot carried).
 """
 
 from __future__ import annotations
@@ -18,9 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from model.wan.cache import ChunkContext, WanKVCache
+from model.attention import attend
+from model.wan.cache import ChunkContext, WanKVCache, rope_frequencies, rotate
 from model.wan.config import WanConfig
 
 
@@ -46,33 +59,280 @@ class TextKV:
         return TextKV(self.k[:, b:b + 1], self.v[:, b:b + 1])
 
 
+# ---------------------------------------------------------------------------- pieces
+
+
+def timestep_embedding(dim: int, t: torch.Tensor) -> torch.Tensor:
+    """Wan's sinusoidal embedding of timesteps t (N,) -> (N, dim), cosines first, in float64."""
+    half = dim // 2
+    freqs = torch.pow(10000.0, -torch.arange(half, dtype=torch.float64, device=t.device) / half)
+    ang = t.to(torch.float64)[:, None] * freqs[None]  # (N, half)
+    return torch.cat((ang.cos(), ang.sin()), 1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm computed in float32 (Wan's norm1/norm2 have no weights; norm3 does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = None if self.weight is None else self.weight.float()
+        b = None if self.bias is None else self.bias.float()
+        return F.layer_norm(x.float(), self.normalized_shape, w, b, self.eps).type_as(x)
+
+
+@dataclass(slots=True)
+class Grid:
+    """Token layout of one forward: F frames of h x w tokens, and the space rotation of each."""
+
+    frames: int
+    h: int
+    w: int
+    cos: torch.Tensor  # (1, F*h*w, 1, Ph+Pw) height pairs then width pairs
+    sin: torch.Tensor
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return self.h * self.w
+
+
+def space_grid(cfg: WanConfig, frames: int, h: int, w: int, device: torch.device) -> Grid:
+    """Height/width rotation angles of each token (f, y, x), flattened frame-major."""
+    _, ph, pw = cfg.rope_pairs
+    ay = torch.arange(h, dtype=torch.float64)[:, None] * rope_frequencies(cfg, ph)  # (h, Ph)
+    ax = torch.arange(w, dtype=torch.float64)[:, None] * rope_frequencies(cfg, pw)  # (w, Pw)
+    ang = torch.cat((ay[:, None].expand(h, w, ph), ax[None].expand(h, w, pw)), -1)  # (h, w, Ph+Pw)
+    ang = ang.reshape(1, h * w, 1, ph + pw).repeat(1, frames, 1, 1)  # (1, F*h*w, 1, Ph+Pw)
+    return Grid(frames, h, w, ang.cos().float().to(device), ang.sin().float().to(device))
+
+
+# ---------------------------------------------------------------------------- attention
+
+
+class SelfAttention(nn.Module):
+    """Block-causal self-attention of a chunk over [cached sinks + window | itself]."""
+
+    def __init__(self, cfg: WanConfig):
+        super().__init__()
+        self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.time_pairs = cfg.rope_pairs[0]
+        self.q = nn.Linear(cfg.dim, cfg.dim)
+        self.k = nn.Linear(cfg.dim, cfg.dim)
+        self.v = nn.Linear(cfg.dim, cfg.dim)
+        self.o = nn.Linear(cfg.dim, cfg.dim)
+        self.norm_q = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
+        self.norm_k = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, grid: Grid, ctx: ChunkContext, layer: int, write: bool) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.norm_q(self.q(x)).view(b, n, self.heads, self.head_dim)  # (B, F*T, H, D)
+        k = self.norm_k(self.k(x)).view(b, n, self.heads, self.head_dim)
+        v = self.v(x).view(b, n, self.heads, self.head_dim)
+        q = rotate(q, grid.cos, grid.sin, self.time_pairs)  # space: pairs after the time pairs
+        k = rotate(k, grid.cos, grid.sin, self.time_pairs)
+        k_old, v_old = ctx.cache.read(layer, ctx)  # (B, used, H, D), time-rotated for this chunk
+        q_t = rotate(q, ctx.chunk_cos, ctx.chunk_sin, 0)
+        k_t = rotate(k, ctx.chunk_cos, ctx.chunk_sin, 0)
+        y = attend(q_t, torch.cat((k_old, k_t), 1), torch.cat((v_old, v), 1), ctx.mask)  # (B, F*T, H, D)
+        if write:  # after this layer's attention: the chunk never reads what it evicts
+            ctx.cache.write(layer, ctx, k, v)
+        return self.o(y.flatten(2))
+
+
+class CrossAttention(nn.Module):
+    """Attention of every token over the prompt's cached keys/values (no RoPE, no mask: Wan
+    attends to all text_len positions, the zero padding included)."""
+
+    def __init__(self, cfg: WanConfig):
+        super().__init__()
+        self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.q = nn.Linear(cfg.dim, cfg.dim)
+        self.k = nn.Linear(cfg.dim, cfg.dim)
+        self.v = nn.Linear(cfg.dim, cfg.dim)
+        self.o = nn.Linear(cfg.dim, cfg.dim)
+        self.norm_q = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
+        self.norm_k = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
+
+    def kv(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """context (B, text_len, dim) -> k, v (B, text_len, H, D)."""
+        b, n, _ = context.shape
+        k = self.norm_k(self.k(context)).view(b, n, self.heads, self.head_dim)
+        return k, self.v(context).view(b, n, self.heads, self.head_dim)
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.norm_q(self.q(x)).view(b, n, self.heads, self.head_dim)  # (B, F*T, H, D)
+        return self.o(attend(q, k, v, None).flatten(2))
+
+
+# ---------------------------------------------------------------------------- block, head
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: WanConfig):
+        super().__init__()
+        self.norm1 = LayerNorm(cfg.dim, eps=cfg.eps, elementwise_affine=False)
+        self.self_attn = SelfAttention(cfg)
+        self.norm3 = LayerNorm(cfg.dim, eps=cfg.eps) if cfg.cross_attn_norm else nn.Identity()
+        self.cross_attn = CrossAttention(cfg)
+        self.norm2 = LayerNorm(cfg.dim, eps=cfg.eps, elementwise_affine=False)
+        self.ffn = nn.Sequential(
+            nn.Linear(cfg.dim, cfg.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn_dim, cfg.dim)
+        )
+        self.modulation = nn.Parameter(torch.randn(1, 6, cfg.dim) / cfg.dim**0.5)
+
+    def forward(
+        self, x: torch.Tensor, e: torch.Tensor, grid: Grid, ctx: ChunkContext, layer: int,
+        text_k: torch.Tensor, text_v: torch.Tensor, write: bool,
+    ) -> torch.Tensor:
+        """x (B, F*T, dim); e (B, F, 6, dim) the frames' time projections."""
+        b, f, t = x.shape[0], grid.frames, grid.tokens_per_frame
+        mod = (self.modulation.unsqueeze(1) + e).float()  # (B, F, 6, dim)
+        shift1, scale1, gate1, shift2, scale2, gate2 = (m.unsqueeze(2) for m in mod.unbind(2))  # (B, F, 1, dim)
+
+        def per_frame(y: torch.Tensor) -> torch.Tensor:
+            return y.view(b, f, t, -1)  # (B, F, T, dim)
+
+        h = (per_frame(self.norm1(x)) * (1 + scale1) + shift1).flatten(1, 2).type_as(x)
+        x = x + (per_frame(self.self_attn(h, grid, ctx, layer, write)) * gate1).flatten(1, 2).type_as(x)
+        x = x + self.cross_attn(self.norm3(x), text_k, text_v)
+        h = (per_frame(self.norm2(x)) * (1 + scale2) + shift2).flatten(1, 2).type_as(x)
+        return x + (per_frame(self.ffn(h)) * gate2).flatten(1, 2).type_as(x)
+
+
+class Head(nn.Module):
+    def __init__(self, cfg: WanConfig):
+        super().__init__()
+        self.norm = LayerNorm(cfg.dim, eps=cfg.eps, elementwise_affine=False)
+        self.head = nn.Linear(cfg.dim, cfg.patch_dim)
+        self.modulation = nn.Parameter(torch.randn(1, 2, cfg.dim) / cfg.dim**0.5)
+
+    def forward(self, x: torch.Tensor, e: torch.Tensor, grid: Grid) -> torch.Tensor:
+        """x (B, F*T, dim); e (B, F, dim) the frames' time embeddings -> (B, F*T, patch_dim)."""
+        b, f, t = x.shape[0], grid.frames, grid.tokens_per_frame
+        shift, scale = (self.modulation.unsqueeze(1) + e.unsqueeze(2)).float().unbind(2)  # (B, F, dim)
+        h = self.norm(x).view(b, f, t, -1) * (1 + scale.unsqueeze(2)) + shift.unsqueeze(2)  # (B, F, T, dim)
+        return self.head(h.flatten(1, 2).type_as(x))
+
+
+# ---------------------------------------------------------------------------- model
+
+
 class CausalWanModel(nn.Module):
     def __init__(self, cfg: WanConfig):
         super().__init__()
         self.cfg = cfg
+        self.patch_embedding = nn.Conv3d(cfg.in_dim, cfg.dim, kernel_size=cfg.patch_size, stride=cfg.patch_size)
+        self.text_embedding = nn.Sequential(
+            nn.Linear(cfg.text_dim, cfg.dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.dim, cfg.dim)
+        )
+        self.time_embedding = nn.Sequential(nn.Linear(cfg.freq_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(cfg.dim, 6 * cfg.dim))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.head = Head(cfg)
 
+    # --- prompts ---
+    @torch.no_grad()
     def text_kv(self, context: torch.Tensor | Sequence[torch.Tensor]) -> TextKV:
         """Cross-attention K/V of prompts: ``context`` (B, L<=text_len, text_dim) or a list of
         (L_i, text_dim) embeddings, zero-padded to text_len as Wan does."""
-        raise NotImplementedError
+        cfg = self.cfg
+        rows = list(context) if not isinstance(context, torch.Tensor) else list(context.unbind(0))
+        for i, c in enumerate(rows):
+            if c.dim() != 2 or c.shape[1] != cfg.text_dim or c.shape[0] > cfg.text_len:
+                raise ValueError(
+                    f"prompt {i}: embedding {tuple(c.shape)} is not (<= {cfg.text_len}, {cfg.text_dim})"
+                )
+        w = self.text_embedding[0].weight
+        padded = torch.zeros(len(rows), cfg.text_len, cfg.text_dim, dtype=w.dtype, device=w.device)
+        for i, c in enumerate(rows):
+            padded[i, : c.shape[0]] = c.to(w.dtype)
+        ctx = self.text_embedding(padded)  # (B, text_len, dim)
+        kv = [blk.cross_attn.kv(ctx) for blk in self.blocks]
+        return TextKV(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv]))  # (L, B, text_len, H, D)
 
+    # --- one chunk ---
+    def _forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext, write: bool) -> torch.Tensor:
+        cfg = self.cfg
+        b, c, f, hh, ww = x.shape
+        cache = ctx.cache
+        if c != cfg.in_dim or f != ctx.num_frames or (hh, ww) != (cache.height, cache.width) or b != ctx.batch:
+            raise ValueError(
+                f"latents {tuple(x.shape)} do not match the chunk: ({ctx.batch}, {cfg.in_dim}, "
+                f"{ctx.num_frames}, {cache.height}, {cache.width}) expected"
+            )
+        if text.batch != b:
+            raise ValueError(f"text K/V holds {text.batch} prompts for a batch of {b} chunks")
+        t = t.to(x.device, torch.float32)
+        t = t[:, None].expand(b, f) if t.dim() == 1 else t
+        if t.shape != (b, f):
+            raise ValueError(f"timesteps {tuple(t.shape)} are neither ({b},) nor ({b}, {f})")
+
+        x = x.to(self.patch_embedding.weight.dtype)
+        x = self.patch_embedding(x)  # (B, dim, F, h, w)
+        grid = space_grid(cfg, f, x.shape[3], x.shape[4], x.device)
+        x = x.flatten(2).transpose(1, 2)  # (B, F*h*w, dim)
+        e = self.time_embedding(timestep_embedding(cfg.freq_dim, t.reshape(-1)).to(x.dtype))  # (B*F, dim)
+        e6 = self.time_projection(e).view(b, f, 6, cfg.dim)  # (B, F, 6, dim)
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, e6, grid, ctx, i, text.k[i], text.v[i], write)
+        out = self.head(x, e.view(b, f, cfg.dim), grid)  # (B, F*h*w, patch_dim)
+        pf, ph, pw = cfg.patch_size
+        out = out.view(b, f, grid.h, grid.w, pf, ph, pw, cfg.out_dim)
+        out = out.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, F, pf, h, ph, w, pw)
+        return out.reshape(b, cfg.out_dim, f * pf, grid.h * ph, grid.w * pw).float()
+
+    @torch.no_grad()
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext) -> torch.Tensor:
         """Flow prediction v = noise - x0 for a batch of chunks, without writing the cache.
 
         x_t (B, C, F, H, W) latents; t (B,) or (B, F) model timesteps (per frame); text with
-        B rows; ctx from ``cache.chunk``. Returns (B, out_dim, F, H, W)."""
-        raise NotImplementedError
+        B rows; ctx from ``cache.chunk``. Returns (B, out_dim, F, H, W) float32."""
+        return self._forward(x_t, t, text, ctx, write=False)
 
+    @torch.no_grad()
     def commit(self, x0: torch.Tensor, text: TextKV, ctx: ChunkContext) -> None:
         """Run the clean chunk at ``cfg.commit_timestep`` and write its K/V into each row's slot;
-        the slots' cursors advance by the chunk's frames."""
-        raise NotImplementedError
+        the slots' cursors advance by the chunk's frames. ``ctx`` is spent afterwards."""
+        t = torch.full((x0.shape[0],), self.cfg.commit_timestep, device=x0.device)
+        self._forward(x0, t, text, ctx, write=True)
+        ctx.cache.advance(ctx, x0)
 
+    @torch.no_grad()
     def recache(self, cache: WanKVCache, slot: int, latents: torch.Tensor, frame_ids: Sequence[int] | np.ndarray,
                 text: TextKV) -> None:
         """Rebuild one slot's cache from clean latent frames under (new) text K/V: the slot is
         emptied, then the frames are committed chunk by chunk, grouped as they were generated
         (by ``frame // chunk_frames``). latents (C, N, H, W); frame_ids (N,) ascending epoch
-        frame indices (the sinks then the window, as ``cache.held_frames(slot)`` lists them);
+        frame indices (the sinks then the window, as ``cache.held(slot)`` returns them);
         text with one row. Afterwards the slot expects frame ``frame_ids[-1] + 1``."""
-        raise NotImplementedError
+        ids = np.asarray(frame_ids, dtype=np.int64)
+        if latents.dim() != 4 or latents.shape[1] != len(ids):
+            raise ValueError(f"slot {slot}: latents {tuple(latents.shape)} do not hold {len(ids)} frames (C, N, H, W)")
+        if len(ids) == 0:
+            raise ValueError(f"slot {slot}: no frames to re-cache")
+        if (np.diff(ids) <= 0).any() or ids[0] < 0:
+            raise ValueError(f"slot {slot}: frame ids {ids.tolist()} are not ascending and >= 0")
+        if text.batch != 1:
+            raise ValueError(f"slot {slot}: re-cache takes one prompt, got {text.batch}")
+        cache._check_slot(slot)
+        cache.reset(slot)
+        groups = ids // self.cfg.chunk_frames
+        start = 0
+        while start < len(ids):
+            end = start + 1
+            while end < len(ids) and groups[end] == groups[start] and ids[end] == ids[end - 1] + 1:
+                end += 1
+            cache.seek(slot, int(ids[start]))
+            ctx = cache.chunk([slot], num_frames=end - start)
+            self.commit(latents[None, :, start:end], text, ctx)
+            start = end
