@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from model.runner import ModelRunner
-from model.train import HELD_OUT_SEEDS
-from model.world import World, sample_scene
 from session.plan import Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
+from training.train import HELD_OUT_SEEDS
+from world import World, sample_scene
 
 
 class Driver:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from model.texture import TextureLoss
+from training.texture import TextureLoss
 
 
 def contrast(frame: np.ndarray) -> float:
@@ -62,7 +62,7 @@ TextureStats = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 def texture_stats(frames: np.ndarray) -> TextureStats:
-    """The texture term's statistics (``model/texture.py``) of (N, H, W, 3) uint8 frames,
+    """The texture term's statistics (``training/texture.py``) of (N, H, W, 3) uint8 frames,
     computed once for as many ``texture_distance`` calls as they take part in."""
     global _TEXTURE
     if _TEXTURE is None:

@@ -20,10 +20,10 @@ import torch
 
 import model.dit as dit
 from model.runner import ModelRunner
-from model.train import HELD_OUT_SEEDS
 from model.weights import DEFAULT_WEIGHTS
-from model.world import World, expected_shift, sample_scene
 from session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, StepPlan
+from training.train import HELD_OUT_SEEDS
+from world import World, expected_shift, sample_scene
 
 ACTIONS = {  # name -> {action index: value}
     "idle": {},

@@ -42,7 +42,7 @@ actions. Prints per bucket:
   grid's lines over the mean gradient elsewhere (near 1 for the world; above it where
   every token is drawn as a flat block of its own), and ``texture_late``, the distance of the
   late frames' feature statistics from the renderer's at the same moments (training's texture
-  term, ``model/texture.py``; 0: made of the same; beside ``texture_late_renderer``, the
+  term, ``training/texture.py``; 0: made of the same; beside ``texture_late_renderer``, the
   renderer's late frames against its own from the first fifth).
 
 Writes sample strips (renderer row above model row) as PNG under ``--out``: ``strip_<bucket>``
@@ -77,8 +77,8 @@ from bench._frame_measures import (
 from model.dtype import DTYPES, pick_dtype
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS
-from model.world import World, expected_shift, global_shift, mixed_policy, sample_scene
 from session.plan import ACTION_DIM
+from world import World, expected_shift, global_shift, mixed_policy, sample_scene
 
 HORIZONS = (1, 8, 32)
 

@@ -38,7 +38,7 @@ from bench._frame_measures import contrast
 from bench.quality import psnr
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS
-from model.world import World, expected_shift, median_filter, mixed_policy
+from world import World, expected_shift, median_filter, mixed_policy
 
 MIN_KNOWN = 200  # pixels of the first frame's ground in view for a known-region PSNR
 

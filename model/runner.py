@@ -36,6 +36,7 @@ from model.dit import WorldModel
 from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
+from model.prompt import parse_prompt
 from model.weights import DEFAULT_WEIGHTS, load_model
 from session.plan import (
     Batch,
@@ -59,8 +60,6 @@ StartFrame = Callable[[str, int, int], np.ndarray]  # (scene, seed, bucket) -> (
 
 
 def default_scene_encoder(text: str) -> np.ndarray:
-    from model.world import parse_prompt
-
     return parse_prompt(text).to_vector()
 
 
@@ -127,7 +126,7 @@ class ModelRunner:
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
         dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, **kw: object,
     ) -> ModelRunner:
-        """Load weights; the default model (trained on ``model/world``) starts sessions
+        """Load weights; the default model (trained on ``world/``) starts sessions
         from its world's view unless ``start_frame`` is given (``None`` turns that off).
         ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
         CPU with bf16 matrix instructions). ``sampler`` overrides the sampler's settings that
@@ -138,7 +137,7 @@ class ModelRunner:
         assert isinstance(device, (str, torch.device))
         kw["dtype"] = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
         if "start_frame" not in kw and Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve():
-            from model.world import start_frame
+            from world import start_frame  # the default family's start frame comes from its world
 
             kw["start_frame"] = start_frame
         model = load_model(path)

@@ -32,12 +32,27 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _sizes(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        sizes = tuple((int(h), int(w)) for h, w in (s.lower().split("x") for s in text.split(",") if s.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes as HxW[,HxW], got {text!r}") from None
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"expected sizes as HxW[,HxW], got {text!r}")
+    return sizes
+
+
 def serve_parser(ap: argparse.ArgumentParser) -> None:
     d = Settings()
     ap.add_argument("--host", default=os.environ.get("WORLDSERVE_HOST", d.host))
     ap.add_argument("--port", type=int, default=int(os.environ.get("WORLDSERVE_PORT", d.port)))
+    ap.add_argument("--model", default=os.environ.get("WORLDSERVE_MODEL", d.model),
+                    help="model family: default (the embedded model) or wan-causal (docs/models.md)")
     ap.add_argument("--weights", type=Path, default=None,
-                    help="model weights (.safetensors with its .json); default: the shipped ones")
+                    help="model weights: default, a .safetensors with its .json (default: the shipped "
+                         "ones); wan-causal, a directory (docs/models.md)")
+    ap.add_argument("--size", type=_sizes, default=None,
+                    help="frame sizes a latent model serves, HxW[,HxW] (wan-causal: 480x832)")
     ap.add_argument("--threads", type=int, default=d.threads, help="torch threads of the model")
     ap.add_argument("--dtype", choices=DTYPES, default=d.dtype,
                     help="the model's float type; auto (default): bf16 where the CPU has bf16 matrix instructions")
@@ -103,7 +118,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(
         host=args.host,
         port=args.port,
+        model=args.model,
         weights=args.weights,
+        sizes=args.size,
         threads=args.threads,
         dtype=args.dtype,
         device=args.device,
@@ -208,9 +225,13 @@ def serve(settings: Settings) -> None:
     from server.logs import configure
 
     configure(settings.log_format, settings.log_level)
+    try:  # the files, before anything heavy loads: a missing one stops the server here
+        importlib.import_module("model.registry").check(settings.model, settings.weights)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"worldserve serve: {exc}") from None
     loop = _new_loop()
     log = logging.getLogger("worldserve.cli")
-    log.info("serving", extra={"host": settings.host, "port": settings.port,
+    log.info("serving", extra={"host": settings.host, "port": settings.port, "model": settings.model,
                                "loop": type(loop).__module__,
                                "directory": "shared" if settings.directory_url else "embedded"})
     app = create_app(settings)
@@ -248,7 +269,7 @@ def route(args: argparse.Namespace) -> None:
 
 
 # Subcommands whose options belong to another module: everything after the name is theirs.
-_DELEGATED = {"train": "model.train", "soak": "clients.soak", "drill": "clients.drill"}
+_DELEGATED = {"train": "training.train", "soak": "clients.soak", "drill": "clients.drill"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -258,7 +279,10 @@ def main(argv: list[str] | None = None) -> None:
     sub = ap.add_subparsers(dest="command", required=True)
     serve_parser(sub.add_parser("serve", help="run a worker (the session server)"))
     router_parser(sub.add_parser("router", help="place sessions on workers (signaling only)"))
-    sub.add_parser("train", help="train the world model (model.train's options follow)",
+    conv = sub.add_parser("convert", help="an authors' Wan .pt checkpoint -> safetensors")
+    conv.add_argument("src", type=Path, help="the authors' .pt (generator_ema or generator)")
+    conv.add_argument("dst", type=Path, help="the .safetensors to write")
+    sub.add_parser("train", help="train the world model (training.train's options follow)",
                    add_help=False)
     sub.add_parser("soak", help="N sessions for a while: latency, drops, RSS (clients.soak)",
                    add_help=False)
@@ -272,6 +296,12 @@ def main(argv: list[str] | None = None) -> None:
         serve(settings_from(args))
     elif args.command == "router":
         route(args)
+    elif args.command == "convert":
+        try:
+            importlib.import_module("model.wan.weights").convert(args.src, args.dst)
+        except (OSError, ValueError, KeyError) as exc:
+            raise SystemExit(f"worldserve convert: {exc}") from None
+        print(f"wrote {args.dst}")
 
 
 if __name__ == "__main__":

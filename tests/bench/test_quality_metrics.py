@@ -12,8 +12,8 @@ from bench.quality import (
     shift_oracle,
     shifted,
 )
-from model.world import expected_shift
 from session.plan import ACTION_DIM, KEYS
+from world import expected_shift
 
 
 def test_pooled_psnr_is_the_psnr_of_the_mean_error() -> None:
@@ -150,7 +150,7 @@ def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
 
 def test_stripes_score_as_anisotropic_and_the_worlds_ground_does_not() -> None:
     from bench._frame_measures import anisotropy
-    from model.world import World
+    from world import World
 
     stripes = np.zeros((64, 64, 3), np.uint8)
     stripes[::4] = 200  # horizontal streaks: all the gradient runs along y
@@ -174,7 +174,7 @@ def test_colour_overlap_is_one_for_the_same_colours_and_falls_for_others() -> No
 
 def test_blocks_drawn_per_token_show_as_seams_and_the_worlds_ground_does_not() -> None:
     from bench._frame_measures import seams
-    from model.world import World
+    from world import World
 
     rng = np.random.default_rng(0)
     blocks = np.kron(rng.integers(0, 256, (4, 4, 3)), np.ones((16, 16, 1))).astype(np.uint8)

@@ -10,9 +10,9 @@ from bench.quality import shifted
 from model.anchor import REANCHOR_SHARE, anchor_reference, visible_share
 from model.dit import WorldModel
 from model.runner import SCENE_SETTLE_FRAMES
-from model.train_targets import anchor_offsets
 from session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
 from tests.model.conftest import make_runner, randomized, tiny_config
+from training.targets import anchor_offsets
 
 
 def test_the_reference_is_the_anchor_moved_as_the_bench_moves_it() -> None:

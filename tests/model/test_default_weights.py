@@ -8,12 +8,12 @@ import numpy as np
 
 from model.runner import ModelRunner
 from model.weights import DEFAULT_WEIGHTS, config_path
-from model.world import World, parse_prompt, start_frame
 from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+from world import World, parse_prompt, start_frame
 
 
 def test_default_weights_are_committed_small_and_load() -> None:
-    assert DEFAULT_WEIGHTS.exists(), f"missing {DEFAULT_WEIGHTS}: train with `python -m model.train`"
+    assert DEFAULT_WEIGHTS.exists(), f"missing {DEFAULT_WEIGHTS}: train with `python -m training.train`"
     assert DEFAULT_WEIGHTS.stat().st_size < 30 * 2**20
     assert json.loads(config_path(DEFAULT_WEIGHTS).read_text())["buckets"]
 

@@ -46,11 +46,11 @@ def test_bad_values_are_refused() -> None:
         Settings(device="gpu")
 
 
-def test_train_delegates_to_model_train(monkeypatch: pytest.MonkeyPatch) -> None:
-    import model.train
+def test_train_delegates_to_training_train(monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.train
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(model.train, "main", lambda argv=None: seen.append(argv))
+    monkeypatch.setattr(training.train, "main", lambda argv=None: seen.append(argv))
     cli.main(["train", "--minutes", "1", "--out", "x"])
     assert seen == [["--minutes", "1", "--out", "x"]]
 

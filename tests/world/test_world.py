@@ -5,9 +5,9 @@ import time
 import numpy as np
 import pytest
 
-from model.world import World, expected_shift, generate_episode, global_shift, random_policy
-from model.world.layout import Layout
 from session.plan import ACTION_DIM, encode_action
+from world import World, expected_shift, generate_episode, global_shift, random_policy
+from world.layout import Layout
 
 from .conftest import SMALL_MAP, dry_start
 

@@ -1,4 +1,4 @@
-"""The adversarial term of training (``model/train.py``, ``--adv-weight``): a patch critic
+"""The adversarial term of training (``training/train.py``, ``--adv-weight``): a patch critic
 that tells the renderer's frames from the model's clean-sample guesses.
 
 A few-step clean-sample regressor trained on squared error alone draws what it cannot know
@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
 
-from model.optim_state import load_optimizer_tensors, optimizer_tensors
-from model.train_targets import sampled_guesses
+from training.optim_state import load_optimizer_tensors, optimizer_tensors
+from training.targets import sampled_guesses
 
 
 class FrameCritic(nn.Module):

@@ -1,8 +1,8 @@
-"""The texture term of training (``model/train.py``, ``--texture-weight``): the x0 guesses'
+"""The texture term of training (``training/train.py``, ``--texture-weight``): the x0 guesses'
 feature statistics against the renderer's frames.
 
 A squared-error regressor draws what it cannot know as the mean of what it might be, and a
-critic (``model/critic.py``) can be fooled by grain. This term asks for neither a pixel nor
+critic (``training/critic.py``) can be fooled by grain. This term asks for neither a pixel nor
 a verdict: it compares *statistics* of a frame, the way texture synthesis describes a
 texture, so where a guess is placed does not matter but what it is made of does. Each frame
 goes through a fixed, random convolution pyramid (four 3x3 layers, halving the resolution
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.train_targets import sampled_guesses
+from training.targets import sampled_guesses
 
 WIDTHS = (24, 48, 48, 48)
 

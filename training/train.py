@@ -1,6 +1,6 @@
-"""Train the world model on the procedural world (``model/world``).
+"""Train the world model on the procedural world (``world/``).
 
-    python -m model.train --minutes 60 --out runs/default [--resume] [--export model/weights/default]
+    python -m training.train --minutes 60 --out runs/default [--resume] [--export model/weights/default]
 
 What one step does (teacher forcing in one pass, as CausVid / diffusion forcing):
 - sample sequences of ``seq_frames`` frames from episodes of the world (mixed random and
@@ -24,11 +24,11 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
 - optionally, on a share of the self-rollout steps (``carry_share``), the static ground the
   model has already drawn targets its own previous frame moved by the camera
   (``carry_targets``) instead of the renderer's.
-- optionally an adversarial term (``--adv-weight``, ``model/critic.py``): a patch critic
+- optionally an adversarial term (``--adv-weight``, ``training/critic.py``): a patch critic
   judges the x0 guesses against the renderer's frames;
-- optionally a texture term (``--texture-weight``, ``model/texture.py``): the x0 guesses'
+- optionally a texture term (``--texture-weight``, ``training/texture.py``): the x0 guesses'
   feature statistics against the renderer's frames of the same moments;
-- optionally, on a share of the steps (``--bank-share``, ``model/train_bank.py``), the
+- optionally, on a share of the steps (``--bank-share``, ``training/bank.py``), the
   context is the newest frames of long-running sessions of the serving path, and only
   what the model already drew (moved by the camera) and the critic are targets;
 - with ``anchor_warp`` models, every frame also gets its anchor reference
@@ -37,7 +37,7 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
   summed since, invalid before it and from a prompt change on; and the model's shift head
   learns the shift per action that serving sums instead (``SHIFT_WEIGHT``).
 
-Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``, ``model/train_checkpoint.py``) hold
+Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``, ``training/checkpoint.py``) hold
 model, EMA and optimizer state as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
 """
 
@@ -58,17 +58,17 @@ from safetensors import safe_open
 
 from model.anchor import anchor_reference, sequence_references
 from model.config import ModelConfig
-from model.critic import Adversary
 from model.dit import WorldModel
 from model.flow import next_noisy, noised
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
-from model.texture import TextureLoss
-from model.train_bank import RolloutBank
-from model.train_checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
-from model.train_data import BatchSource, DataSpec
-from model.train_optim import adv_ramp, freeze_except, hold_at_ema, lr_at, make_optimizer
-from model.train_targets import (
+from model.weights import save_model
+from training.bank import RolloutBank
+from training.checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
+from training.critic import Adversary
+from training.data import BatchSource, DataSpec
+from training.optim import adv_ramp, freeze_except, hold_at_ema, lr_at, make_optimizer
+from training.targets import (
     anchor_offsets,
     camera_shifts,
     carry_mask,
@@ -84,8 +84,8 @@ from model.train_targets import (
     shift_targets,
     weather_mask,
 )
-from model.weights import save_model
-from model.world import DEFAULT_MAP_SIZE
+from training.texture import TextureLoss
+from world import DEFAULT_MAP_SIZE
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
 # the shift head's own term, small: Adam moves its 14 weights at the same pace whatever the
@@ -120,11 +120,11 @@ class TrainConfig:
     motion_weight: float = 0.0  # motion kernels pulled toward the commanded camera shift
     motion_weathers: tuple[str, ...] = ()  # the motion term only on frames of these weathers (empty: all)
     carry_share: float = 0.0  # self-rollout steps whose static ground targets the model's own frame moved
-    adv_weight: float = 0.0  # adversarial term on the x0 guesses (``model/critic.py``; 0: no critic)
+    adv_weight: float = 0.0  # adversarial term on the x0 guesses (``training/critic.py``; 0: no critic)
     adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
-    texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``model/texture.py``)
-    bank_share: float = 0.0  # steps that train on the model's own long rollouts (``model/train_bank.py``)
+    texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``training/texture.py``)
+    bank_share: float = 0.0  # steps that train on the model's own long rollouts (``training/bank.py``)
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine

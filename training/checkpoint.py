@@ -1,4 +1,4 @@
-"""Training checkpoints (``model/train.py``): model, EMA and optimizer state in one
+"""Training checkpoints (``training/train.py``): model, EMA and optimizer state in one
 safetensors file (no pickle) beside a JSON of the run's bookkeeping, and the critic's, when
 there is one, under its own prefixes; ``export_checkpoint`` writes the EMA weights as
 servable weights.
@@ -20,11 +20,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model.config import ModelConfig
-from model.critic import Adversary
 from model.dit import WorldModel
-from model.optim_state import load_optimizer_tensors, optimizer_tensors
-from model.train_targets import fit_shift_head
 from model.weights import load_state, save_model
+from training.critic import Adversary
+from training.optim_state import load_optimizer_tensors, optimizer_tensors
+from training.targets import fit_shift_head
 
 # may be missing from older checkpoints: they start from their initial values
 NEW_MODULES = ("motion_prior.", "anchor_stems.", "anchor_heads.", "shift_head.")

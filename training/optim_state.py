@@ -1,5 +1,5 @@
 """Optimizer state as flat, named tensors, for safetensors checkpoints (no pickle): the
-model's (``model/train_checkpoint.py``) and the critic's (``model/critic.py``)."""
+model's (``training/checkpoint.py``) and the critic's (``training/critic.py``)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ the camera. Modules, in reading order:
     motion                                           camera dynamics, global-shift measurement
     render, world                                    frames, and the ``World`` object
     policy, episode                                  training data
-    preview                                          ``python -m model.world.preview out.png``
+    preview                                          ``python -m world.preview out.png``
 
 Camera dynamics (details in ``motion``). Action ``[forward, back, left, right, mouse_dx,
 mouse_dy]`` (keys clipped to [0, 1], mouse to [-1, 1]) moves the camera centre (y, x) by

@@ -1,4 +1,4 @@
-"""The training step's extra targets and terms, beside the frame loss (``model/train.py``).
+"""The training step's extra targets and terms, beside the frame loss (``training/train.py``).
 
 - ``edge_loss``: image-gradient matching, against blur;
 - ``shift_targets`` / ``motion_loss``: the motion kernel the commanded camera shift asks for,
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from model.config import ModelConfig
-from model.world import ATTRIBUTES, expected_shift
+from world import ATTRIBUTES, expected_shift
 
 
 def edge_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

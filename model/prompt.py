@@ -1,7 +1,9 @@
-"""Scene attributes: the look of a world, separate from its geometry.
+"""Scene prompts for the default model: free text -> scene attributes -> conditioning vector.
 
-The seed fixes the place (terrain, roads, villages, tree sites, animals); a scene fixes
-how it looks. Five attributes, each a closed set of values (first = default):
+The default model is conditioned on a scene, the look of its procedural world (``world/``):
+the world's seed fixes the place (terrain, roads, villages, tree sites, animals); a scene
+fixes how it looks. Serving parses prompts here, without the world; the world takes its
+scenes from here too. Five attributes, each a closed set of values (first = default):
 
     biome       grassland | desert | snow | tropical     ground, water, tree and roof palettes
     vegetation  moderate | sparse | dense                how many of the seed's tree sites grow
@@ -172,25 +174,4 @@ def parse_prompt(text: str) -> SceneAttrs:
     chosen: dict[str, str] = {}
     for word in re.findall(r"[a-z]+", text.lower()):
         chosen.update(VOCAB.get(word, {}))
-    return SceneAttrs(**chosen)
-
-
-# Sampling weights for training scenes, per attribute value (normalised on use).
-_SAMPLE_WEIGHTS: Mapping[str, tuple[float, ...]] = MappingProxyType(
-    {
-        "biome": (1.0, 1.0, 1.0, 1.0),
-        "vegetation": (1.0, 1.0, 1.0),
-        "time": (2.0, 1.0, 1.0),
-        "weather": (3.0, 1.5, 1.0, 1.0, 1.0),
-        "season": (1.0, 1.0, 1.0),
-    }
-)
-
-
-def sample_scene(rng: np.random.Generator) -> SceneAttrs:
-    """A random scene; clear daytime is the most common, as in ``_SAMPLE_WEIGHTS``."""
-    chosen: dict[str, str] = {}
-    for name, values in ATTRIBUTES.items():
-        w = np.asarray(_SAMPLE_WEIGHTS[name], dtype=np.float64)
-        chosen[name] = values[int(rng.choice(len(values), p=w / w.sum()))]
     return SceneAttrs(**chosen)

@@ -1,4 +1,4 @@
-"""The texture term (``model/texture.py``): it tells a world frame from its blur, its blocks
+"""The texture term (``training/texture.py``): it tells a world frame from its blur, its blocks
 and a flat fill but hardly from the same ground moved, it stays bounded, it drives a flat guess
 toward the reference's detail, it reaches only the pixels it may, and training runs with it."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.texture import WIDTHS, TextureLoss, TexturePyramid
-from model.train import train
-from model.world import World, parse_prompt
-from tests.model.test_train import TINY, _config
+from tests.training.test_train import TINY, _config
+from training.texture import WIDTHS, TextureLoss, TexturePyramid
+from training.train import train
+from world import World, parse_prompt
 
 
 def _world_frames(n: int, seed: int = 3) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Training on the model's own long rollouts (``model/train.py``, ``--bank-share``).
+"""Training on the model's own long rollouts (``training/train.py``, ``--bank-share``).
 
 Self-rollout steps train on frames that follow 16 frames of the model's own making, started
 from the renderer's frame. A session runs for thousands: after the camera has moved one view
@@ -16,7 +16,7 @@ targets that stay valid however far the session has drifted:
 - where the renderer's frame is only its previous frame moved by the camera (static ground
   already in view, ``carry_mask``), the model's own previous frame moved the same way: carry
   what you have drawn, exactly;
-- everywhere, the critic (``model/critic.py``): look like the world's frames of this scene.
+- everywhere, the critic (``training/critic.py``): look like the world's frames of this scene.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 
 from model.dit import WorldModel
 from model.runner import ModelRunner
-from model.world import World, mixed_policy, sample_scene
 from session.plan import Batch, ChunkWork, SessionSpec, StepPlan
+from world import World, mixed_policy, sample_scene
 
 BANK_SEED_BASE = 900_000  # worlds of the bank; training's pool and the bench's seeds lie elsewhere
 

@@ -1,4 +1,4 @@
-"""The adversarial term (``model/critic.py``): the critic learns sharp from soft, its term
+"""The adversarial term (``training/critic.py``): the critic learns sharp from soft, its term
 reaches the model and leaves the critic alone, and it survives a checkpoint."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from model.critic import Adversary, FrameCritic
-from model.train import TrainConfig, adv_ramp, train
+from training.critic import Adversary, FrameCritic
+from training.train import TrainConfig, adv_ramp, train
 
 TINY = dict(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 

@@ -1,4 +1,4 @@
-"""Contact sheet of the procedural world: ``python -m model.world.preview [out.png]``.
+"""Contact sheet of the procedural world: ``python -m world.preview [out.png]``.
 
 Each row is one (seed, scene): frames along a random walk from a random dry spot at
 128 px, then the same frames at 64 px (enlarged 2× with nearest neighbours, so pixels

@@ -1,6 +1,6 @@
 """What trains and how fast: the optimizer's parameter groups, the learning-rate schedule,
 a frozen part held at the served weights, and the adversarial term's ramp
-(``model/train.py``'s loop uses them)."""
+(``training/train.py``'s loop uses them)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from model.dit import WorldModel
 
 if TYPE_CHECKING:
-    from model.train import TrainConfig
+    from training.train import TrainConfig
 
 
 def lr_at(step: int, tc: TrainConfig, total: int, start: int = 0) -> float:
