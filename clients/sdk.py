@@ -7,6 +7,13 @@
             ...
 
 Pull mode: ``await client.block()`` asks for the next block and returns its first frame.
+The server starts a pull session's blocks no faster than the ``fps`` it was started with.
+
+Blocks are never skipped: every block of an epoch arrives once, in order. A push block that
+comes late is preceded by one ``skipped`` message (``frames`` display frames showed the
+previous picture instead); ``skipped_frames`` adds them up. ``fps`` and ``level`` are what
+the session runs at now: ``started`` gives the admitted settings (maybe below what was
+asked) and every ``degradation`` moves them; ``Frame.pts_us`` is on that clock.
 
 Messages are server/protocol.py's dataclasses. The client resumes by itself when the
 connection drops (not when the server ends the session): it reconnects with backoff and
@@ -44,6 +51,7 @@ from server.protocol import (
     Close,
     CloseCode,
     Codec,
+    Degradation,
     Ended,
     Error,
     ErrorCode,
@@ -60,6 +68,7 @@ from server.protocol import (
     Resume,
     Resumed,
     ServerMessage,
+    Skipped,
     Start,
     Started,
     decode_server,
@@ -150,6 +159,9 @@ class WorldClient:
         self.migrations = 0  # migrate messages followed
         self.gaps: list[Resumed] = []  # resumes from a snapshot that cost blocks
         self.dropped_events = 0  # events lost because the application read too slowly
+        self.skipped_frames = 0  # display frames that repeated a picture (blocks came late)
+        self.fps = 0.0  # the frame rate the session runs at now (started, then degradations)
+        self.level = 0  # its degradation level now
         self._http = http
         self._own_http = http is None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -268,7 +280,8 @@ class WorldClient:
     async def action(
         self, keys: Iterable[str] = (), mouse: tuple[float, float] = (0.0, 0.0)
     ) -> int:
-        """Send the controls now; returns the action's seq (see ``Frame.action_seq``)."""
+        """Send the controls now; returns the action's seq (see ``Frame.action_seq``). The
+        newest action always reaches the session, however fast they are sent."""
         self._seq += 1
         msg = Action(self._seq, tuple(keys), (float(mouse[0]), float(mouse[1])))
         self._last_action = (msg.keys, (msg.mouse[0], msg.mouse[1]))
@@ -510,6 +523,12 @@ class WorldClient:
                 self._next_block = msg.block_idx + 1
             self._emit(FrameEvent(msg, image))
             return
+        if isinstance(msg, Started | Resumed):
+            self.fps, self.level = msg.fps, msg.level
+        elif isinstance(msg, Degradation):
+            self.fps, self.level = msg.fps, msg.new_level
+        elif isinstance(msg, Skipped):
+            self.skipped_frames += msg.frames
         if isinstance(msg, Started | Resumed | Error) and self._reply is not None and not self._reply.done():
             if not isinstance(msg, Error) or msg.code not in (ErrorCode.RUNNER_ERROR, ErrorCode.RATE_LIMITED):
                 self._reply.set_result(msg)

@@ -145,7 +145,9 @@ def _decode(data: bytes, registry: dict[str, type[Message]]) -> Message:
         raise ProtocolError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"a message is a map, got {type(obj).__name__}")
-    version = obj.get("v")
+    if "v" not in obj:  # not a v1 message at all, rather than one of another version
+        raise ProtocolError(f"missing (every message carries \"v\": {PROTOCOL_VERSION})", "v")
+    version = obj["v"]
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
             f"protocol version must be {PROTOCOL_VERSION}, got {version!r}",

@@ -9,6 +9,13 @@ never grows server memory: control messages in a deque (oldest dropped past
 frames in a one-slot holder (latest wins; a replaced frame is counted as a drop).
 Frames are encoded only when sent, so a dropped frame costs nothing. While the client
 does not read, the writer waits in aiohttp's drain and everything else keeps running.
+A ``skipped`` goes out right before the frames of the late block it is about, naming the
+block this client was last sent as the one it kept showing.
+
+Over the message rate limit a message is dropped, except an action: the newest controls
+must reach the session whatever the rate (a game that sends its state at a high rate
+depends on it), so a small over-rate message is still read, and an action among them is
+coalesced like any other (latest wins).
 
 Close codes: 1008 auth/policy, 1009 too big (aiohttp enforces ``max_msg_size``), 1011
 internal error, 1013 at capacity or not ready (with ``retry_after`` in the error).
@@ -31,6 +38,7 @@ from server.encode import FrameEncoder, make_encoder
 from server.live import Chunk, NotReady, PlacementRequired
 from server.metrics import Metrics
 from server.protocol import (
+    Action,
     ClientMessage,
     CloseCode,
     Ended,
@@ -41,9 +49,11 @@ from server.protocol import (
     Resume,
     Resumed,
     ServerMessage,
+    Skipped,
     Start,
     Started,
     Status,
+    decode_client,
     error_from,
 )
 from server.service import Service
@@ -51,6 +61,10 @@ from server.settings import Settings
 from session.errors import AtCapacity, BadToken, SessionError
 
 log = logging.getLogger("worldserve.ws")
+
+# Over the message rate, messages up to this size are still read for an action (an action
+# is well under 100 bytes); bigger ones are dropped unread.
+OVER_RATE_ACTION_BYTES = 512
 
 
 class Connection:
@@ -81,6 +95,8 @@ class Connection:
         self._closing: tuple[int, str] | None = None
         self._closed = asyncio.Event()
         self._keyframe = False
+        self._skip: Skipped | None = None  # sent right before its block's frames
+        self._last_block = -1  # the newest block sent (what the client shows)
         self._inbound = Inbound(settings, metrics)
         self._start_at: float | None = None  # monotonic time of the start message (TTFF)
         self._sent_window: deque[float] = deque(maxlen=512)  # send times, for the fps figure
@@ -99,9 +115,13 @@ class Connection:
         self._keyframe = True
         self._ordered.clear()
         self._latest = None
+        self._skip, self._last_block = None, -1
         self.send(reply)
 
     def send(self, msg: ServerMessage) -> None:
+        if isinstance(msg, Skipped):  # goes with the late block's frames (``_send_chunk``)
+            self._skip = msg
+            return
         self._queue_control(msg.encode())
 
     def chunk(self, chunk: Chunk, *, ordered: bool) -> None:
@@ -199,6 +219,7 @@ class Connection:
 
     async def _on_bytes(self, data: bytes) -> None:
         if not self._inbound.admit(self._send_error):
+            self._over_rate(data)
             return
         try:
             await self._dispatch(self._inbound.decode(data))
@@ -220,6 +241,19 @@ class Connection:
         except Exception as exc:
             log.exception("message handler failed", extra={"sid": self.sid})
             self._error(exc, fatal=True, code=CloseCode.INTERNAL, message="internal server error")
+
+    def _over_rate(self, data: bytes) -> None:
+        """A message over the rate limit: dropped, unless it is an action (see the module
+        docstring); an unusable one is dropped quietly (the client was told it is over)."""
+        if self.sid is None or len(data) > OVER_RATE_ACTION_BYTES:
+            return
+        try:
+            msg = decode_client(data)
+        except ProtocolError:
+            return
+        if isinstance(msg, Action):
+            with suppress(SessionError):
+                self.service.action(self.sid, msg)
 
     async def _dispatch(self, msg: ClientMessage) -> None:
         if isinstance(msg, Start):
@@ -325,6 +359,11 @@ class Connection:
         enc = self._encoder
         if enc is None or chunk.session_id != self.sid:
             return
+        skip = self._skip
+        if skip is not None and skip.block_idx <= chunk.block_idx:
+            self._skip = None
+            if skip.block_idx == chunk.block_idx:  # late: the client kept showing the last one
+                await self.ws.send_bytes(Skipped(chunk.block_idx, self._last_block, skip.frames).encode())
         for i, frame in enumerate(chunk.frames):
             index = chunk.first_frame + i
             t0 = time.perf_counter()
@@ -335,11 +374,12 @@ class Connection:
             h, w = frame.shape[:2]
             now = time.time()
             msg = Frame(
-                chunk.session_id, chunk.block_idx, index, int(index * chunk.pts_step_us),
+                chunk.session_id, chunk.block_idx, index, chunk.frame_pts(i),
                 chunk.action_seq, enc.codec, w, h, data, key, chunk.t_gen, now,
             )
             await self.ws.send_bytes(msg.encode())
             self.frames_sent += 1
+            self._last_block = chunk.block_idx
             self._sent_window.append(time.monotonic())
             self.metrics.frames_sent.labels(enc.codec).inc()
             self.metrics.bytes_sent.labels(enc.codec).inc(len(data))

@@ -37,7 +37,10 @@ class Record:
     scene: str | None = None  # pending changes, sent as one SessionUpdate
     observation: np.ndarray | None = None
     bucket_dirty: bool = False
-    requests: deque[tuple[int, float]] = field(default_factory=deque)  # pull: (block, due)
+    # pull: (block, when its rate lets it start, due), and the rate's next theoretical
+    # start (GCRA: requests faster than the admitted fps wait for it)
+    requests: deque[tuple[int, float, float]] = field(default_factory=deque)
+    pull_tat: float = float("-inf")
     committed: int = 0
     skipped_slots: int = 0
     start_slips: int = 0  # slots its clock moved before the first frame (no frame to repeat)

@@ -11,7 +11,8 @@ How ``schedule`` picks work:
   catch-up after a stall are the same path: the next block is due at ``due(slot)``.
 - A push chunk may start ``release_ahead`` chunk periods before it is due. One that can no
   longer make its slot's display time, even alone, skips slots until it can: the client
-  repeats its last frame, gets a ``FrameSkipped`` and block_idx stays consecutive. A
+  repeats its last frame, gets a ``FrameSkipped`` and block_idx stays consecutive: the
+  block is late, not lost (it is shown at the later slot). A
   session's first chunk has no frame to repeat: its clock moves to that slot instead, as
   it does when a first chunk finishes late (its open took model time). When
   several sessions of one key are that late at once (saturation), each skips to a slot a
@@ -29,6 +30,12 @@ How ``schedule`` picks work:
 - Clocks in phase: a new push session's display grid starts in phase with a running
   session of the same bucket, steps and fps (its first frame up to one period later), so
   sessions that join at any moment fall due together and share batches.
+- Pull sessions keep to the rate they were admitted at (``fps``, what admission and the
+  ladder count them for): ``PULL_BURST`` requests may start at once, then one a chunk
+  period; a request made faster waits, and its deadline counts from when it may start.
+  So a client that keeps many requests outstanding takes no model time from the others.
+- Admission below the asked settings is reported like any later ladder move: a
+  ``DegradationChanged`` from level 0, with what was given up.
 - Each session has at most one chunk per plan; a plan carries the new sessions' full
   ``SessionSpec`` once, then only ``SessionUpdate`` changes, and the ids to free.
 
@@ -89,6 +96,10 @@ __all__ = [
 
 
 _Item = Item[Record]
+
+# A pull session's requests start at most this many blocks at once, then one per period
+# of the rate it was admitted at (``fps``).
+PULL_BURST = 2
 
 
 class Scheduler:
@@ -181,6 +192,10 @@ class Scheduler:
         self._records[session_id] = rec
         self._pending_open.append(rec)
         self.load.add(self._demand_of(s))
+        if verdict.level > 0:  # admitted below what it asked for: said like any other move
+            self._events.append(
+                DegradationChanged(session_id, 0, verdict.level, describe_change(rungs[0], s), s)
+            )
         return verdict
 
     def remove_session(self, session_id: str) -> None:
@@ -247,7 +262,14 @@ class Scheduler:
         if len(rec.requests) >= self.options.pull_queue:
             raise ValueError(f"session {session_id!r} has {len(rec.requests)} requests outstanding")
         now = self.clock() if now is None else now
-        rec.requests.append((block_idx, pull_due(now, deadline, self.options.pull_deadline)))
+        # Held to the rate it was admitted at (GCRA: PULL_BURST blocks at once, then one a
+        # period), so that asking faster takes no model time from others; its deadline
+        # counts from when the rate lets it start.
+        period = self.info.frames_per_chunk / rec.ladder.settings.fps
+        start = max(now, rec.pull_tat - (PULL_BURST - 1) * period)
+        rec.pull_tat = max(rec.pull_tat, start) + period
+        due = pull_due(start, deadline, self.options.pull_deadline)
+        rec.requests.append((block_idx, start, due))
         return True
 
     def set_batching(self, on: bool) -> None:
@@ -279,10 +301,13 @@ class Scheduler:
                 c1 = cost1[key] = self.cost.predict(s.bucket, s.steps, 1)
             if rec.pull:
                 if rec.requests:
-                    due = rec.requests[0][1]
-                    (late if now + c1 > due else groups).setdefault(key, []).append(
-                        _Item(due, due, True, rec)
-                    )
+                    _, start, due = rec.requests[0]
+                    if start > horizon:  # over its rate: not yet
+                        continue
+                    if start <= now and now + c1 > due:
+                        late.setdefault(key, []).append(_Item(due, due, True, rec))
+                    else:
+                        groups.setdefault(key, []).append(_Item(due, due, start <= now, rec))
                 continue
             if rec.release > horizon:  # cannot lead or join a batch yet
                 continue
@@ -302,7 +327,10 @@ class Scheduler:
                 else:
                     self._skip(rec, slot, now)
                 hard = clk.display(rec.slot) - o.margin
-                if ck > c1:  # several are behind: they start now, as one batch
+                # several behind start now, as one batch; so does one whose chunk takes
+                # longer than its release lead: its release would leave no slack, and the
+                # least wake-up delay would make it skip again, slot after slot
+                if ck > c1 or c1 >= o.release_ahead * period:
                     groups.setdefault(key, []).append(_Item(hard - clk.lookahead * period, hard, True, rec))
                     continue
             due = hard - clk.lookahead * period
@@ -377,7 +405,7 @@ class Scheduler:
             if rec.in_flight or not rec.opened:
                 continue
             if rec.pull:
-                t = rec.retry_at if rec.requests else float("inf")
+                t = max(rec.retry_at, rec.requests[0][1]) if rec.requests else float("inf")
             else:
                 t = max(rec.release, rec.retry_at)
             if t <= now:
@@ -544,7 +572,7 @@ class Scheduler:
         events: list[Event],
     ) -> None:
         if rec.pull:
-            deadline = rec.requests.popleft()[1]
+            deadline = rec.requests.popleft()[2]
             display: float | None = None
         else:
             deadline = display = rec.clock.display(rec.slot)

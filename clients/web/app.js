@@ -53,6 +53,8 @@ const state = {
   width: 0,
   height: 0,
   level: 0,
+  fps: 0, // the frame rate the session is paced at: started (as admitted), then degradations
+  skippedFrames: 0, // display frames that kept the last picture because a block came late
   ended: null,
   framesShown: 0,
   frameTimes: [], // performance.now() of recent shown frames
@@ -146,6 +148,7 @@ function onMessage(msg) {
     case "resumed":
       state.session = { id: msg.session_id, token: msg.token || (state.session && state.session.token) };
       state.level = msg.level;
+      state.fps = msg.fps;
       state.width = msg.width;
       state.height = msg.height;
       state.ended = null;
@@ -159,6 +162,7 @@ function onMessage(msg) {
       break;
     case "degradation":
       state.level = msg.new_level;
+      state.fps = msg.fps;
       banner(msg.new_level > msg.old_level
         ? `Server busy: quality lowered (${msg.changes.join(", ")})`
         : `Quality restored (${msg.changes.join(", ")})`, "info", 4000);
@@ -186,6 +190,12 @@ function onMessage(msg) {
       banner(msg.reason === "replaced"
         ? "This session was opened elsewhere."
         : `Session ended (${msg.reason}). Reload to start a new one.`, "error");
+      break;
+    case "skipped":
+      // Block msg.block_idx came late and is the next frame; the picture on screen stayed
+      // for msg.frames display frames. Blocks are never skipped: nothing to redraw or count
+      // twice (the resume point still follows the frames received).
+      state.skippedFrames += msg.frames;
       break;
     case "frame":
       drawJpeg(msg);

@@ -116,7 +116,8 @@ def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
         ({"type": "block", "v": 1, "block_idx": -1}, "block_idx", "bad_message"),
         ({"type": "resume", "v": 1, "session_id": "a b", "token": "t", "block_idx": 1}, "session_id", "bad_message"),
         ({"type": "ping", "v": 2}, "v", "unsupported_version"),
-        ({"type": "ping"}, "v", "unsupported_version"),
+        ({"type": "ping"}, "v", "bad_message"),  # no version at all: not a v1 message
+        ({}, "v", "bad_message"),
         ({"type": "nope", "v": 1}, "type", "bad_message"),
     ],
 )
