@@ -300,12 +300,14 @@ class CausalWanModel(nn.Module):
         return self._forward(x_t, t, text, ctx, write=False)
 
     @torch.no_grad()
-    def commit(self, x0: torch.Tensor, text: TextKV, ctx: ChunkContext) -> None:
+    def commit(self, x0: torch.Tensor, text: TextKV, ctx: ChunkContext) -> torch.Tensor:
         """Run the clean chunk at ``cfg.commit_timestep`` and write its K/V into each row's slot;
-        the slots' cursors advance by the chunk's frames. ``ctx`` is spent afterwards."""
+        the slots' cursors advance by the chunk's frames. ``ctx`` is spent afterwards.
+        Returns that pass's flow prediction (B, out_dim, F, H, W), which serving ignores."""
         t = torch.full((x0.shape[0],), self.cfg.commit_timestep, device=x0.device)
-        self._forward(x0, t, text, ctx, write=True)
+        out = self._forward(x0, t, text, ctx, write=True)
         ctx.cache.advance(ctx, x0)
+        return out
 
     @torch.no_grad()
     def recache(self, cache: WanKVCache, slot: int, latents: torch.Tensor, frame_ids: Sequence[int] | np.ndarray,
