@@ -41,12 +41,3 @@ def test_every_error_has_a_stable_code_and_names_its_values(
     assert error.code == code
     for needle in needles:
         assert needle in str(error)
-
-
-def test_errors_keep_their_values_as_attributes() -> None:
-    stale = StaleBlock("s", got=5, last=2)
-    assert (stale.session_id, stale.got, stale.last) == ("s", 5, 2)
-    full = AtCapacity(capacity=3, retry_after_s=1.5)
-    assert (full.capacity, full.retry_after_s) == (3, 1.5)
-    missing = SessionStateMissing(None, 3)
-    assert (missing.session_id, missing.block_idx) == (None, 3)

@@ -231,13 +231,40 @@ def test_trailing_bytes_are_rejected() -> None:
         restore(snapshot(session, model_state()) + b"\x00")
 
 
-def test_no_pickle_is_ever_touched(monkeypatch: pytest.MonkeyPatch) -> None:
+_FIRED: list[str] = []
+
+
+def _fire(tag: str) -> None:
+    _FIRED.append(tag)
+
+
+class _Payload:
+    """Calls ``_fire`` when unpickled: proof that something unpickled it."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (_fire, ("unpickled",))
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["the whole snapshot", "an array's bytes, dtype object", "an array's bytes, dtype uint8", "an ext field"],
+)
+def test_a_pickled_payload_is_refused_and_never_run(where: str) -> None:
     import pickle
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("pickle used")
-
-    monkeypatch.setattr(pickle, "loads", refuse)
-    monkeypatch.setattr(pickle, "load", refuse)
+    bomb = pickle.dumps(_Payload())
     session, _ = busy_session()
-    restore(snapshot(session, model_state()))
+    data = snapshot(session, model_state())
+    if where == "the whole snapshot":
+        data = bomb
+    elif where.startswith("an array's bytes"):
+        dtype = where.rsplit(" ", 1)[1]
+        data = mutate(data, _set("model.frames", {"dtype": dtype, "shape": [len(bomb)], "data": bomb}))
+    else:
+        data = mutate(data, _set("model.scene", msgpack.ExtType(1, bomb)))
+    _FIRED.clear()
+    with pytest.raises(SnapshotError):
+        restore(data)
+    assert _FIRED == []
+    pickle.loads(bomb)  # the payload does fire when unpickled: the check above can fail
+    assert _FIRED == ["unpickled"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import msgpack
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from session.errors import SnapshotError
@@ -39,8 +40,16 @@ def restores_or_rejects(data: bytes) -> None:
     assert isinstance(session, Session) and isinstance(model, ModelState)
 
 
-def test_valid_snapshot_restores() -> None:
-    restore(valid_snapshot())
+def test_valid_snapshot_restores_what_was_saved() -> None:
+    """The fuzz tests' seed is a real snapshot: it restores to the session and model state
+    it was made from (so a mutation that is accepted is judged against a working baseline)."""
+    session, model = restore(valid_snapshot())
+    assert (session.config.bucket, session.config.seed, session.scene) == (4, 9, "sea")
+    assert (session.blocks_committed, session.last_block_idx) == (0, 2)
+    assert session.controls.last_seq == 3
+    saved = model_state(bucket=4, frames=2)
+    assert (model.bucket, model.sink_count, model.frame_index, model.scene) == (4, 1, 2, saved.scene)
+    assert np.array_equal(model.frames, saved.frames) and np.array_equal(model.rng, saved.rng)
 
 
 def test_every_truncation_is_rejected() -> None:

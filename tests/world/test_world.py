@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -177,15 +175,3 @@ def test_episode_layout_and_action_alignment() -> None:
     again = generate_episode(7, 12, buckets=(64, 128), policy="scripted", rng=1, map_size=SMALL_MAP)
     assert np.array_equal(again.frames[128], ep.frames[128])
     assert np.array_equal(again.actions, ep.actions)
-
-
-def test_render_speed_is_reported(world: World) -> None:
-    """Not a timed assertion: prints ms per frame for the record (run with -s)."""
-    actions = random_policy(60, np.random.default_rng(0))
-    for bucket in (64, 128):
-        t0 = time.perf_counter()
-        for a in actions:
-            world.step(a)
-            world.render(bucket)
-        ms = (time.perf_counter() - t0) / len(actions) * 1e3
-        print(f"world step+render at {bucket} px: {ms:.3f} ms/frame")
