@@ -53,18 +53,18 @@ log = logging.getLogger("worldserve.app")
 
 
 def load_model_runner(settings: Settings) -> Runner:
-    """The real runner from safetensors weights. torch is imported only here, and by name:
-    server/ depends on the ``Runner`` protocol, not on model/ (which mypy does not check)."""
-    runner_mod = importlib.import_module("model.runner")
-    weights_mod = importlib.import_module("model.weights")
-    path = settings.weights or weights_mod.DEFAULT_WEIGHTS
+    """The runner of ``settings.model`` from the model registry (model/registry.py). torch is
+    imported only there, and by name: server/ depends on the ``Runner`` protocol, not on
+    model/ (which mypy does not check)."""
+    registry = importlib.import_module("model.registry")
     slots = max(settings.capacity, max(settings.warmup_batch_sizes)) + 1
-    runner: Runner = runner_mod.ModelRunner.from_pretrained(
-        path, threads=settings.threads, max_sessions=slots, dtype=settings.dtype,
-        device=settings.device, graphs=settings.cuda_graphs and settings.device.startswith("cuda"),
+    options = registry.LoadOptions(
+        weights=settings.weights, threads=settings.threads, dtype=settings.dtype, device=settings.device,
+        max_sessions=slots, cuda_graphs=settings.cuda_graphs, sizes=settings.sizes,
     )
-    log.info("model %s, %s on %s, %s thread(s)", path, getattr(runner, "dtype", "?"), settings.device,
-             settings.threads or "default")
+    runner: Runner = registry.load(settings.model, options)
+    log.info("model %s from %s, %s on %s, %s thread(s)", settings.model, settings.weights or "the shipped weights",
+             getattr(runner, "dtype", "?"), settings.device, settings.threads or "default")
     return runner
 
 

@@ -21,7 +21,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     # --- the model ---
-    weights: Path | None = None  # None: model/weights/default.safetensors
+    model: str = "default"  # model family (model/registry.py): default or wan-causal
+    weights: Path | None = None  # default: None is model/weights/default.safetensors; wan-causal: a directory
+    sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) a latent family serves; None: its own
     # torch threads of the model thread. 1 by default: on a small shared CPU two threads
     # can run 30x slower than one under contention (None: torch's default).
     threads: int | None = 1
@@ -99,6 +101,9 @@ class Settings:
         need(re.fullmatch(r"cpu|cuda(:\d+)?", self.device) is not None,
              f"device {self.device!r} must be cpu, cuda or cuda:N")
         need(self.buckets is None or len(self.buckets) > 0, "buckets must not be empty")
+        need(re.fullmatch(r"[a-z0-9][a-z0-9-]*", self.model) is not None, f"model {self.model!r} is not a model name")
+        need(self.sizes is None or (len(self.sizes) > 0 and all(h >= 1 and w >= 1 for h, w in self.sizes)),
+             f"sizes {self.sizes!r} must be (height, width) pairs of ints >= 1")
         need(
             len(self.warmup_batch_sizes) > 0 and min(self.warmup_batch_sizes) >= 1,
             f"warmup_batch_sizes {self.warmup_batch_sizes!r} must be ints >= 1",

@@ -1,0 +1,108 @@
+"""Model families by name: ``worldserve serve --model NAME`` gets its runner here.
+
+``default``     the embedded model (model/runner.py). ``--weights``: a ``.safetensors`` with its
+                ``.json`` beside it; without it, the shipped ``model/weights/default``.
+``wan-causal``  the Wan2.1 causal family (model/wan/runner.py): Self-Forcing, CausVid, LongLive,
+                Rolling Forcing. ``--weights DIR``, all local (nothing is fetched)::
+
+    DIR/transformer/config.json        the transformer's config (Wan's or diffusers' key names,
+                                       plus the recipe: chunk, sinks, window, timesteps)
+    DIR/transformer/<checkpoint>       model.safetensors (``worldserve convert`` writes it), or
+                                       the authors' .pt (``generator_ema`` / ``generator``)
+    DIR/vae/                           config.json + diffusion_pytorch_model.safetensors
+                                       (diffusers' AutoencoderKLWan), or DIR/Wan2.1_VAE.pth
+    DIR/text_encoder/                  config.json + model.safetensors (UMT5 encoder)
+    DIR/tokenizer/                     tokenizer_config.json + tokenizer.json or spiece.model
+
+``check(name, weights)`` looks at the files before anything heavy loads, so a missing one is an
+error at startup that names it; ``load(name, options)`` builds the runner (on the model thread).
+This module imports no torch: the server imports it by name, and mypy does not follow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """What every family's loader is given (from the server's settings)."""
+
+    weights: Path | None = None  # a file (default) or a directory (wan-causal); None: shipped
+    threads: int | None = 1  # torch threads
+    dtype: str = "auto"  # float32, bfloat16 or auto (model/dtype.py)
+    device: str = "cpu"
+    max_sessions: int = 9  # KV cache slots
+    cuda_graphs: bool = False
+    sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
+
+
+def _check_default(weights: Path | None) -> None:
+    if weights is None:
+        return
+    path = weights if weights.suffix == ".safetensors" else weights.with_suffix(".safetensors")
+    for f in (path, path.with_suffix(".json")):
+        if not f.is_file():
+            raise FileNotFoundError(f"--model default: weights file {f} does not exist")
+
+
+def _load_default(o: LoadOptions) -> Any:
+    from model.runner import ModelRunner
+    from model.weights import DEFAULT_WEIGHTS
+
+    return ModelRunner.from_pretrained(
+        o.weights or DEFAULT_WEIGHTS, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype,
+        device=o.device, graphs=o.cuda_graphs and o.device.startswith("cuda"),
+    )
+
+
+def _check_wan(weights: Path | None) -> None:
+    from model.wan.layout import check_layout  # torch-free
+
+    if weights is None:
+        raise ValueError("--model wan-causal needs --weights DIR (see docs/models.md for its layout)")
+    check_layout(weights)
+
+
+def _load_wan(o: LoadOptions) -> Any:
+    from model.wan.runner import WanRunner
+
+    assert o.weights is not None
+    return WanRunner.from_dir(
+        o.weights, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype, device=o.device, sizes=o.sizes,
+    )
+
+
+# name -> (check the files, build the runner)
+MODELS: dict[str, tuple[Callable[[Path | None], None], Callable[[LoadOptions], Any]]] = {
+    DEFAULT: (_check_default, _load_default),
+    "wan-causal": (_check_wan, _load_wan),
+}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(MODELS)
+
+
+def _get(name: str) -> tuple[Callable[[Path | None], None], Callable[[LoadOptions], Any]]:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; known models: {', '.join(MODELS)}") from None
+
+
+def check(name: str, weights: Path | None) -> None:
+    """Raise (naming the model, file and what was expected) if ``weights`` cannot serve ``name``."""
+    _get(name)[0](weights)
+
+
+def load(name: str, options: LoadOptions) -> Any:
+    """The runner of model ``name`` (a ``session.plan.Runner``), loaded and ready to warm up."""
+    check_fn, load_fn = _get(name)
+    check_fn(options.weights)
+    return load_fn(options)

@@ -1,0 +1,429 @@
+"""The Wan causal family behind the runner contract: executes a ``StepPlan`` (session/plan.py).
+
+One chunk of one session, from noise to pixels::
+
+    noise (C, F, h, w) from the session's generator        F = cfg.chunk_frames latent frames
+    for each step t of the (sub-)schedule:
+        v  = model.denoise(x_t, t, text, ctx)                the flow, attending to the slot's cache
+        x0 = x_t - sigma(t) * v
+        x_t = (1 - sigma(t')) x0 + sigma(t') * fresh noise  t' the next step (none after the last)
+    model.commit(x0, text, ctx)                             the clean chunk's K/V into the slot
+    decoder.decode_batch(streams, x0)                       (F', 8h, 8w, 3) uint8, the VAE's cache
+
+A batch runs every step as one forward over its sessions (same bucket and step count; each row
+has its own slot, prompt, noise and frame position), then one commit, then one decode.
+
+Per session the runner keeps (``WanSession``): a slot in the KV cache pool of its bucket, the
+prompt's cross-attention K/V (from a cached UMT5 embedding: a prompt costs one encoder pass
+per runner), the VAE stream, a noise generator, and the clean latents still needed: the sink
+frames, and the latest ``decoder_context`` frames after them (the window's frames are the last
+of these). They make the session's ``ModelState``: a restore (or a migration) re-runs the
+commit pass over the sinks and the window (``model.recache``) and decodes the kept frames to
+rebuild the VAE stream's feature cache, whose receptive field is 37 latent frames for Wan2.1's
+VAE. The result equals the undisturbed session while everything it committed is still in the
+cache; after the window has rolled, the oldest window frames' deep-layer keys and values
+differ from the ones computed as they were generated (their context has left the window), as
+with LongLive's re-cache. A prompt change re-caches the window the same way under the new
+prompt.
+
+Frames per block: a session's first chunk decodes to ``1 + 4 (F - 1)`` frames (9 for Wan),
+every later one to ``4 F`` (12). Controls: the prompt only; actions and observations are
+ignored. One thread owns a runner: it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from model.wan.cache import WanKVCache
+from model.wan.causal import CausalWanModel, TextKV
+from model.wan.config import WanConfig
+from model.wan.layout import check_layout
+from model.wan.text import PromptEncoder
+from model.wan.vae_stream import StreamingDecoder, VaeStream, pixel_frames_for
+from session.plan import (
+    Batch,
+    BatchTiming,
+    ChunkResult,
+    ModelState,
+    SessionSpec,
+    SessionUpdate,
+    StepOutput,
+    StepPlan,
+)
+from session.warmup import warm_up
+
+log = logging.getLogger(__name__)
+
+FAMILY = "wan-causal"
+DEFAULT_SIZES = ((480, 832),)  # (height, width) of Wan2.1-T2V-1.3B's training videos
+DECODER_CONTEXT = 40  # latent frames kept to rebuild a VAE stream (Wan2.1's decoder sees 37)
+VAE_SCALE = 8  # pixels per latent, each side
+
+
+@dataclass(slots=True)
+class WanSession:
+    """Physical state of one session."""
+
+    bucket: int
+    slot: int
+    frame_index: int  # epoch index of the next latent frame
+    prompt: str
+    text: TextKV  # cross-attention K/V of the prompt, one row
+    gen: torch.Generator
+    stream: VaeStream
+    sinks: list[torch.Tensor] = field(default_factory=list)  # (C, h, w) clean latents, frames 0..S-1
+    recent: deque[torch.Tensor] = field(default_factory=deque)  # the latest clean latents after the sinks
+
+
+class WanRunner:
+    """The ``Runner`` of the Wan causal family; see the module docstring."""
+
+    family = FAMILY
+    controls = ("prompt",)
+
+    def __init__(
+        self,
+        model: CausalWanModel,
+        decoder: StreamingDecoder,
+        text: PromptEncoder,
+        *,
+        sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES,
+        max_sessions: int = 8,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        decoder_context: int = DECODER_CONTEXT,
+    ):
+        """``sizes``: the (height, width) pixel frame sizes served; each is a bucket keyed by
+        its height (heights must differ), in multiples of the VAE's 8 times the patch."""
+        self.cfg: WanConfig = model.cfg
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.model = model.to(self.device, dtype).eval()
+        self.decoder = decoder
+        self.text = text
+        cfg = self.cfg
+        if decoder.z_dim != cfg.in_dim:
+            raise ValueError(f"the VAE's z_dim {decoder.z_dim} is not the transformer's in_dim {cfg.in_dim}")
+        if text.dim != cfg.text_dim:
+            raise ValueError(f"the text encoder's width {text.dim} is not the transformer's text_dim {cfg.text_dim}")
+        heights = [h for h, _ in sizes]
+        if not sizes or len(set(heights)) != len(heights):
+            raise ValueError(f"sizes {sizes} must be non-empty with distinct heights (a bucket is a height)")
+        self.sizes = {h: (h, w) for h, w in sorted(sizes)}
+        for h, w in sizes:
+            cfg.tokens_per_frame(h // VAE_SCALE, w // VAE_SCALE)  # raises unless a multiple of the patch
+            if h % VAE_SCALE or w % VAE_SCALE:
+                raise ValueError(f"frame size {h}x{w} is not a multiple of {VAE_SCALE}")
+        self.decoder_context = max(decoder_context, cfg.window_frames)
+        self.pools = {
+            h: WanKVCache.create(cfg, h // VAE_SCALE, w // VAE_SCALE, max_sessions, dtype, self.device)
+            for h, w in self.sizes.values()
+        }
+        self.sessions: dict[str, WanSession] = {}
+        self._told: set[str] = set()  # what was said once (ignored observations)
+
+    @classmethod
+    def from_dir(
+        cls, path: str | Path, *, threads: int | None = None, dtype: str | torch.dtype = "float32",
+        device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
+    ) -> WanRunner:
+        """Load a ``--weights`` directory (model/wan/layout.py), all from local files."""
+        from model.dtype import pick_dtype
+        from model.wan.weights import load_model
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+        dt = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
+        files, cfg = check_layout(path)
+        model = load_model(files.checkpoint, cfg, dtype=dt, device=device)
+        decoder = StreamingDecoder.load(files.vae, device=device, dtype=dt)
+        text = PromptEncoder.load(files.text_encoder, files.tokenizer, device=device, dtype=dt, text_len=cfg.text_len)
+        return cls(model, decoder, text, sizes=sizes or DEFAULT_SIZES, max_sessions=max_sessions, dtype=dt,
+                   device=device)
+
+    # --- the Runner protocol ---
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        return tuple(self.sizes)
+
+    @property
+    def frames_per_chunk(self) -> int:
+        return pixel_frames_for(self.cfg.chunk_frames, self.cfg.chunk_frames)
+
+    @property
+    def first_chunk_frames(self) -> int:
+        return pixel_frames_for(0, self.cfg.chunk_frames)
+
+    @property
+    def max_steps(self) -> int:
+        return len(self.cfg.timesteps)
+
+    def frame_size(self, bucket: int) -> tuple[int, int]:
+        return self._size(bucket)
+
+    @torch.inference_mode()
+    def execute(self, plan: StepPlan) -> StepOutput:
+        out = StepOutput()
+        for sid in plan.freed:
+            self.free(sid)
+        for spec in plan.new_sessions:
+            self._guard(out, spec.session_id, self._open, spec)
+        for upd in plan.updates:
+            self._guard(out, upd.session_id, self._update, upd)
+        for batch in plan.batches:
+            states = [self._runnable(out, it.session_id, batch) for it in batch.items]
+            items = [it for it, s in zip(batch.items, states, strict=True) if s is not None]
+            if not items:
+                continue
+            t0 = time.perf_counter()
+            try:
+                frames = self._run_chunk(batch.steps, [s for s in states if s is not None])
+            except Exception as exc:  # the batch failed as a whole: each member is told
+                log.exception("wan batch of %d failed", len(items))
+                for it in items:
+                    out.errors[it.session_id] = f"{type(exc).__name__}: {exc}"
+                continue
+            out.timings.append(BatchTiming(batch.bucket, batch.steps, len(items), time.perf_counter() - t0))
+            for it, fr in zip(items, frames, strict=True):
+                out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
+        return out
+
+    def export_state(self, session_id: str) -> ModelState:
+        s = self._get(session_id)
+        h, w = self._size(s.bucket)
+        latents = torch.stack([*s.sinks, *s.recent]) if (s.sinks or s.recent) else None
+        c, lh, lw = self.cfg.in_dim, h // VAE_SCALE, w // VAE_SCALE
+        return ModelState(
+            bucket=s.bucket,
+            frames=np.zeros((0, h, w, 3), np.uint8),
+            sink_count=len(s.sinks),
+            frame_index=s.frame_index,
+            rng=s.gen.get_state().cpu().numpy().copy(),
+            scene=s.prompt,
+            latents=latents.float().cpu().numpy() if latents is not None else np.zeros((0, c, lh, lw), np.float32),
+            family=FAMILY,
+        )
+
+    def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
+        """None: a session starts from noise."""
+        self._size(bucket)
+        return None
+
+    @torch.inference_mode()
+    def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:
+        """Run and time every (bucket, step count, batch size) on throwaway sessions."""
+        return warm_up(self, self.buckets, tuple(range(1, self.max_steps + 1)), batch_sizes)
+
+    # --- session state ---
+
+    def free(self, session_id: str) -> None:
+        s = self.sessions.pop(session_id, None)
+        self._told.discard(session_id)
+        if s is not None:
+            self.pools[s.bucket].release(s.slot)
+            s.stream.dispose()
+
+    def _open(self, spec: SessionSpec) -> None:
+        if spec.session_id in self.sessions:
+            self.free(spec.session_id)  # a new epoch replaces the old state
+        self._size(spec.bucket)
+        if spec.observation is not None:
+            self._ignore_observation(spec.session_id)
+        slot = self.pools[spec.bucket].allocate()
+        s = WanSession(
+            bucket=spec.bucket, slot=slot, frame_index=0, prompt=spec.scene, text=self._text_kv(spec.scene),
+            gen=torch.Generator(self.device).manual_seed(spec.seed), stream=self.decoder.open(),
+            recent=deque(maxlen=self.decoder_context),
+        )
+        self.sessions[spec.session_id] = s
+        try:
+            if spec.restore is not None:
+                self._restore(s, spec.restore)
+        except Exception:
+            self.free(spec.session_id)
+            raise
+
+    def _update(self, upd: SessionUpdate) -> None:
+        s = self._get(upd.session_id)
+        if upd.observation is not None:
+            self._ignore_observation(upd.session_id)
+        if upd.scene is not None and upd.scene != s.prompt:
+            s.prompt, s.text = upd.scene, self._text_kv(upd.scene)
+            self._recache(s)  # the window under the new prompt (LongLive's re-cache)
+        if upd.bucket is not None and upd.bucket != s.bucket:
+            self._switch_bucket(s, upd.bucket)
+
+    def _restore(self, s: WanSession, st: ModelState) -> None:
+        cfg = self.cfg
+        if st.family != FAMILY or st.latents is None:
+            raise ValueError(f"snapshot is of model family {st.family!r}, this runner serves {FAMILY!r}")
+        if st.bucket != s.bucket:
+            raise ValueError(f"snapshot bucket {st.bucket} does not match session bucket {s.bucket}")
+        h, w = self._size(s.bucket)
+        want = (cfg.in_dim, h // VAE_SCALE, w // VAE_SCALE)
+        lat = st.latents
+        if lat.ndim != 4 or lat.shape[1:] != want or lat.dtype != np.float32:
+            raise ValueError(f"snapshot latents {lat.shape} {lat.dtype}, expected (N, {', '.join(map(str, want))}) float32")
+        n, sinks = lat.shape[0], st.sink_count
+        want_sinks = min(cfg.sink_frames, st.frame_index)
+        if sinks != want_sinks or n - sinks > st.frame_index - sinks or n - sinks < min(
+            cfg.window_frames, st.frame_index - sinks
+        ):
+            raise ValueError(
+                f"snapshot holds {n} latent frames ({sinks} sinks) at frame {st.frame_index}; expected "
+                f"{want_sinks} sinks and at least the window's {min(cfg.window_frames, st.frame_index - sinks)} frames"
+            )
+        x = torch.from_numpy(np.ascontiguousarray(lat)).to(self.device, self.dtype)
+        s.frame_index = st.frame_index
+        s.sinks = list(x[:sinks])
+        s.recent.extend(x[sinks:])  # the latest ``decoder_context`` of them
+        if st.rng.size == s.gen.get_state().numel():
+            s.gen.set_state(torch.from_numpy(np.ascontiguousarray(st.rng, dtype=np.uint8)))
+        else:  # a snapshot from another kind of device: its noise goes on from a stream of its own
+            digest = hashlib.blake2b(np.ascontiguousarray(st.rng).tobytes(), digest_size=8,
+                                     person=st.frame_index.to_bytes(8, "little"))
+            s.gen.manual_seed(int.from_bytes(digest.digest(), "little") >> 1)
+            log.info("snapshot's noise state is from another device kind: noise reseeded")
+        self._recache(s)
+        self._prime_stream(s)
+
+    def _switch_bucket(self, s: WanSession, bucket: int) -> None:
+        """Move to another frame size: the latents resized, the cache and the VAE stream rebuilt."""
+        h, w = self._size(bucket)
+        slot = self.pools[bucket].allocate()
+        self.pools[s.bucket].release(s.slot)
+        size = (h // VAE_SCALE, w // VAE_SCALE)
+        resize = lambda x: F.interpolate(x[None].float(), size=size, mode="bilinear", align_corners=False)[0].to(x.dtype)  # noqa: E731
+        s.sinks = [resize(x) for x in s.sinks]
+        s.recent = deque((resize(x) for x in s.recent), maxlen=self.decoder_context)
+        s.bucket, s.slot = bucket, slot
+        s.stream.dispose()
+        s.stream = self.decoder.open()
+        self._recache(s)
+        self._prime_stream(s)
+
+    def _held(self, s: WanSession) -> tuple[torch.Tensor, list[int]] | None:
+        """The clean latents the cache holds (C, N, h, w) and their epoch frame ids: the sinks,
+        then the latest ``window_frames`` frames after them."""
+        window = list(s.recent)[-self.cfg.window_frames:] if s.recent else []
+        frames = [*s.sinks, *window]
+        if not frames:
+            return None
+        ids = [*range(len(s.sinks)), *range(s.frame_index - len(window), s.frame_index)]
+        return torch.stack(frames, 1), ids
+
+    def _recache(self, s: WanSession) -> None:
+        """Rebuild the slot's keys/values from the held latents, under the session's prompt."""
+        held = self._held(s)
+        if held is None:
+            self.pools[s.bucket].reset(s.slot)
+            return
+        self.model.recache(self.pools[s.bucket], s.slot, held[0], held[1], s.text)
+
+    def _prime_stream(self, s: WanSession) -> None:
+        """A fresh VAE stream fed the kept latents (their pixels thrown away), so that the next
+        chunk decodes as it would have after the whole history: exactly when the kept frames
+        are the whole history or cover the decoder's receptive field."""
+        whole = s.frame_index == len(s.sinks) + len(s.recent)
+        frames = [*s.sinks, *s.recent] if whole else list(s.recent)
+        s.stream.dispose()
+        s.stream = self.decoder.open()
+        if frames:
+            x = torch.stack(frames, 1)[None]  # (1, C, N, h, w)
+            for i in range(0, x.shape[2], self.cfg.chunk_frames):
+                self.decoder.decode_batch_float([s.stream], x[:, :, i:i + self.cfg.chunk_frames])
+
+    def _text_kv(self, prompt: str) -> TextKV:
+        emb = self.text.encode(prompt)  # (text_len, text_dim), cached by the encoder
+        return self.model.text_kv(emb[None].to(self.device, self.dtype))
+
+    def _ignore_observation(self, session_id: str) -> None:
+        if session_id not in self._told:
+            self._told.add(session_id)
+            log.info("session %s: wan-causal takes no observations; ignored", session_id)
+
+    # --- the hot path ---
+
+    def _run_chunk(self, steps: int, states: list[WanSession]) -> list[np.ndarray]:
+        """Generate, commit and decode one chunk for each session; (F', H, W, 3) uint8 each."""
+        cfg = self.cfg
+        pool = self.pools[states[0].bucket]
+        ctx = pool.chunk([s.slot for s in states], np.array([s.frame_index for s in states]), cfg.chunk_frames)
+        text = TextKV.cat([s.text for s in states]) if len(states) > 1 else states[0].text
+        shape = (cfg.in_dim, cfg.chunk_frames, pool.height, pool.width)
+        ts = self.schedule(steps)
+        x = self._noise(states, shape)  # (B, C, F, h, w)
+        x0 = x
+        for i, t in enumerate(ts):
+            tt = torch.full((len(states),), t, device=self.device, dtype=torch.float32)
+            v = self.model.denoise(x, tt, text, ctx)
+            x0 = x - cfg.sigma(t) * v
+            if i + 1 < len(ts):
+                sigma = cfg.sigma(ts[i + 1])
+                x = (1 - sigma) * x0 + sigma * self._noise(states, shape)
+        self.model.commit(x0, text, ctx)
+        for b, s in enumerate(states):
+            for f in range(cfg.chunk_frames):
+                frame = x0[b, :, f].clone()
+                if s.frame_index < cfg.sink_frames:
+                    s.sinks.append(frame)
+                else:
+                    s.recent.append(frame)
+                s.frame_index += 1
+        pixels = self.decoder.decode_batch([s.stream for s in states], x0)
+        return [p.cpu().numpy() for p in pixels]
+
+    def schedule(self, steps: int) -> tuple[float, ...]:
+        """The model timesteps of ``steps`` denoising steps: the config's, or for fewer steps an
+        evenly spread subset of them that starts at the first (pure noise) step."""
+        full = self.cfg.step_timesteps
+        if not 1 <= steps <= len(full):
+            raise ValueError(f"steps must be in 1..{len(full)}, got {steps}")
+        return tuple(full[round(i * len(full) / steps)] for i in range(steps))
+
+    def _noise(self, states: list[WanSession], shape: tuple[int, ...]) -> torch.Tensor:
+        """Fresh noise from each session's own generator, so batching never changes it."""
+        return torch.stack([torch.randn(shape, generator=s.gen, device=self.device) for s in states])  # float32
+
+    # --- helpers ---
+
+    def _size(self, bucket: int) -> tuple[int, int]:
+        try:
+            return self.sizes[bucket]
+        except KeyError:
+            raise ValueError(f"bucket {bucket} is not served; buckets: {list(self.sizes)}") from None
+
+    def _get(self, session_id: str) -> WanSession:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise KeyError(f"runner has no state for session {session_id!r}") from None
+
+    def _guard(self, out: StepOutput, sid: str, fn: Callable[..., None], arg: object) -> None:
+        try:
+            fn(arg)
+        except Exception as exc:  # one session's bad input never fails the plan
+            log.warning("session %s: %s", sid, exc)
+            out.errors[sid] = str(exc)
+
+    def _runnable(self, out: StepOutput, sid: str, batch: Batch) -> WanSession | None:
+        s = self.sessions.get(sid)
+        if s is None:
+            out.errors[sid] = f"runner has no state for session {sid!r}"
+            return None
+        if s.bucket != batch.bucket:
+            out.errors[sid] = f"session is at bucket {s.bucket}, batch is {batch.bucket}"
+            return None
+        return s
