@@ -123,9 +123,9 @@ class Bench:
         torch.set_default_dtype(dt)  # built in the serving dtype on the device: 1.3B + 5.7B parameters
         try:
             with torch.device(dev):
-                self.model = CausalWanModel(setup.cfg).to(dt).eval()
-                self.decoder = StreamingDecoder(AutoencoderKLWan(**setup.vae_config).to(dt).eval())
-                self.text = UMT5EncoderModel(UMT5Config(**setup.text_config)).to(dt).eval()
+                self.model = CausalWanModel(setup.cfg).eval()
+                self.decoder = StreamingDecoder(AutoencoderKLWan(**setup.vae_config).eval())
+                self.text = UMT5EncoderModel(UMT5Config(**setup.text_config)).eval()
         finally:
             torch.set_default_dtype(default)
         self.sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -281,16 +281,16 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--height/--width must be multiples of 16 (VAE 8x, patch 2x), got {s.height}x{s.width}")
 
     c = s.cfg
-    real = dict(WAN21_VAE_CONFIG)
-    t_real = WanConfig.wan_1_3b().tokens_per_frame(60, 104)
-    kv_real = 2 * 30 * c.cache_frames * t_real * 1536 * 2
+    real = WanConfig.wan_1_3b()
+    kv_real = 2 * real.num_layers * real.cache_frames * real.tokens_per_frame(60, 104) * real.dim * 2
     print(f"device: {torch.cuda.get_device_name() if s.device.type == 'cuda' else 'cpu'}, dtype {s.dtype}, "
           f"flash-attn {flash_attn_version()}, torch {torch.__version__}")
     print(f"model: dim {c.dim}, {c.num_layers} layers, {c.num_heads} heads; chunk {c.chunk_frames} latent frames, "
           f"sinks {c.sink_frames} + window {c.window_frames}; {len(c.timesteps)} steps + commit; "
           f"{s.height}x{s.width} pixels, {c.tokens_per_frame(*s.latent_hw)} tokens a latent frame")
-    print(f"per session at 480x832 bf16 (Wan2.1-1.3B, sinks+window {c.cache_frames} frames): "
-          f"KV cache {kv_real / MIB:.0f} MiB, VAE feature cache {feature_cache_bytes(real, 480, 832) / MIB:.0f} MiB")
+    print(f"per session at 480x832 bf16 (Wan2.1-1.3B, sinks+window {real.cache_frames} frames): "
+          f"KV cache {kv_real / MIB:.0f} MiB, "
+          f"VAE feature cache {feature_cache_bytes(WAN21_VAE_CONFIG, 480, 832) / MIB:.0f} MiB")
 
     bench = Bench(s)
     bench.row(1, 1, overlap=False)  # warm-up: kernels, allocator
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
         ovl = f"{r.overlap_ms:10.1f}" if r.overlap_ms is not None else f"{'-':>10}"
         peak = f"{r.peak_gib:8.1f}" if r.peak_gib is not None else f"{'-':>8}"
         print(f"{n:>8} {r.gen_ms:9.1f} {r.dec_ms:9.1f} {r.serial_ms:9.1f} {ovl} {r.frames_per_chunk:>6} "
-              f"{r.fps_session:8.2f} {r.fps_total:8.2f} {r.kv_mib:8.1f} {r.vae_mib:8.1f} {peak}")
+              f"{r.fps_session:8.2f} {r.fps_total:8.2f} {r.kv_mib:8.2f} {r.vae_mib:8.2f} {peak}")
     print(f"ttff: {ttff_s * 1000:.0f} ms (prompt pass + first chunk of {c.chunk_frames} latent frames + its decode)")
     print(summary(rows, ttff_s))
 
