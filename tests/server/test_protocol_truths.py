@@ -219,3 +219,23 @@ async def test_a_raw_observation_runs_through_the_real_model_without_a_warning(m
         [f] = await frames(ws, 1, timeout=120.0)  # fails on a runner_error
         assert f.block_idx == 1
         await ws.close()
+
+
+async def test_the_sdk_counts_late_blocks_once_and_follows_the_pacing_rate() -> None:
+    async with serve(runner_factory=fake_factory(per_batch=0.06)) as s:
+        async with WorldClient(s.ws_url, reconnect=False) as client:
+            started = await client.start(codec="raw", fps=24.0, lookahead=0)
+            assert client.fps == started.fps
+            blocks: list[int] = []
+            said = 0
+            end = time.monotonic() + 30.0
+            while len(blocks) < 30 and time.monotonic() < end:
+                ev = await client.recv(timeout=max(0.01, end - time.monotonic()))
+                if isinstance(ev, Skipped):
+                    said += ev.frames
+                elif isinstance(ev, Degradation):
+                    assert client.fps == ev.fps and client.level == ev.new_level
+                elif hasattr(ev, "msg") and isinstance(ev.msg, Frame):
+                    blocks.append(ev.msg.block_idx)
+            assert blocks == list(range(len(blocks)))  # every block once, none skipped
+            assert said > 0 and client.skipped_frames == said
