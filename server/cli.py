@@ -224,11 +224,11 @@ def serve(settings: Settings) -> None:
     from server.keys import AGENT
     from server.logs import configure
 
-    configure(settings.log_format, settings.log_level)
     try:  # the files, before anything heavy loads: a missing one stops the server here
         importlib.import_module("model.registry").check(settings.model, settings.weights)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"worldserve serve: {exc}") from None
+    configure(settings.log_format, settings.log_level)
     loop = _new_loop()
     log = logging.getLogger("worldserve.cli")
     log.info("serving", extra={"host": settings.host, "port": settings.port, "model": settings.model,
