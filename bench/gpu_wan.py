@@ -74,13 +74,6 @@ class Setup:
     def latent_hw(self) -> tuple[int, int]:
         return self.height // 8, self.width // 8
 
-    @property
-    def kv_bytes_per_session(self) -> int:
-        """K and V of sinks + window, every layer: 2 * L * frames * tokens * dim * itemsize."""
-        c = self.cfg
-        t = c.tokens_per_frame(*self.latent_hw)
-        return 2 * c.num_layers * c.cache_frames * t * c.dim * torch.empty((), dtype=self.dtype).element_size()
-
 
 @dataclass
 class Row:
