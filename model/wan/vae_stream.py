@@ -18,7 +18,8 @@ each ``None`` (before the first frame), ``"Rep"`` (a temporal upsampler that has
 first frame) or a tensor (B, C_i, <=2, h_i, w_i) holding the last two input frames of that layer.
 After two latent frames every entry is a tensor with two frames, so streams that have decoded the
 same number of frames (counted up to two) hold caches of the same shapes: ``decode_batch`` stacks
-them on the batch axis and runs them as one forward. Every layer of the decoder works per sample
+them on the batch axis, runs them as one forward and gives each stream its own copy of its rows
+back. Every layer of the decoder works per sample
 (convolutions, RMS norm over channels, attention within one frame), so batching changes nothing
 but speed.
 
@@ -316,10 +317,17 @@ def _stack(caches: list[list[CacheEntry]]) -> list[CacheEntry]:
 
 
 def _unstack(cache: list[CacheEntry], b: int) -> list[list[CacheEntry]]:
-    """Split a batched cache back into b streams' caches (views into the batched tensors)."""
+    """Split a batched cache back into b streams' caches.
+
+    Each stream gets its own copy: a view would keep the whole batched tensor alive for as long
+    as any one stream of the batch holds it, so a session that next decodes alone or in another
+    batch would leave its old rows behind.
+    """
+    if b == 1:
+        return [cache]
     per = [[] for _ in range(b)]  # type: list[list[CacheEntry]]
     for e in cache:
-        parts = e.split(1, dim=0) if isinstance(e, torch.Tensor) else [e] * b
+        parts = [p.clone() for p in e.split(1, dim=0)] if isinstance(e, torch.Tensor) else [e] * b
         for p, part in zip(per, parts, strict=True):
             p.append(part)
     return per

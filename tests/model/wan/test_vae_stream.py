@@ -109,6 +109,18 @@ def test_batched_sessions_in_different_phases_match_each_decoded_alone(vae):
     assert [s.pixel_frames for s in (a, b, c)] == [21, 21, 9]
 
 
+def test_batched_streams_hold_their_own_cache_memory(vae):
+    dec = StreamingDecoder(vae)
+    a, b = dec.open(), dec.open()
+    dec.decode_batch([a, b], torch.cat([latents(3, seed=15), latents(3, seed=16)]))
+
+    def storages(s):
+        return {e.untyped_storage().data_ptr() for e in s.feat_cache if isinstance(e, torch.Tensor)}
+
+    assert storages(a) and storages(a).isdisjoint(storages(b))
+    assert a.cache_bytes == b.cache_bytes == feature_cache_bytes(TINY, 8 * H, 8 * W, dtype=torch.float32)
+
+
 def test_decoder_loads_from_a_saved_local_directory(vae, tmp_path):
     vae.save_pretrained(tmp_path / "vae")
     loaded = StreamingDecoder.load(tmp_path / "vae")
