@@ -21,12 +21,16 @@ This module imports no torch: the server imports it by name, and mypy does not f
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DEFAULT = "default"
+# One load at a time per process: the libraries build models under a device context (meta
+# tensors) that another thread's load can see (in-process test clusters load several workers).
+_LOADING = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,4 +109,5 @@ def load(name: str, options: LoadOptions) -> Any:
     """The runner of model ``name`` (a ``session.plan.Runner``), loaded and ready to warm up."""
     check_fn, load_fn = _get(name)
     check_fn(options.weights)
-    return load_fn(options)
+    with _LOADING:
+        return load_fn(options)
