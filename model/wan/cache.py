@@ -57,6 +57,7 @@ class ChunkContext:
     num_frames: int  # latent frames in each chunk (all rows alike)
     slot_index: torch.Tensor  # (B,) long, slots on the cache's device
     used: int  # cached tokens read: positions 0 .. used/T - 1 hold every row's frames
+    rope_positions: np.ndarray  # (B, F) RoPE time positions of the chunk's frames (< s + K + F)
     cache_cos: torch.Tensor  # (B, used, 1, Pt) time rotation of the cached keys
     cache_sin: torch.Tensor  # (B, used, 1, Pt)
     chunk_cos: torch.Tensor  # (B, F*T, 1, Pt) time rotation of the chunk's queries and keys
@@ -212,7 +213,7 @@ class WanKVCache:
         wtok = (wpos[:, :, None] * t + np.arange(t)[None, None, :]).reshape(len(slots), f * t)
         return ChunkContext(
             cache=self, slots=list(slots), start_frames=starts, num_frames=f,
-            slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t,
+            slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t, rope_positions=own,
             cache_cos=cache_cos, cache_sin=cache_sin, chunk_cos=chunk_cos, chunk_sin=chunk_sin,
             mask=mask, write_tokens=torch.from_numpy(wtok).to(dev), write_positions=wpos,
         )
