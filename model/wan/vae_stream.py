@@ -30,7 +30,7 @@ the VAE config's ``latents_mean`` / ``latents_std``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -74,7 +74,7 @@ class VaeStream:
     latent_frames: int = 0
     pixel_frames: int = 0
     latent_hw: tuple[int, int] | None = None
-    disposed: bool = field(default=False)
+    disposed: bool = False
 
     @property
     def phase(self) -> int:
@@ -244,7 +244,7 @@ class StreamingDecoder:
     def _decode_group(self, streams: list[VaeStream], z: torch.Tensor) -> torch.Tensor:
         """Decode streams of one phase together; z (b, C, F, h, w) normalised."""
         b, _, n, h, w = z.shape
-        x = z.float() * self.std + self.mean  # (b, C, F, h, w) in the VAE's own scale
+        x = z.float() * self.std.to(z.device) + self.mean.to(z.device)  # (b, C, F, h, w) in the VAE's own scale
         x = self.vae.post_quant_conv(x.to(self.dtype))
         cache = _stack([s.feat_cache for s in streams])
         first = streams[0].latent_frames == 0
@@ -278,7 +278,7 @@ class StreamingDecoder:
         x = frames.to(self.device).permute(3, 0, 1, 2).unsqueeze(0)  # (1, 3, F, H, W)
         x = (x.to(self.dtype) / 127.5 - 1.0)
         mu = self.vae.encode(x).latent_dist.mode()  # (1, C, 1 + k, H/8, W/8)
-        return ((mu.float() - self.mean) / self.std)[0]
+        return ((mu.float() - self.mean.to(mu.device)) / self.std.to(mu.device))[0]
 
 
 def to_uint8_frames(video: torch.Tensor) -> torch.Tensor:
