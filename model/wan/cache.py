@@ -62,6 +62,8 @@ class ChunkContext:
     cache_sin: torch.Tensor  # (B, used, 1, Pt)
     chunk_cos: torch.Tensor  # (B, F*T, 1, Pt) time rotation of the chunk's queries and keys
     chunk_sin: torch.Tensor  # (B, F*T, 1, Pt)
+    space_cos: torch.Tensor  # (1, F*T, 1, Ph+Pw) height/width rotation of the chunk's tokens
+    space_sin: torch.Tensor  # (1, F*T, 1, Ph+Pw)
     mask: torch.Tensor | None  # (B, 1, 1, used + F*T) bool, True = attend; None = all valid
     write_tokens: torch.Tensor  # (B, F*T) long, where the commit writes each token
     write_positions: np.ndarray  # (B, F) frame positions the commit fills
@@ -203,6 +205,9 @@ class WanKVCache:
         cache_cos, cache_sin = time_rotation(cfg, cache_pos, dev)
         chunk_cos, chunk_sin = time_rotation(cfg, chunk_pos, dev)
 
+        ph, pw = cfg.patch_size[1:]
+        space_cos, space_sin = space_rotation(cfg, f, self.height // ph, self.width // pw, dev)
+
         mask = None
         if not valid[:, :used_frames].all():
             tok = np.repeat(valid[:, :used_frames], t, axis=1)
@@ -215,6 +220,7 @@ class WanKVCache:
             cache=self, slots=list(slots), start_frames=starts, num_frames=f,
             slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t, rope_positions=own,
             cache_cos=cache_cos, cache_sin=cache_sin, chunk_cos=chunk_cos, chunk_sin=chunk_sin,
+            space_cos=space_cos, space_sin=space_sin,
             mask=mask, write_tokens=torch.from_numpy(wtok).to(dev), write_positions=wpos,
         )
 
@@ -249,6 +255,19 @@ def time_rotation(cfg: WanConfig, positions: np.ndarray, device: torch.device) -
     inv = rope_frequencies(cfg, cfg.rope_pairs[0])  # (Pt,) float64
     ang = torch.from_numpy(positions).to(torch.float64)[..., None] * inv  # (B, N, Pt)
     return ang.cos().float()[:, :, None].to(device), ang.sin().float()[:, :, None].to(device)
+
+
+def space_rotation(
+    cfg: WanConfig, frames: int, h: int, w: int, device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (1, F*h*w, 1, Ph+Pw) of the height then width pairs of RoPE for each token
+    (f, y, x) of F frames of h x w tokens, frame-major: fixed per token, whatever the time."""
+    _, ph, pw = cfg.rope_pairs
+    ay = torch.arange(h, dtype=torch.float64)[:, None] * rope_frequencies(cfg, ph)  # (h, Ph)
+    ax = torch.arange(w, dtype=torch.float64)[:, None] * rope_frequencies(cfg, pw)  # (w, Pw)
+    ang = torch.cat((ay[:, None].expand(h, w, ph), ax[None].expand(h, w, pw)), -1)  # (h, w, Ph+Pw)
+    ang = ang.reshape(1, h * w, 1, ph + pw).repeat(1, frames, 1, 1)  # (1, F*h*w, 1, Ph+Pw)
+    return ang.cos().float().to(device), ang.sin().float().to(device)
 
 
 def rope_frequencies(cfg: WanConfig, pairs: int) -> torch.Tensor:

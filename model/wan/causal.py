@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.attention import attend
-from model.wan.cache import ChunkContext, WanKVCache, rope_frequencies, rotate
+from model.wan.cache import ChunkContext, WanKVCache, rotate, space_rotation
 from model.wan.config import WanConfig
 
 
@@ -105,14 +105,9 @@ class Grid:
         return self.h * self.w
 
 
-def space_grid(cfg: WanConfig, frames: int, h: int, w: int, device: torch.device) -> Grid:
-    """Height/width rotation angles of each token (f, y, x), flattened frame-major."""
-    _, ph, pw = cfg.rope_pairs
-    ay = torch.arange(h, dtype=torch.float64)[:, None] * rope_frequencies(cfg, ph)  # (h, Ph)
-    ax = torch.arange(w, dtype=torch.float64)[:, None] * rope_frequencies(cfg, pw)  # (w, Pw)
-    ang = torch.cat((ay[:, None].expand(h, w, ph), ax[None].expand(h, w, pw)), -1)  # (h, w, Ph+Pw)
-    ang = ang.reshape(1, h * w, 1, ph + pw).repeat(1, frames, 1, 1)  # (1, F*h*w, 1, Ph+Pw)
-    return Grid(frames, h, w, ang.cos().float().to(device), ang.sin().float().to(device))
+def space_grid(cfg: WanConfig, frames: int, h: int, w: int, device: torch.device | str) -> Grid:
+    """The layout of F frames of h x w tokens and their height/width rotations."""
+    return Grid(frames, h, w, *space_rotation(cfg, frames, h, w, device))
 
 
 # ---------------------------------------------------------------------------- attention
@@ -140,6 +135,7 @@ class SelfAttention(nn.Module):
         q = rotate(q, grid.cos, grid.sin, self.time_pairs)  # space: pairs after the time pairs
         k = rotate(k, grid.cos, grid.sin, self.time_pairs)
         k_old, v_old = ctx.cache.read(layer, ctx)  # (B, used, H, D), time-rotated for this chunk
+        k_old, v_old = k_old.to(k.dtype), v_old.to(v.dtype)
         q_t = rotate(q, ctx.chunk_cos, ctx.chunk_sin, 0)
         k_t = rotate(k, ctx.chunk_cos, ctx.chunk_sin, 0)
         y = attend(q_t, torch.cat((k_old, k_t), 1), torch.cat((v_old, v), 1), ctx.mask)  # (B, F*T, H, D)
@@ -279,7 +275,7 @@ class CausalWanModel(nn.Module):
 
         x = x.to(self.patch_embedding.weight.dtype)
         x = self.patch_embedding(x)  # (B, dim, F, h, w)
-        grid = space_grid(cfg, f, x.shape[3], x.shape[4], x.device)
+        grid = Grid(f, x.shape[3], x.shape[4], ctx.space_cos, ctx.space_sin)  # (B, dim, F, h, w) tokens
         x = x.flatten(2).transpose(1, 2)  # (B, F*h*w, dim)
         e = self.time_embedding(timestep_embedding(cfg.freq_dim, t.reshape(-1)).to(x.dtype))  # (B*F, dim)
         e6 = self.time_projection(e).view(b, f, 6, cfg.dim)  # (B, F, 6, dim)
