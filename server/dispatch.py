@@ -46,6 +46,10 @@ from server.protocol import (
 from server.service import Service
 from server.settings import Settings
 
+# Over the message rate, messages up to this size are still read for an action (an action
+# is well under 100 bytes); bigger ones are dropped unread.
+OVER_RATE_ACTION_BYTES = 512
+
 
 class Transport(Protocol):
     """What ``dispatch`` needs of a connection (``ws.Connection``, ``rtc.peer.RtcPeer``)."""
@@ -94,6 +98,19 @@ class Inbound:
                 )
             )
         return False
+
+    def over_rate_action(self, data: bytes) -> Action | None:
+        """A message that ``admit`` refused: the action in it, if it is a small, valid
+        action (the newest controls must reach the session whatever the rate; the caller
+        coalesces it like any other), else None and it is dropped unread or quietly (the
+        client was told it is over the rate)."""
+        if len(data) > OVER_RATE_ACTION_BYTES:
+            return None
+        try:
+            msg = decode_client(data)
+        except ProtocolError:
+            return None
+        return msg if isinstance(msg, Action) else None
 
     def decode(self, data: bytes) -> ClientMessage:
         """Decode and validate one client message and count it; ``ProtocolError`` if it

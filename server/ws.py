@@ -38,7 +38,6 @@ from server.encode import FrameEncoder, make_encoder
 from server.live import Chunk, NotReady, PlacementRequired
 from server.metrics import Metrics
 from server.protocol import (
-    Action,
     ClientMessage,
     CloseCode,
     Ended,
@@ -53,7 +52,6 @@ from server.protocol import (
     Start,
     Started,
     Status,
-    decode_client,
     error_from,
 )
 from server.service import Service
@@ -61,10 +59,6 @@ from server.settings import Settings
 from session.errors import AtCapacity, BadToken, SessionError
 
 log = logging.getLogger("worldserve.ws")
-
-# Over the message rate, messages up to this size are still read for an action (an action
-# is well under 100 bytes); bigger ones are dropped unread.
-OVER_RATE_ACTION_BYTES = 512
 
 
 class Connection:
@@ -244,14 +238,9 @@ class Connection:
 
     def _over_rate(self, data: bytes) -> None:
         """A message over the rate limit: dropped, unless it is an action (see the module
-        docstring); an unusable one is dropped quietly (the client was told it is over)."""
-        if self.sid is None or len(data) > OVER_RATE_ACTION_BYTES:
-            return
-        try:
-            msg = decode_client(data)
-        except ProtocolError:
-            return
-        if isinstance(msg, Action):
+        docstring)."""
+        msg = self._inbound.over_rate_action(data)
+        if self.sid is not None and msg is not None:
             with suppress(SessionError):
                 self.service.action(self.sid, msg)
 

@@ -223,7 +223,8 @@ class RtcPeer:
                 code=ErrorCode.TOO_BIG))
             return None
         if not self._inbound.admit(self._send_error):
-            return None
+            # over the rate: dropped, unless it is an action (the newest controls win)
+            return self._inbound.over_rate_action(data)
         try:
             return self._inbound.decode(data)
         except ProtocolError as exc:

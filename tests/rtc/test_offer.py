@@ -221,6 +221,20 @@ async def test_actions_and_control_messages_share_the_protocol_with_the_websocke
             await c.close()
 
 
+async def test_the_newest_action_of_a_burst_over_the_message_rate_reaches_the_session() -> None:
+    """Over the message rate the data channel drops messages, but never the newest action."""
+    async with serve_rtc(max_msgs_per_s=50.0, msg_burst=20) as (app, url):
+        async with RtcClient(url) as c:
+            answer = await c.connect(start=START)
+            sid = answer["session"]["session_id"]
+            await c.next_frame()
+            assert c.actions is not None
+            for seq in range(1, 301):  # far over 20 at once
+                c.actions.send(Action(seq, ("left",) if seq % 2 else ("right",)).encode())
+            await until(lambda: app[SERVICE].live(sid).action_seq == 300)  # type: ignore[union-attr]
+            await c.close()
+
+
 async def test_closing_the_peer_connection_detaches_and_an_offer_resumes_it() -> None:
     async with serve_rtc() as (app, url):
         service = app[SERVICE]
