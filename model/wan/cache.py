@@ -224,11 +224,22 @@ class WanKVCache:
             mask=mask, write_tokens=torch.from_numpy(wtok).to(dev), write_positions=wpos,
         )
 
-    def read(self, layer: int, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cached keys (time-rotated for this chunk) and values of one layer: (B, used, H, D)."""
-        k = self.k[layer, ctx.slot_index, : ctx.used]  # (B, used, H, D)
-        v = self.v[layer, ctx.slot_index, : ctx.used]
-        return rotate(k, ctx.cache_cos, ctx.cache_sin, 0), v
+    def read(self, layer: int, ctx: ChunkContext, k_own: torch.Tensor | None = None,
+             v_own: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's cached keys, time-rotated for this chunk, and values: (B, used, H, D);
+        with the chunk's own keys/values (B, F*T, H, D) given, those follow in the same
+        buffers, (B, used + F*T, H, D), as attention takes them (one copy, no concatenation)."""
+        n, own = ctx.used, 0 if k_own is None else k_own.shape[1]
+        dtype = self.k.dtype if k_own is None else k_own.dtype
+        shape = (ctx.batch, n + own, *self.k.shape[3:])
+        k, v = self.k.new_empty(shape, dtype=dtype), self.v.new_empty(shape, dtype=dtype)
+        k[:, :n] = self.k[layer, ctx.slot_index, :n]  # (B, used, H, D)
+        v[:, :n] = self.v[layer, ctx.slot_index, :n]
+        rotate_(k[:, :n], ctx.cache_cos, ctx.cache_sin)
+        if k_own is not None and v_own is not None:
+            k[:, n:] = k_own
+            v[:, n:] = v_own
+        return k, v
 
     def write(self, layer: int, ctx: ChunkContext, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one layer's keys (space-rotated) and values (B, F*T, H, D) of the chunk. The
@@ -273,6 +284,16 @@ def space_rotation(
 def rope_frequencies(cfg: WanConfig, pairs: int) -> torch.Tensor:
     """Wan's per-pair frequencies for an axis given ``pairs`` rotary pairs: theta^(-2i / 2*pairs)."""
     return 1.0 / cfg.rope_theta ** (torch.arange(pairs, dtype=torch.float64) / pairs)
+
+
+def rotate_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """``rotate`` of the first P pairs (the time pairs), in place."""
+    p = cos.shape[-1]
+    part = x[..., : 2 * p].unflatten(-1, (p, 2))  # (B, N, H, P, 2), a view of x
+    a, b = part[..., 0].float(), part[..., 1].float()  # views when x is float32: both results first
+    a_rot, b_rot = a * cos - b * sin, a * sin + b * cos
+    part[..., 0] = a_rot
+    part[..., 1] = b_rot
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, first_pair: int) -> torch.Tensor:

@@ -134,11 +134,10 @@ class SelfAttention(nn.Module):
         v = self.v(x).view(b, n, self.heads, self.head_dim)
         q = rotate(q, grid.cos, grid.sin, self.time_pairs)  # space: pairs after the time pairs
         k = rotate(k, grid.cos, grid.sin, self.time_pairs)
-        k_old, v_old = ctx.cache.read(layer, ctx)  # (B, used, H, D), time-rotated for this chunk
-        k_old, v_old = k_old.to(k.dtype), v_old.to(v.dtype)
-        q_t = rotate(q, ctx.chunk_cos, ctx.chunk_sin, 0)
+        q_t = rotate(q, ctx.chunk_cos, ctx.chunk_sin, 0)  # time: the first pairs
         k_t = rotate(k, ctx.chunk_cos, ctx.chunk_sin, 0)
-        y = attend(q_t, torch.cat((k_old, k_t), 1), torch.cat((v_old, v), 1), ctx.mask)  # (B, F*T, H, D)
+        k_all, v_all = ctx.cache.read(layer, ctx, k_t, v)  # (B, used + F*T, H, D): cache, then own
+        y = attend(q_t, k_all, v_all, ctx.mask)  # (B, F*T, H, D)
         if write:  # after this layer's attention: the chunk never reads what it evicts
             ctx.cache.write(layer, ctx, k, v)
         return self.o(y.flatten(2))
