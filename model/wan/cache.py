@@ -28,7 +28,9 @@ ranks M, M+1, ... (M = frames held). So positions are bounded by s + K + chunk, 
 
 The cursors (``frame_at``: which epoch frame each position holds, -1 when empty;
 ``next_frame``) are host-side numpy, so building a chunk's context never reads a tensor back.
-Memory is fixed at creation: a session can run for ever in it.
+Memory is fixed at creation: a session can run for ever in it. At Wan2.1-1.3B's size (30
+layers, width 1536, 1,560 tokens a frame at 480x832) with 3 sinks and a window of 9, a slot's
+keys and values take 2 x 30 x 12 x 1560 x 1536 x 2 bytes = 3.45 GB in bf16.
 """
 
 from __future__ import annotations

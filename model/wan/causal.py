@@ -10,6 +10,12 @@ A latent video is (B, C, F, H, W). A token is one latent frame's 2x2 patch: T = 
 tokens a frame (1,560 at 480x832), and each frame has its own timestep, so a token is
 modulated by its frame's time embedding.
 
+RoPE as Wan does it: the head dim's adjacent pairs are split between time, height and width
+(22, 21, 21 of 64 pairs at head dim 128), with base 10000 on each axis. A token's height and
+width rotations are fixed; its time rotation comes from the chunk context (rank positions,
+bounded for ever; ``model/wan/cache.py``). Attention is ``model/attention.attend``: flash-attn
+on CUDA when installed and nothing is masked, SDPA otherwise.
+
 Per chunk, the runner calls::
 
     text = model.text_kv(context)                 # once per prompt, kept with the session
