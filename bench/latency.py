@@ -29,11 +29,11 @@ import numpy as np
 from aiohttp import web
 
 from clients.sdk import FrameEvent, WorldClient
+from protocol import Status
 from server.app import create_app
 from server.encode import measure
 from server.keys import SERVICE
 from server.logs import configure
-from server.protocol import Status
 from server.rtc.client import RtcClient
 from server.rtc.encoder import measure as rtc_measure
 from server.settings import Settings

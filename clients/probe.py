@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from clients.sdk import FrameEvent, SessionEnded, WorldClient
-from server.protocol import Error, Migrate, Resumed, Skipped, Status
-from session.plan import ACTION_DIM, encode_action
+from protocol import ACTION_DIM, Error, Migrate, Resumed, Skipped, Status, encode_action
 
 _KEYS: tuple[tuple[str, ...], ...] = (
     ("forward",), ("forward", "left"), ("right",), (), ("back",), ("forward", "right"), ("left",),

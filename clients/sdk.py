@@ -15,7 +15,7 @@ previous picture instead); ``skipped_frames`` adds them up. ``fps`` and ``level`
 the session runs at now: ``started`` gives the admitted settings (maybe below what was
 asked) and every ``degradation`` moves them; ``Frame.pts_us`` is on that clock.
 
-Messages are server/protocol.py's dataclasses. The client resumes by itself when the
+Messages are protocol/codec.py's dataclasses. The client resumes by itself when the
 connection drops (not when the server ends the session): it reconnects with backoff and
 sends ``resume`` with the session's token and the next block_idx it has not received, so
 the stream continues with no gap and no repeat; in pull mode it asks again for blocks it
@@ -43,7 +43,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from server.protocol import (
+from protocol import (
     Ack,
     Action,
     Block,

@@ -26,6 +26,7 @@ from contextlib import suppress
 
 from aiohttp import web
 
+from protocol import CloseCode
 from server.cluster import WorkerAgent
 from server.directory import Directory, open_directory
 from server.engine import model_executor
@@ -41,7 +42,6 @@ from server.keys import (
     RunnerFactory,
 )
 from server.metrics import Metrics
-from server.protocol import CloseCode
 from server.rtc import setup_rtc
 from server.service import Service
 from server.settings import Settings

@@ -39,6 +39,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from protocol import Migrate
 from server.directory import (
     Directory,
     DirectoryError,
@@ -54,7 +55,6 @@ from server.directory import (
 from server.handoff import Handoff, HandoffError, decode
 from server.live import PlacementRequired, SessionMoved
 from server.metrics import Metrics
-from server.protocol import Migrate
 from server.service import Service
 from server.settings import Settings
 from session.errors import SessionStateMissing

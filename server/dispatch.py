@@ -25,9 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from server.limits import TokenBucket
-from server.metrics import Metrics
-from server.protocol import (
+from protocol import (
     Action,
     Block,
     ClientMessage,
@@ -43,6 +41,8 @@ from server.protocol import (
     ServerMessage,
     decode_client,
 )
+from server.limits import TokenBucket
+from server.metrics import Metrics
 from server.service import Service
 from server.settings import Settings
 

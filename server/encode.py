@@ -18,7 +18,7 @@ import numpy as np
 from av.video.frame import PictureType
 from PIL import Image
 
-from server.protocol import Codec
+from protocol import Codec
 
 
 class FrameEncoder(Protocol):

@@ -20,10 +20,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from protocol import CloseCode, Degradation, Ended, Error, ErrorCode, Skipped
 from server.engine import Engine, Outbox
 from server.live import Chunk, Live, Remote
 from server.metrics import Metrics
-from server.protocol import CloseCode, Degradation, Ended, Error, ErrorCode, Skipped
 from session.costmodel import Drift
 from session.degrade import DegradationChanged
 from session.errors import SessionError

@@ -29,10 +29,11 @@ from typing import Any, Literal
 import msgpack
 import numpy as np
 
-from server.protocol import ProtocolError, Start, from_wire
+from protocol import ProtocolError, Start, from_wire
+from protocol.vocab import SESSION_ID_RE
 from session.errors import SnapshotError
 from session.plan import ACTION_DIM, ModelState
-from session.session import SESSION_ID_RE, Clock, Session
+from session.session import Clock, Session
 from session.snapshot import MAX_SNAPSHOT_BYTES
 from session.snapshot import restore as restore_snapshot
 

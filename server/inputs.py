@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from protocol import Ack, Action, Block, Error, ErrorCode, Observation, Prompt, ProtocolError
 from server.engine import Engine
 from server.live import Live
 from server.metrics import Metrics
-from server.protocol import Ack, Action, Block, Error, ErrorCode, Observation, Prompt, ProtocolError
 from server.settings import Settings
 from session.errors import SessionStateMissing
 from session.plan import encode_action

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from protocol import Ended, ErrorCode, Resumed, ServerMessage, Start, Started
 from server.engine import Suspension
 from server.limits import TokenBucket
-from server.protocol import Ended, ErrorCode, Resumed, ServerMessage, Start, Started
 
 if TYPE_CHECKING:
     from server.handoff import Handoff

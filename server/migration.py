@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from protocol import Migrate, Resume
 from server.engine import Engine, Suspension
 from server.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from server.limits import TokenBucket
 from server.live import Chunk, Live, Remote
 from server.metrics import Metrics
-from server.protocol import Migrate, Resume
 from server.settings import Settings
 from session.degrade import Settings as Rung
 from session.errors import BadToken, SessionStateMissing

@@ -49,6 +49,7 @@ from typing import Any
 
 from aiohttp import web
 
+from protocol.vocab import SESSION_ID_RE
 from server.auth import authorized
 from server.cluster import ws_url
 from server.directory import (
@@ -67,7 +68,6 @@ from server.directory import (
 )
 from server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
 from server.web import CORS, add_web_routes, preflight
-from session.session import SESSION_ID_RE
 
 log = logging.getLogger("worldserve.router")
 

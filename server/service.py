@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from protocol import CloseCode, Ended, ProtocolError, Resume, Resumed, Start, Started
 from server.engine import Engine, Suspension
 from server.engine_events import EngineEventsMixin
 from server.inputs import InputMixin, seconds
@@ -64,7 +65,6 @@ from server.live import (
 )
 from server.metrics import Metrics
 from server.migration import MigrationMixin
-from server.protocol import CloseCode, Ended, ProtocolError, Resume, Resumed, Start, Started
 from server.settings import Settings
 from session.admission import Admission
 from session.costmodel import CostModel

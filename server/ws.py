@@ -1,6 +1,6 @@
 """The WebSocket transport: one ``Connection`` per socket, at most one session on it.
 
-A reader loop decodes and validates each message (server/protocol.py) and hands it to
+A reader loop decodes and validates each message (protocol/codec.py) and hands it to
 the service (server/dispatch.py, shared with WebRTC; ``start`` and ``resume`` are handled
 here); a bad message gets an ``error`` and the session goes on. A writer task is
 the only one that sends. What waits for it is bounded, so a client that stops reading
@@ -31,13 +31,7 @@ from contextlib import suppress
 
 from aiohttp import WSMsgType, web
 
-from server.auth import authorized
-from server.directory import DirectoryUnavailable
-from server.dispatch import Inbound, dispatch
-from server.encode import FrameEncoder, make_encoder
-from server.live import Chunk, NotReady, PlacementRequired
-from server.metrics import Metrics
-from server.protocol import (
+from protocol import (
     ClientMessage,
     CloseCode,
     Ended,
@@ -54,6 +48,12 @@ from server.protocol import (
     Status,
     error_from,
 )
+from server.auth import authorized
+from server.directory import DirectoryUnavailable
+from server.dispatch import Inbound, dispatch
+from server.encode import FrameEncoder, make_encoder
+from server.live import Chunk, NotReady, PlacementRequired
+from server.metrics import Metrics
 from server.service import Service
 from server.settings import Settings
 from session.errors import AtCapacity, BadToken, SessionError

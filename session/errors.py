@@ -1,12 +1,15 @@
 """Typed errors of the session layer.
 
 Every error carries a stable ``code`` (a class attribute) that the server puts on the
-wire, and the values it names as attributes, so a handler never parses messages.
+wire, and the values it names as attributes, so a handler never parses messages. The
+codes a client can receive are the protocol's (``protocol.ErrorCode``).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+from protocol.messages import ErrorCode
 
 
 class SessionError(Exception):
@@ -22,7 +25,7 @@ class SessionStateMissing(SessionError):
     new session at ``block_idx == 0``.
     """
 
-    code = "missing_session_state"
+    code = ErrorCode.MISSING_SESSION_STATE
 
     def __init__(self, session_id: str | None, block_idx: int | None = None) -> None:
         self.session_id = session_id
@@ -37,7 +40,7 @@ class SessionStateMissing(SessionError):
 class StaleBlock(SessionError):
     """A block_idx that is neither the next one nor a retransmit of the last one."""
 
-    code = "stale_block"
+    code = ErrorCode.STALE_BLOCK
 
     def __init__(self, session_id: str, got: int, last: int) -> None:
         self.session_id = session_id
@@ -52,7 +55,7 @@ class StaleBlock(SessionError):
 class AtCapacity(SessionError):
     """The store is full of active sessions; nothing can be evicted to make room."""
 
-    code = "at_capacity"
+    code = ErrorCode.AT_CAPACITY
 
     def __init__(self, capacity: int, retry_after_s: float) -> None:
         self.capacity = capacity
@@ -65,7 +68,7 @@ class AtCapacity(SessionError):
 class IllegalTransition(SessionError):
     """An action that the session's current status does not allow."""
 
-    code = "illegal_transition"
+    code = ErrorCode.ILLEGAL_TRANSITION
 
     def __init__(self, session_id: str, from_status: str, action: str) -> None:
         self.session_id = session_id
@@ -77,7 +80,7 @@ class IllegalTransition(SessionError):
 class BadToken(SessionError):
     """A resume token that does not match the session's (the token is never echoed)."""
 
-    code = "bad_token"
+    code = ErrorCode.BAD_TOKEN
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id

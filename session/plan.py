@@ -39,27 +39,14 @@ from typing import Protocol
 
 import numpy as np
 
-# Movement keys, in the order of the multi-hot action vector. The action vector of one
-# frame is ``[*keys, mouse_dx, mouse_dy]`` as float32 (keys 0/1, mouse in [-1, 1]).
-KEYS: tuple[str, ...] = ("forward", "back", "left", "right")
-MOUSE_DIMS = 2
-ACTION_DIM = len(KEYS) + MOUSE_DIMS
-# The controls a model family may take (``started.controls`` on the wire).
-CONTROLS: tuple[str, ...] = ("keys", "mouse", "prompt", "observation")
-
-
-def encode_action(keys: frozenset[str] | set[str] | tuple[str, ...], mouse: tuple[float, float]) -> np.ndarray:
-    """Multi-hot keys + clipped mouse delta as one float32 action vector."""
-    unknown = set(keys) - set(KEYS)
-    if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)}; known keys are {list(KEYS)}")
-    vec = np.zeros(ACTION_DIM, dtype=np.float32)
-    for i, name in enumerate(KEYS):
-        if name in keys:
-            vec[i] = 1.0
-    vec[len(KEYS)] = float(np.clip(mouse[0], -1.0, 1.0))
-    vec[len(KEYS) + 1] = float(np.clip(mouse[1], -1.0, 1.0))
-    return vec
+# The action vocabulary is the wire's, defined in protocol/vocab.py and part of this
+# contract too: keys in the order of the multi-hot action vector
+# ``[*keys, mouse_dx, mouse_dy]`` (ACTION_DIM floats a frame), the controls a family takes.
+from protocol.vocab import ACTION_DIM as ACTION_DIM
+from protocol.vocab import CONTROLS as CONTROLS
+from protocol.vocab import KEYS as KEYS
+from protocol.vocab import MOUSE_DIMS as MOUSE_DIMS
+from protocol.vocab import encode_action as encode_action
 
 
 @dataclass(slots=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
-import re
 import secrets
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from typing import Literal
 
 import numpy as np
 
+from protocol.vocab import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
 from session.errors import IllegalTransition, StaleBlock
 from session.eventlog import (
     DEFAULT_CAPACITY,
@@ -52,10 +52,7 @@ MAX_BUCKET = 4096  # pixels per side
 MAX_STEPS = 64
 MAX_LOOKAHEAD = 64
 PRIORITY_RANGE = (-1000, 1000)
-MAX_SEED = 2**64 - 1
 MAX_SCENE_CHARS = 4096
-MAX_TOKEN_CHARS = 256
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 DEFAULT_QUEUE = 32  # pending actions kept between two chunks
 _FRESH_COUNTERS = (0, -1, 0, 0)  # blocks_committed, last_block_idx, frames_due, frames_committed
 

@@ -4,7 +4,7 @@
 // WebSocket when it is unavailable, disabled or does not connect), prompt, seed, fps,
 // bucket (default: the server's smallest), lookahead, api_key (when the server needs one).
 //
-// Both transports speak protocol v1 (server/protocol.py) in msgpack. On WebRTC the
+// Both transports speak protocol v1 (protocol/codec.py) in msgpack. On WebRTC the
 // offer (POST /v1/rtc/offer) opens or resumes the session; 'actions' (unordered, no
 // retransmits) carries action messages and 'control' everything else. On the WebSocket
 // every message goes over the socket and frames arrive as JPEG 'frame' messages.

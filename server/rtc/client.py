@@ -38,7 +38,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError
 
-from server.protocol import (
+from protocol import (
     Ack,
     Action,
     ClientMessage,

@@ -61,11 +61,7 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription
 
-from server.auth import authorized
-from server.directory import DirectoryUnavailable
-from server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
-from server.live import PlacementRequired
-from server.protocol import (
+from protocol import (
     MAX_BLOCK_IDX,
     ErrorCode,
     ProtocolError,
@@ -75,6 +71,10 @@ from server.protocol import (
     Started,
     from_wire,
 )
+from server.auth import authorized
+from server.directory import DirectoryUnavailable
+from server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
+from server.live import PlacementRequired
 from server.rtc.encoder import (
     BitratePolicy,
     LatencyEncoder,

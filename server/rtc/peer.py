@@ -9,7 +9,7 @@ the peer is the session's ``service.Peer``, as a WebSocket ``Connection`` would 
   messages only; a late or lost one is simply superseded by the next (the service drops
   stale seqs). The server never sends on it.
 - ``control`` data channel (reliable, ordered): every other message of protocol v1
-  (server/protocol.py), msgpack, the same bytes as on the WebSocket. Client: prompt,
+  (protocol/codec.py), msgpack, the same bytes as on the WebSocket. Client: prompt,
   observation, keyframe, ping, close (and action). Server: started/resumed first, then
   ack, status, degradation, skipped, error, ended, pong. ``start``/``resume``/``block``
   are refused (the offer opened the session; WebRTC sessions are push mode).
@@ -52,9 +52,7 @@ from typing import Any
 import msgpack
 from aiortc import RTCDataChannel, RTCPeerConnection
 
-from server.dispatch import Inbound, dispatch
-from server.metrics import Metrics
-from server.protocol import (
+from protocol import (
     Action,
     Block,
     ClientMessage,
@@ -72,6 +70,8 @@ from server.protocol import (
     Status,
     error_from,
 )
+from server.dispatch import Inbound, dispatch
+from server.metrics import Metrics
 from server.rtc.encoder import LatencyEncoder
 from server.rtc.metrics import RtcMetrics
 from server.rtc.settings import RtcSettings

@@ -227,7 +227,7 @@ async def test_a_migrate_moves_the_page_to_the_other_worker() -> None:
     """Worker A hands the session to worker B: the page follows ``migrate`` to B's origin
     (a cross-origin offer). B has no handoff for it here (no shared directory), so the
     page's resume there is refused and it opens a new session on B."""
-    from server.protocol import Migrate
+    from protocol import Migrate
 
     async with serve_rtc() as (a, url_a), serve_rtc() as (b, url_b), chromium() as ctx:
         page = await ctx.new_page()

@@ -8,7 +8,7 @@ from PIL import Image
 
 from clients.examples.steer import steer
 from clients.sdk import SessionEnded, WorldClient
-from server.protocol import Ended, Error
+from protocol import Ended, Error
 from session.fake_runner import decode_frame
 from tests.server.harness import serve
 

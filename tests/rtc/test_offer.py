@@ -10,8 +10,7 @@ import aiohttp
 import msgpack
 import pytest
 
-from server.keys import SERVICE
-from server.protocol import (
+from protocol import (
     Action,
     Block,
     Ended,
@@ -24,6 +23,7 @@ from server.protocol import (
     Started,
     Status,
 )
+from server.keys import SERVICE
 from server.rtc import RtcSettings
 from server.rtc.client import OfferRefused, RtcClient
 from server.rtc.keys import RTC_PEERS
@@ -327,7 +327,7 @@ async def test_the_browser_client_is_served() -> None:
 
 
 def test_status_extra_keys_do_not_break_a_v1_decoder() -> None:
-    from server.protocol import decode_server
+    from protocol import decode_server
 
     wire = Status(0, 24.0, 24.0, 0, 0, 0, 0, 64, 4, 1, 0.1).to_wire()
     wire.update(action_seq=3, frame=17)
@@ -360,7 +360,7 @@ async def test_metrics_count_peers_offers_and_frames() -> None:
 
 
 async def test_a_migrate_goes_out_on_control_before_ended() -> None:
-    from server.protocol import Migrate
+    from protocol import Migrate
 
     async with serve_rtc() as (app, url):
         async with RtcClient(url) as c:

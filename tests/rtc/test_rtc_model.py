@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from protocol import Ack, Started, Status
 from server.keys import SERVICE
-from server.protocol import Ack, Started, Status
 from server.rtc.client import RtcClient
 from server.rtc.keys import RTC_PEERS
 from server.service import Service

@@ -8,9 +8,9 @@ import aiohttp
 import pytest
 
 from clients.sdk import SessionEnded, WorldClient
+from protocol import Ended, Error, Frame, Migrate, Resume, Resumed, Start, Started
 from server.directory import MemoryDirectory, SessionState, WorkerState
 from server.keys import AGENT, SERVICE
-from server.protocol import Ended, Error, Frame, Migrate, Resume, Resumed, Start, Started
 from session.fake_runner import decode_frame
 from tests.scaleout.harness import Cluster, cluster
 from tests.server.harness import frames, recv, recv_type, send, serve

@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestServer
 
 from clients.local import RedisProcess, free_port
 from clients.sdk import WorldClient
+from protocol import CloseCode, Error, Start
 from server.directory.redis import RedisDirectory
-from server.protocol import CloseCode, Error, Start
 from server.router import RouterSettings, create_router
 from tests.scaleout.harness import cluster, worker_settings
 from tests.server.harness import recv_type, send, serve

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol import Start
 from server.directory import (
     MemoryDirectory,
     NoWorkerAvailable,
@@ -17,7 +18,6 @@ from server.directory import (
     WorkerState,
 )
 from server.handoff import Handoff, HandoffError, ReplayBlock, decode
-from server.protocol import Start
 from server.router import Router, RouterSettings
 from session.plan import ModelState
 from session.session import Session, SessionConfig

@@ -14,9 +14,9 @@ from clients.drill import Reference, check_session
 from clients.local import LocalCluster
 from clients.probe import Probe
 from clients.sdk import FrameEvent, WorldClient
+from protocol import Resumed
 from server.directory.redis import RedisDirectory
 from server.handoff import decode
-from server.protocol import Resumed
 
 
 def local_cluster(tmp_path: Path, weights: Path, redis_url: str, **kw: object) -> LocalCluster:

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 from av import VideoFrame
 
+from protocol import Ack, Ended, Migrate, Ping, Pong, Resumed, Started, Status
 from server.directory import SessionState
 from server.keys import AGENT, SERVICE
-from server.protocol import Ack, Ended, Migrate, Ping, Pong, Resumed, Started, Status
 from server.rtc.client import OfferRefused, RtcClient, http_base
 from server.rtc.keys import RTC_PEERS
 from server.rtc.peer import RtcPeer

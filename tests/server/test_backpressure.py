@@ -8,8 +8,8 @@ import gc
 import time
 import tracemalloc
 
+from protocol import Frame, Start, Started
 from server.keys import CLOSABLES
-from server.protocol import Frame, Start, Started
 from server.ws import Connection
 from tests.server.harness import fake_factory, recv, send, serve
 

@@ -6,9 +6,7 @@ from typing import Any, cast
 
 import pytest
 
-from server.dispatch import Inbound, dispatch
-from server.metrics import Metrics
-from server.protocol import (
+from protocol import (
     Ack,
     Action,
     Block,
@@ -25,6 +23,8 @@ from server.protocol import (
     ServerMessage,
     Start,
 )
+from server.dispatch import Inbound, dispatch
+from server.metrics import Metrics
 from server.service import Service
 from server.settings import Settings
 from session.errors import SessionError

@@ -16,8 +16,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from server.app import load_model_runner
-from server.protocol import (
+from protocol import (
     Ack,
     Action,
     Block,
@@ -29,6 +28,7 @@ from server.protocol import (
     Start,
     Started,
 )
+from server.app import load_model_runner
 from tests.server.harness import Served, frames, recv, recv_type, send, serve
 
 

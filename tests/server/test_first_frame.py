@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from server.protocol import Image, Start, Started
+from protocol import Image, Start, Started
 from server.settings import Settings
 from session.fake_runner import FakeRunner, LinearCost
 from session.plan import StepOutput, StepPlan

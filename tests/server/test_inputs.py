@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from server.protocol import Ack, Block, Frame, Prompt, Start, Started, decode_server
+from protocol import Ack, Block, Frame, Prompt, Start, Started, decode_server
 from tests.server.harness import frames, recv, recv_type, send, serve
 
 

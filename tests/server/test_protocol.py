@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from server.protocol import (
+from protocol import (
     CLIENT_TYPES,
     PROTOCOL_VERSION,
     SERVER_TYPES,

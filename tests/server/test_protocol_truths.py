@@ -14,7 +14,7 @@ import msgpack
 import numpy as np
 
 from clients.sdk import WorldClient
-from server.protocol import (
+from protocol import (
     Ack,
     Block,
     Degradation,

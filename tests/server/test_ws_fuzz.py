@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.protocol import (
+from protocol import (
     CLIENT_TYPES,
     Action,
     Block,

@@ -9,7 +9,7 @@ import aiohttp
 import msgpack
 import numpy as np
 
-from server.protocol import (
+from protocol import (
     Ack,
     Action,
     Block,

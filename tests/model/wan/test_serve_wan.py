@@ -13,9 +13,9 @@ import pytest
 
 import tests.scaleout.harness as scaleout
 from clients.sdk import FrameEvent, WorldClient
+from protocol import Error, ErrorCode
 from server.app import load_model_runner
 from server.keys import AGENT
-from server.protocol import Error, ErrorCode
 from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
 from tests.server.harness import Served, serve
 

@@ -8,8 +8,8 @@ bytes. Arrays and images travel as bytes (``Image``: raw RGB with dtype and shap
 encoded JPEG/PNG).
 
 Reading messages off the wire (msgpack decoding, the type check of every field, the
-``error`` reply for a bad one) is ``server/protocol.py``, which re-exports every name
-here. ``docs/protocol.md`` documents each message with an example.
+``error`` reply for a bad one) is ``protocol/codec.py``; the package (``protocol``)
+exports both. ``docs/protocol.md`` documents each message with an example.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from typing import Any, ClassVar, Literal
 import msgpack
 import numpy as np
 
-from session.plan import CONTROLS, KEYS
-from session.session import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
+from .vocab import CONTROLS, KEYS, MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
 
 PROTOCOL_VERSION = 1
 
@@ -42,7 +41,7 @@ ImageFormat = Literal["raw", "jpeg", "png"]
 
 
 class ErrorCode(StrEnum):
-    """Stable error codes on the wire (session-layer codes come from session/errors.py)."""
+    """Stable error codes on the wire (session/errors.py's errors carry theirs from here)."""
 
     BAD_MESSAGE = "bad_message"  # undecodable, unknown type, missing/bad field
     UNSUPPORTED_VERSION = "unsupported_version"
@@ -56,7 +55,7 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"  # a server bug (closes 1011)
     RUNNER_ERROR = "runner_error"  # the model failed this session's chunk; it is retried
     IGNORED_CONTROL = "ignored_control"  # the model does not take this control (sent once)
-    # From session/errors.py:
+    # The session layer's (session/errors.py):
     MISSING_SESSION_STATE = "missing_session_state"
     STALE_BLOCK = "stale_block"
     AT_CAPACITY = "at_capacity"  # (closes 1013, with retry_after)

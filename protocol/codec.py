@@ -1,15 +1,14 @@
-"""WebSocket protocol v1 on the wire: decoding, field validation and error replies.
+"""Protocol v1 on the wire: decoding, field validation and error replies.
 
-Messages are binary WebSocket frames, each one msgpack map with a ``type`` tag and the
-protocol version ``v``; the other keys are the fields of the message dataclass
-(``server/messages.py``) whose ``TYPE`` is the tag. Unknown keys are ignored (a v1 peer
-may add optional fields); a missing required field, a wrong type or a value out of range
-raises ``ProtocolError`` naming the field and the reason.
+Messages are binary WebSocket frames (or WebRTC data channel messages), each one msgpack
+map with a ``type`` tag and the protocol version ``v``; the other keys are the fields of
+the message dataclass (``protocol/messages.py``) whose ``TYPE`` is the tag. Unknown keys
+are ignored (a v1 peer may add optional fields); a missing required field, a wrong type
+or a value out of range raises ``ProtocolError`` naming the field and the reason.
 
-This module re-exports every public name of ``server/messages.py`` (the message types,
-``ErrorCode``, ``CloseCode``, ``ProtocolError``, the limits), so ``from server.protocol
-import Start, decode_client`` names the whole protocol. ``docs/protocol.md`` documents
-each message with an example.
+``from protocol import Start, decode_client`` names the whole protocol (the package
+exports the messages and these functions). ``docs/protocol.md`` documents each message
+with an example.
 """
 
 from __future__ import annotations
@@ -22,99 +21,21 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import msgpack
 
-from server.messages import (
+from .messages import (
     CLIENT_TYPES,
-    MAX_BLOCK_IDX,
-    MAX_DEADLINE_MS,
-    MAX_FPS,
-    MAX_IMAGE_SIDE,
-    MAX_LOOKAHEAD,
-    MAX_PROMPT_CHARS,
-    MAX_SEQ,
     MAX_TEXT,
     PROTOCOL_VERSION,
     SERVER_TYPES,
-    Ack,
-    Action,
-    Block,
     ClientMessage,
-    Close,
-    CloseCode,
-    Codec,
-    Degradation,
-    Ended,
     Error,
     ErrorCode,
-    Frame,
     Image,
     ImageFormat,
-    Keyframe,
     Message,
-    Migrate,
-    Mode,
-    Observation,
-    Ping,
-    Pong,
-    Prompt,
     ProtocolError,
-    Resume,
-    Resumed,
     ServerMessage,
-    Skipped,
-    Start,
-    Started,
-    Status,
     _require,
 )
-
-__all__ = [
-    "CLIENT_TYPES",
-    "MAX_BLOCK_IDX",
-    "MAX_DEADLINE_MS",
-    "MAX_FPS",
-    "MAX_IMAGE_SIDE",
-    "MAX_LOOKAHEAD",
-    "MAX_PROMPT_CHARS",
-    "MAX_SEQ",
-    "MAX_TEXT",
-    "PROTOCOL_VERSION",
-    "SERVER_TYPES",
-    "Ack",
-    "Action",
-    "Block",
-    "ClientMessage",
-    "Close",
-    "CloseCode",
-    "Codec",
-    "Degradation",
-    "Ended",
-    "Error",
-    "ErrorCode",
-    "Frame",
-    "Image",
-    "ImageFormat",
-    "Keyframe",
-    "Message",
-    "Migrate",
-    "Mode",
-    "Observation",
-    "Ping",
-    "Pong",
-    "Prompt",
-    "ProtocolError",
-    "Resume",
-    "Resumed",
-    "ServerMessage",
-    "Skipped",
-    "Start",
-    "Started",
-    "Status",
-    "decode_client",
-    "decode_server",
-    "error_from",
-    "from_wire",
-]
-
 
 # --- decoding ---------------------------------------------------------------------------
 
