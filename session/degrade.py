@@ -9,16 +9,34 @@ Rungs that would change nothing are left out (L already 0, fps already at the fl
 Recovery climbs the same ladder back, one rung at a time, in reverse.
 
 ``DegradeController`` moves sessions on their ladders from two load signals: the predicted
-utilisation (``Load``, from the cost model) and recent misses (deadline misses and skipped
-frames). Hysteresis: degrade above ``high`` (or on misses), recover only if the
-utilisation *after* the recovery stays below ``low``, so one change never undoes the last.
-Cool-down: a session changes at most once per ``cooldown``; nobody recovers within
-``recover_cooldown`` of a degradation, while misses are recent, or while the cost model is
-still learning a new speed (its scale moved by more than ``settle`` in a tick): a
-prediction that is still catching up must not talk the ladder back up. Priority: the lowest
+utilisation (``Load``, from the cost model, whose scale follows the measured batch times) and
+recent misses (deadline misses and skipped frames). Every ``control_interval`` it decides:
+
+- Degrade on sustained overload only. A tick is overloaded when the prediction is above
+  ``high`` or ``miss_threshold`` misses fell within the last ``miss_window``; the ladder
+  moves once every tick for ``sustain`` seconds has been overloaded. One slow step, or a
+  few, is weathered: it leaves a burst of misses shorter than ``sustain`` and a bump in the
+  cost scale that the next normal batches undo. On sustained overload the prediction moves
+  as many sessions as it takes to fit under ``high`` at once; misses move one rung per
+  tick (they are cleared by a move and must come again).
+- Recover as soon as the measured cost allows: no misses in the last ``miss_window``, the
+  utilisation *after* the move below ``low`` (hysteresis: one change never undoes the
+  last), ``recover_cooldown`` past the last degradation and past the last tick on which
+  the cost scale *rose* by more than ``settle`` (a prediction still catching up with a
+  slower machine must not talk the ladder up; a falling scale errs on the safe side and
+  does not wait). Then one rung every ``climb`` seconds for each session of the class
+  that recovers (as many in one tick as stay below ``low``), so a session four rungs down
+  is back at full quality about ``4 * climb`` after the load went away.
+
+Cool-down: a session degrades at most once per ``cooldown``. Priority: the lowest
 priority class goes all the way down before a higher class gives up anything, and the
-highest class recovers first. Within a class the least degraded session degrades first
-and the most degraded recovers first, so the burden is spread.
+highest class recovers first. Within a class the least degraded session degrades first and
+the most degraded recovers first, so the burden is spread.
+
+Before this rule, any tick over ``high`` or with 3 misses in a second degraded at once and
+recovery waited 3 s after any degradation or scale movement and 3 s between two rungs of a
+session: a browser taking a core for a moment sent one session from level 0 to 5 within
+10 s, and it was still at level 3 30 s later (issue 27; ``bench.ladder_burn`` measures it).
 """
 
 from __future__ import annotations
@@ -87,17 +105,23 @@ class DegradationChanged:
 class DegradeOptions:
     high: float = 0.9  # degrade when predicted utilisation is above this
     low: float = 0.7  # recover only if the utilisation after recovering stays below this
-    cooldown: float = 1.0  # seconds between two changes of one session
-    recover_cooldown: float = 3.0  # seconds after any degradation before anyone recovers
-    miss_window: float = 1.0  # seconds over which misses count as recent
-    miss_threshold: int = 3  # this many recent misses is overload, whatever the prediction
-    settle: float = 0.1  # cost scale moving more than this per tick: predictions not trusted
+    sustain: float = 1.5  # seconds of overload at every tick before anything degrades
+    cooldown: float = 1.0  # seconds between two degradations of one session
+    recover_cooldown: float = 1.0  # seconds after any degradation (or rise of the scale) before recovering
+    climb: float = 0.5  # seconds between two recoveries of one session
+    miss_window: float = 0.5  # seconds over which misses count as recent
+    miss_threshold: int = 3  # this many recent misses is an overloaded tick, whatever the prediction
+    settle: float = 0.1  # cost scale rising more than this (log) per tick: predictions not trusted
 
     def __post_init__(self) -> None:
         if not 0 < self.low < self.high:
             raise ValueError(f"need 0 < low < high, got low={self.low!r} high={self.high!r}")
         if self.miss_threshold < 1:
             raise ValueError(f"miss_threshold must be >= 1, got {self.miss_threshold!r}")
+        times = ("sustain", "cooldown", "recover_cooldown", "climb", "miss_window")
+        bad = {n: getattr(self, n) for n in times if not getattr(self, n) >= 0}
+        if bad:
+            raise ValueError(f"need non-negative seconds, got {bad}")
 
 
 @dataclass(slots=True, eq=False)
@@ -131,7 +155,8 @@ class DegradeController:
         self._misses: deque[float] = deque()
         self._last_degrade = float("-inf")
         self._scale = 1.0  # the cost model's scale at the last tick
-        self._unsettled = float("-inf")  # when the scale last moved by more than ``settle``
+        self._rising = float("-inf")  # when the scale last rose by more than ``settle``
+        self._over_since: float | None = None  # first tick of the current overload
 
     def note_miss(self, now: float) -> None:
         self._misses.append(now)
@@ -149,13 +174,18 @@ class DegradeController:
         o = self.options
         misses = self.recent_misses(now)
         scale = load.cost.scale
-        if abs(math.log(scale / self._scale)) > o.settle:
-            self._unsettled = now
+        if math.log(scale / self._scale) > o.settle:
+            self._rising = now
         self._scale = scale
         u = load.utilisation()
         if u > o.high or misses >= o.miss_threshold:
+            if self._over_since is None:
+                self._over_since = now
+            if now - self._over_since < o.sustain:
+                return []  # not yet sustained: a spike passes without a move
             return self._degrade(now, states, load, demand_of, predicted=u > o.high)
-        quiet = now - max(self._last_degrade, self._unsettled) >= o.recover_cooldown
+        self._over_since = None
+        quiet = now - max(self._last_degrade, self._rising) >= o.recover_cooldown
         if misses == 0 and quiet and u < o.low:
             return self._recover(now, states, load, demand_of)
         return []
@@ -192,6 +222,8 @@ class DegradeController:
     def _recover(
         self, now: float, states: Sequence[LadderState], load: Load, demand_of: DemandOf
     ) -> list[tuple[LadderState, int]]:
+        """One rung up for each session of the highest degraded class that may climb, most
+        degraded first, while the utilisation after each move stays below ``low``."""
         movable = [s for s in states if s.level > 0]
         if not movable:
             return []
@@ -199,15 +231,15 @@ class DegradeController:
         klass = sorted(
             (s for s in movable if s.priority == highest), key=lambda s: (-s.level, s.order)
         )
+        moved: list[tuple[LadderState, int]] = []
         for s in klass:
-            if now - s.changed_at < self.options.recover_cooldown:
+            if now - s.changed_at < self.options.climb:
                 continue
             up = s.rungs[s.level - 1]
             if load.with_change(demand_of(s.settings), demand_of(up)) < self.options.low:
-                old = s.level
-                _move(s, old - 1, now, load, demand_of)
-                return [(s, old)]
-        return []
+                moved.append((s, s.level))
+                _move(s, s.level - 1, now, load, demand_of)
+        return moved
 
 
 def _move(s: LadderState, level: int, now: float, load: Load, demand_of: DemandOf) -> None:

@@ -1,4 +1,5 @@
-"""The degradation ladder and its controller: order, priority, hysteresis, cool-down."""
+"""The degradation ladder and its controller: order, priority, hysteresis, cool-down, and
+the calm rule: a spike moves nothing, sustained overload degrades, recovery is prompt."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from session.degrade import (
     describe_change,
 )
 from session.fake_runner import FakeRunner, LinearCost
-from session.scheduler import RunnerError
+from session.scheduler import DeadlineMiss, FrameSkipped, RunnerError
 
 from .test_scheduler import Sim
 
@@ -49,12 +50,14 @@ class World:
             self.load.add(demand_of(s.settings))
         self.t = 0.0
         self.moves: list[tuple[str, int, int]] = []
+        self.move_times: list[float] = []
 
     def run(self, seconds: float, tick: float = 0.25) -> None:
         end = self.t + seconds
         while self.t < end:
             for s, old in self.ctrl.tick(self.t, self.states, self.load, demand_of):
                 self.moves.append((s.session_id, old, s.level))
+                self.move_times.append(self.t)
             self.t += tick
 
     def levels(self) -> list[int]:
@@ -121,20 +124,52 @@ def test_load_between_low_and_high_changes_nothing() -> None:
     assert w.moves == []
 
 
-def test_recent_misses_degrade_even_when_the_prediction_fits() -> None:
-    w = World([0, 0], scale=0.1, miss_threshold=3, miss_window=1.0, cooldown=0.5)
-    for _ in range(3):
-        w.ctrl.note_miss(0.0)
-    w.run(0.25)
+def test_misses_that_keep_coming_degrade_even_when_the_prediction_fits() -> None:
+    w = World([0, 0], scale=0.1, miss_threshold=3, miss_window=0.5, cooldown=0.5, sustain=1.0)
+    while w.t < 1.25:  # 3 misses a tick: the prediction fits, the deadlines do not
+        for _ in range(3):
+            w.ctrl.note_miss(w.t)
+        w.run(0.25)
     assert [(sid, new) for sid, _, new in w.moves] == [("s0", 1)]  # one rung, not a cascade
-    w.run(1.0)  # the misses were consumed by that move: nothing else happens
+    w.run(0.5)  # the misses were consumed by that move and stopped: no second rung
     assert len(w.moves) == 1
+    w.run(1.0)  # no misses and the prediction fits: back up, one cool-down after the move
+    assert w.moves[1:] == [("s0", 1, 0)] and w.move_times[1] <= w.move_times[0] + 1.0
+
+
+def test_a_burst_of_misses_from_one_slow_step_moves_nothing() -> None:
+    w = World([0, 0], scale=0.1)
+    for _ in range(12):  # a stall: every session missed and skipped at once
+        w.ctrl.note_miss(0.0)
+    w.run(10.0)
+    assert w.moves == []
 
 
 def test_a_session_changes_at_most_once_per_cooldown() -> None:
-    w = World([0], scale=20.0, cooldown=1.0)
+    w = World([0], scale=20.0, cooldown=1.0, sustain=0.0)  # the cool-down alone
     w.run(2.95, tick=0.1)
     assert len(w.moves) == 3  # at t = 0, 1 and 2, although overloaded at every tick
+
+
+def test_overload_moves_nothing_until_it_has_lasted_the_sustain_time() -> None:
+    w = World([0], scale=20.0, cooldown=0.25, sustain=1.5)
+    w.run(1.45)
+    assert w.moves == []
+    w.run(0.1)
+    assert len(w.moves) == 1
+
+
+def test_recovery_climbs_one_rung_per_climb_interval_once_the_load_fits() -> None:
+    w = World([0, 0], scale=8.0, cooldown=0.25, sustain=0.5, recover_cooldown=1.0, climb=0.5)
+    w.run(10)
+    bottom = w.levels()
+    assert min(bottom) >= 3
+    w.cost.scale = 0.2  # the load went away (the scale falls: no wait for it to settle)
+    start, t_fit = len(w.moves), w.t
+    w.run(10)
+    assert w.levels() == [0, 0] and len(w.moves) - start == sum(bottom)
+    # both climb at once, one rung per 0.5 s each, from 1 s after the last degradation
+    assert w.move_times[-1] <= t_fit + 0.5 * (max(bottom) - 1) + 0.25
 
 
 def test_scheduler_walks_the_ladder_down_in_order_and_back_up_in_reverse() -> None:
@@ -172,3 +207,70 @@ def test_noisy_steady_load_between_the_thresholds_never_flips_the_ladder() -> No
         levels = [e.new_level for e in sim.of(DegradationChanged, f"s{i}")]
         assert levels == sorted(levels)  # at most down, never down-then-up
     assert len(sim.of(DegradationChanged)) <= 2
+
+
+# One session at 24 fps, 128 px, 4 steps, lookahead 1: 22 ms a chunk (half the frame period)
+CALM = LinearCost({64: (0.010, 0.001), 128: (0.020, 0.002)})
+
+
+def _calm_sim(sessions: int = 1) -> Sim:
+    sim = Sim(CALM, admission=AdmissionOptions(), degrade=DegradeOptions())
+    for i in range(sessions):
+        sim.add("s" if i == 0 else f"s{i}", bucket=128, lookahead=1)
+    sim.run_until(sim.clock() + 3.0)
+    assert 0.4 < sim.sched.utilisation() < 0.75
+    return sim
+
+
+def _slow_steps(sim: Sim, n: int, slowdown: float) -> None:
+    sim.runner.slowdown = slowdown
+    for _ in range(n):
+        while sim.step().is_empty():
+            pass
+    sim.runner.slowdown = 1.0
+
+
+def test_a_single_slow_step_does_not_degrade() -> None:
+    sim = _calm_sim(sessions=2)  # one batch of two, 26 ms
+    _slow_steps(sim, 1, 20.0)  # one batch takes 520 ms: both skip frames and miss a deadline
+    sim.run_until(sim.clock() + 10.0)
+    assert sim.of(FrameSkipped, "s") or sim.of(DeadlineMiss, "s")  # the spike was felt
+    assert sim.of(DegradationChanged) == []
+
+
+def test_a_few_slow_steps_do_not_degrade() -> None:
+    sim = _calm_sim()
+    for _ in range(3):  # three 220 ms steps, a few frames apart
+        _slow_steps(sim, 1, 10.0)
+        sim.run_until(sim.clock() + 0.1)
+    sim.run_until(sim.clock() + 10.0)
+    assert sim.of(DegradationChanged) == []
+
+
+def test_a_sustained_overload_degrades_within_a_few_seconds() -> None:
+    sim = _calm_sim()
+    t0 = sim.clock()
+    sim.runner.slowdown = 2.5  # 55 ms a chunk against a 41.7 ms period, for good
+    sim.run_until(t0 + 5.0)
+    moves = sim.of(DegradationChanged, "s")
+    assert moves and moves[-1].new_level >= 2
+    assert sim.sched.utilisation() <= 0.9  # it degraded until the load fits
+
+
+def test_after_a_burn_like_slowdown_of_10_s_the_session_is_back_at_level_0_within_5_s() -> None:
+    sim = _calm_sim()
+    t0 = sim.clock()
+    sim.runner.slowdown = 2.5  # another process took a core for 10 s
+    sim.run_until(t0 + 10.0)
+    fell_to = sim.sched.stats("s").level
+    assert fell_to >= 2  # the ladder shed load meanwhile
+    sim.runner.slowdown = 1.0
+    t_end = sim.clock()
+    levels: list[tuple[float, int]] = []
+    while sim.clock() < t_end + 15.0:
+        sim.step()
+        levels.append((sim.clock(), sim.sched.stats("s").level))
+    assert levels[-1][1] == 0
+    back_at = next(t for t, level in levels if level == 0)
+    assert back_at <= t_end + 5.0, f"from level {fell_to} back at level 0 {back_at - t_end:.2f} s after"
+    assert all(level == 0 for t, level in levels if t >= back_at)  # and it stays there
