@@ -15,11 +15,13 @@ previous picture instead); ``skipped_frames`` adds them up. ``fps`` and ``level`
 the session runs at now: ``started`` gives the admitted settings (maybe below what was
 asked) and every ``degradation`` moves them; ``Frame.pts_us`` is on that clock.
 
-Messages are protocol/codec.py's dataclasses. The client resumes by itself when the
-connection drops (not when the server ends the session): it reconnects with backoff and
-sends ``resume`` with the session's token and the next block_idx it has not received, so
-the stream continues with no gap and no repeat; in pull mode it asks again for blocks it
-had requested beyond what the server had accepted.
+Messages are the ``protocol`` package's dataclasses (torch-free, shared with the server);
+the client needs numpy, msgpack, aiohttp and Pillow (JPEG frames), PyAV only for H.264.
+The client resumes by itself when the connection drops (not when the server ends the
+session): it reconnects with backoff and sends ``resume`` with the session's token and the
+next block_idx it has not received, so the stream continues with no gap and no repeat;
+in pull mode it asks again for blocks it had requested beyond what the server had
+accepted.
 
 Several workers behind a router (docs/operations.md): ``WorldClient(router="http://...")``
 asks the router for a worker and a reservation before ``start`` and, when its worker
@@ -120,8 +122,13 @@ class _Decoder:
 
             with PILImage.open(io.BytesIO(msg.data)) as img:
                 return np.asarray(img.convert("RGB"))
-        import av
-
+        try:
+            import av
+        except ImportError:
+            raise RuntimeError(
+                "decoding H.264 frames needs PyAV: pip install 'worldserve[h264]' "
+                "(or start with codec='jpeg', or decode=False)"
+            ) from None
         if self._h264 is None:
             self._h264 = av.CodecContext.create("h264", "r")
         out = None

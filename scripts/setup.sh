@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates or reuses the virtual environment .venv at the repository root and
-# installs worldserve into it (editable, with the dev extra). Re-running is
+# installs worldserve into it (editable, with the server and dev extras). Re-running is
 # cheap: the install is skipped while pyproject.toml is unchanged.
 # Usage: source scripts/setup.sh   (sets ROOT and PY)
 set -euo pipefail
@@ -14,7 +14,7 @@ if [ ! -f "$stamp" ]; then
     "$PY" -m pip install -q --upgrade pip
     # torch first and pinned: the CPU wheel of this release is on the machine's disk.
     "$PY" -m pip install -q "torch==2.13.0"
-    "$PY" -m pip install -q -e "$ROOT[dev]"
+    "$PY" -m pip install -q -e "$ROOT[server,dev]"
     # The Wan family's reference implementation, for tests/model/wan only (the server never
     # imports it). Without its dependencies: it declares a whole training stack it does not need.
     "$PY" -m pip install -q --no-deps "streamdiffusionv2==0.1.1"
