@@ -43,6 +43,7 @@ from session.plan import (
     BatchTiming,
     ChunkResult,
     ChunkWork,
+    Continuation,
     ModelState,
     SessionSpec,
     SessionUpdate,
@@ -179,6 +180,8 @@ class ModelRunner:
         return out
 
     def export_state(self, session_id: str) -> ModelState:
+        """The session's compact state, with its ``Continuation``: restored from it, the
+        session makes exactly the frames it would have made here."""
         s = self._get(session_id)
         frames = [*s.sinks, *s.window]
         empty = np.zeros((0, s.bucket, s.bucket, 3), np.uint8)
@@ -189,7 +192,34 @@ class ModelRunner:
             frame_index=s.frame_index,
             rng=s.gen.get_state().numpy().copy(),
             scene=s.scene_text,
+            continuation=self._continuation(s),
         )
+
+    def _continuation(self, s: SessionSlot) -> Continuation:
+        """The slot's cached keys/values in frame order, the exact previous frame and the
+        anchor reference's state, as float32 copies."""
+        cfg, pool = self.cfg, self.pools[s.bucket]
+        ids = self._cached_ids(s)
+        pos = [pool.position(i) for i in ids]
+        held = pool.frame_at[s.slot, pos].tolist()
+        if held != ids:
+            raise RuntimeError(f"session cache holds frames {held} where its window says {ids}")
+        t = cfg.tokens_per_frame(s.bucket)
+        per_frame = (cfg.depth, cfg.cache_frames, t, cfg.heads, cfg.head_dim)
+        k = pool.k[:, s.slot].reshape(per_frame)[:, pos]  # (L, N, T, H, D)
+        v = pool.v[:, s.slot].reshape(per_frame)[:, pos]
+        return Continuation(
+            kv=torch.stack((k, v)).float().cpu().numpy(),  # (2, L, N, T, H, D)
+            prev=s.prev.float().cpu().numpy(),
+            anchor=None if s.anchor is None else s.anchor.float().cpu().numpy(),
+            anchor_offset=None if s.offset is None else s.offset.float().cpu().numpy(),
+            anchor_wait=s.anchor_wait,
+            anchor_age=s.anchor_age,
+        )
+
+    def _cached_ids(self, s: SessionSlot) -> list[int]:
+        """The epoch indices of the frames the session's cache holds: sinks, then window."""
+        return [*range(len(s.sinks)), *range(s.frame_index - len(s.window), s.frame_index)]
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         """``start_frame``'s view for a fresh session (None without one); thread-safe."""
@@ -267,10 +297,51 @@ class ModelRunner:
             # state does not fit this one's, so the noise goes on from a stream of its own
             s.gen.manual_seed(_reseed(st))
             log.info("snapshot's noise state is from another device kind: noise reseeded")
+        if st.continuation is not None:
+            self._continue(s, st.continuation)
+            return
+        # no continuation: rebuilt from the frames, close but not exact (their uint8 rounding,
+        # and context that rolled out of the window), anchored on the newest frame
         if n:
             s.prev = self._encode(st.frames[-1:])[0]
-            self._anchor_on(s, s.prev)  # a snapshot holds no anchor: the newest frame becomes it
+            self._anchor_on(s, s.prev)
         self._recache(s)
+
+    def _continue(self, s: SessionSlot, c: Continuation) -> None:
+        """Install an exported ``Continuation``: the cache and the state beside it exactly as
+        they were, no re-cache."""
+        cfg, b = self.cfg, s.bucket
+        ids = self._cached_ids(s)
+        t = cfg.tokens_per_frame(b)
+        want = (2, cfg.depth, len(ids), t, cfg.heads, cfg.head_dim)
+        frame = (cfg.channels, b, b)
+        if c.kv.shape != want:
+            raise ValueError(f"snapshot keys/values {c.kv.shape} do not fit this model's cache {want}")
+        if c.prev.shape != frame:
+            raise ValueError(f"snapshot previous frame {c.prev.shape}, expected {frame}")
+        if c.anchor is not None and (not cfg.anchor_warp or c.anchor.shape != frame):
+            raise ValueError(f"snapshot anchor {c.anchor.shape} does not fit this model (anchor_warp="
+                             f"{cfg.anchor_warp}, frames {frame})")
+        if c.anchor_offset is not None and c.anchor_offset.shape != (2,):
+            raise ValueError(f"snapshot anchor offset {c.anchor_offset.shape}, expected (2,)")
+        if c.anchor_wait < 0 or c.anchor_age < 0:
+            raise ValueError(f"snapshot anchor wait {c.anchor_wait} and age {c.anchor_age} must be >= 0")
+        arrays = [c.kv, c.prev, *(a for a in (c.anchor, c.anchor_offset) if a is not None)]
+        if not all(np.isfinite(a).all() for a in arrays):
+            raise ValueError("snapshot continuation holds values that are not finite")
+
+        def tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(self.device, dtype)
+
+        pool = self.pools[b]
+        pool.frame_at[s.slot] = -1
+        if ids:
+            kv = tensor(c.kv, self.dtype).flatten(2, 3)[:, :, None]  # (2, L, 1, N*T, H, D)
+            pool.commit([s.slot], np.asarray([ids]), kv[0], kv[1])
+        s.prev = tensor(c.prev, self.dtype)
+        s.anchor = None if c.anchor is None else tensor(c.anchor, self.dtype)
+        s.offset = None if c.anchor_offset is None else tensor(c.anchor_offset, torch.float32)
+        s.anchor_wait, s.anchor_age = c.anchor_wait, c.anchor_age
 
     def _scene(self, text: str) -> torch.Tensor:
         vec = np.asarray(self.scene_encoder(text), dtype=np.float32)
@@ -308,7 +379,7 @@ class ModelRunner:
         if not frames:
             return
         n = len(frames)
-        ids = [*range(len(s.sinks)), *range(s.frame_index - len(s.window), s.frame_index)]
+        ids = self._cached_ids(s)
         x = self._encode(np.stack(frames))[None]  # (1, N, C, H, W)
         # re-cached without references: the frames are already made
         prev = self._without_reference(torch.cat((torch.zeros_like(x[:, :1]), x[:, :-1]), 1))

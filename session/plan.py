@@ -29,7 +29,9 @@ family serves):
 - Controls. ``controls`` names what the family takes, a subset of ``CONTROLS``; a
   text-only family says ``("prompt",)`` and ignores the actions it is given.
 - Model state. ``ModelState`` carries pixel frames (the default family) or latent frames
-  (``latents``, a latent family such as Wan), and the ``family`` that made it.
+  (``latents``, a latent family such as Wan), and the ``family`` that made it; a family
+  that can be restored exactly adds a ``Continuation`` (its cache and what shapes the next
+  frames besides).
 """
 
 from __future__ import annotations
@@ -50,6 +52,33 @@ from protocol.vocab import encode_action as encode_action
 
 
 @dataclass(slots=True)
+class Continuation:
+    """What a session's next frames depend on beyond its clean frames, as the source runner
+    holds it, so that a restored session goes on bit for bit as the undisturbed one would.
+
+    The clean frames of ``ModelState`` are rounded to uint8 and the keys/values of a window
+    frame were computed against context that has since rolled out of the window, so a
+    re-cache from the frames alone is close, not exact. A family that exports this (the
+    default family does) restores from it instead; all arrays are float32, exact copies of
+    the model's floats (a bf16 runner's values widen and narrow back without change).
+
+    ``kv``: (2, L, N, T, H, D) keys (rotated in space) and values of the N cached frames in
+    ``ModelState.frames`` order (sinks first, then the window oldest first), L layers, T
+    tokens a frame, H heads of D. ``prev``: the last clean frame (C, H, W). The anchor
+    reference (``anchor_warp`` models, model/anchor.py): ``anchor`` (C, H, W) or None,
+    ``anchor_offset`` (2,) the camera shift summed since it, ``anchor_wait`` frames still to
+    wait before re-anchoring when there is none, ``anchor_age`` frames since it.
+    """
+
+    kv: np.ndarray
+    prev: np.ndarray
+    anchor: np.ndarray | None = None
+    anchor_offset: np.ndarray | None = None
+    anchor_wait: int = 0
+    anchor_age: int = 0
+
+
+@dataclass(slots=True)
 class ModelState:
     """The compact model-side state of one session, enough to rebuild its KV cache.
 
@@ -61,6 +90,9 @@ class ModelState:
     instead, (N, C, h, w) float32, sink frames first, with ``frames`` empty,
     (0, height, width, 3): ``sink_count`` and ``frame_index`` then count latent frames.
     The target worker re-runs the commit pass over them to rebuild the KV cache.
+
+    ``continuation``, where the family exports one, makes the restore exact (see
+    ``Continuation``); without it the target rebuilds the cache from the frames or latents.
     """
 
     bucket: int
@@ -71,6 +103,7 @@ class ModelState:
     scene: str
     latents: np.ndarray | None = None
     family: str = "default"
+    continuation: Continuation | None = None
 
 
 @dataclass(slots=True)

@@ -14,6 +14,16 @@ its "model" map adds ``family`` (a str) and ``latents`` (float32, (N, C, h, w), 
 first), and ``frames`` is empty, (0, height, width, 3). A default-family state is still
 written as version 1, so workers that read only version 1 take it; both are read.
 
+Version 3 is written for a state with a ``Continuation`` (session/plan.py; the default
+family exports one): its "model" map holds ``family``, ``latents`` when the family is not
+"default", and ``continuation``, a map::
+
+    {kv: float32 (2, L, N, T, H, D), prev: float32 (C, H, W), anchor: float32 (C, H, W) or nil,
+     anchor_offset: float32 (2,) or nil, anchor_wait: int, anchor_age: int}
+
+with N the number of frames (or latents) the state holds. Restored from it the session
+makes exactly the frames it would have made on the old worker. Every version is read.
+
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES`` (stored
 little-endian). ``restore`` validates everything (format, version, exact key sets, types,
 ranges, dtype and shape against the byte length, ``max_bytes`` and ``max_frames``) and
@@ -24,8 +34,11 @@ Decisions:
   worker can check the client's token, while a leaked snapshot cannot resume the session.
 - The restored session is DETACHED (TTL counted from the restore) until the client
   resumes with its token. Clock readings (created, last seen) are per-process and are not
-  carried; neither are the frame clock's phase (the scheduler's, rebuilt from the
-  counters) nor the KV cache (the runner rebuilds it from ``model.frames``).
+  carried; neither is the frame clock's phase (the scheduler's, rebuilt from the
+  counters). The KV cache travels in version 3's continuation: rebuilt from the clean
+  frames it would be close, not exact (they are rounded, and a window frame's keys were
+  computed against context that has left the window). Without one (versions 1 and 2)
+  the runner rebuilds it from ``model.frames`` or ``model.latents``.
 - Controls carry the held action (used by the last chunk) and the newest pending one, so
   the restored event log stays exact.
 """
@@ -50,7 +63,7 @@ from session.eventlog import (
     SceneEvent,
     SettingsEvent,
 )
-from session.plan import ACTION_DIM, ModelState
+from session.plan import ACTION_DIM, Continuation, ModelState
 from session.session import (
     MAX_BUCKET,
     MAX_SCENE_CHARS,
@@ -63,9 +76,10 @@ from session.session import (
 )
 
 FORMAT = "worldserve/session-snapshot"
-VERSION = 2  # the newest: a latent family's state ("model" adds family and latents)
-VERSION_PIXEL = 1  # a pixel-frame (default family) state, still written as version 1
-VERSIONS = (VERSION_PIXEL, VERSION)
+VERSION = 3  # the newest: a state with its continuation ("model" adds family and continuation)
+VERSION_LATENT = 2  # a latent family's state without one ("model" adds family and latents)
+VERSION_PIXEL = 1  # a pixel-frame (default family) state without one
+VERSIONS = (VERSION_PIXEL, VERSION_LATENT, VERSION)
 MAX_FAMILY_CHARS = 64
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
@@ -92,9 +106,11 @@ def snapshot(
     pending, pending_seq = session.controls.latest()
     config = session.config
     latent = model_state.latents is not None or model_state.family != "default"
+    cont = model_state.continuation
+    version = VERSION if cont is not None else VERSION_LATENT if latent else VERSION_PIXEL
     doc = {
         "format": FORMAT,
-        "version": VERSION if latent else VERSION_PIXEL,
+        "version": version,
         "session": {
             "id": session.id,
             "token_sha256": session.token_hash,
@@ -137,11 +153,13 @@ def snapshot(
             "scene": model_state.scene,
         },
     }
+    model: dict[str, object] = doc["model"]  # type: ignore[assignment]
     if latent:
         if model_state.latents is None:
             raise SnapshotError(f"family {model_state.family!r}'s model state has no latents")
-        model: dict[str, object] = doc["model"]  # type: ignore[assignment]
         model.update(family=model_state.family, latents=_pack_array(model_state.latents))
+    if cont is not None:
+        model.update(family=model_state.family, continuation=_pack_continuation(cont))
     data: bytes = msgpack.packb(doc, use_bin_type=True)
     if len(data) > max_bytes:
         raise SnapshotError(f"snapshot is {len(data)} bytes, over the limit of {max_bytes}")
@@ -176,8 +194,10 @@ def restore(
         session = _restore_session(top, clock)
         if version == VERSION_PIXEL:
             model = _restore_model(top.get_map("model", _MODEL_KEYS), max_frames)
-        else:
+        elif version == VERSION_LATENT:
             model = _restore_latent_model(top.get_map("model", _LATENT_MODEL_KEYS), max_frames)
+        else:
+            model = _restore_continued_model(top, max_frames)
     except ValueError as exc:  # a constructor's own validation
         raise SnapshotError(str(exc)) from exc
     return session, model
@@ -192,6 +212,19 @@ def _pack_array(arr: np.ndarray) -> dict[str, object]:
         raise SnapshotError(f"dtype {name} is not one of {sorted(DTYPES)}")
     flat = np.ascontiguousarray(arr, dtype=DTYPES[name])
     return {"dtype": name, "shape": list(arr.shape), "data": flat.tobytes()}
+
+
+def _pack_continuation(c: Continuation) -> dict[str, object]:
+    return {
+        "kv": _pack_array(np.asarray(c.kv, np.float32)),
+        "prev": _pack_array(np.asarray(c.prev, np.float32)),
+        "anchor": None if c.anchor is None else _pack_array(np.asarray(c.anchor, np.float32)),
+        "anchor_offset": (
+            None if c.anchor_offset is None else _pack_array(np.asarray(c.anchor_offset, np.float32))
+        ),
+        "anchor_wait": c.anchor_wait,
+        "anchor_age": c.anchor_age,
+    }
 
 
 def _pack_start(start: EpochStart) -> dict[str, object]:
@@ -231,6 +264,7 @@ _LOG_KEYS = {"capacity", "dropped", "start", "events"}
 _START_KEYS = {"seed", "scene", "bucket", "steps"}
 _MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene"}
 _LATENT_MODEL_KEYS = _MODEL_KEYS | {"family", "latents"}
+_CONTINUATION_KEYS = {"kv", "prev", "anchor", "anchor_offset", "anchor_wait", "anchor_age"}
 _EVENT_KEYS = {
     "action": {"kind", "block", "seq", "action"},
     "scene": {"kind", "block", "scene"},
@@ -291,6 +325,10 @@ class _Map:
 
     def get_map(self, key: str, keys: set[str]) -> _Map:
         return _Map(self._d[key], f"{self.path}.{key}", keys)
+
+    def get_optional_array(self, key: str, dtype: str, ndim: int) -> np.ndarray | None:
+        """A typed array field, or None where it is nil."""
+        return None if self._d[key] is None else self.get_array(key, dtype, ndim)
 
     def get_array(self, key: str, dtype: str, ndim: int) -> np.ndarray:
         """A typed array field of the given dtype and rank."""
@@ -453,4 +491,43 @@ def _restore_latent_model(m: _Map, max_frames: int) -> ModelState:
         scene=m.get_str("scene", MAX_SCENE_CHARS),
         latents=latents,
         family=family,
+    )
+
+
+def _restore_continued_model(top: _Map, max_frames: int) -> ModelState:
+    """Version 3: a version 1 or 2 "model" map (by its family) with a continuation."""
+    raw = top._d["model"]
+    family = raw.get("family") if isinstance(raw, dict) else None
+    if not isinstance(family, str):
+        raise SnapshotError("snapshot.model.family: expected a str")
+    pixel = family == "default"
+    keys = (_MODEL_KEYS if pixel else _LATENT_MODEL_KEYS) | {"family", "continuation"}
+    m = top.get_map("model", keys)
+    state = _restore_model(m, max_frames) if pixel else _restore_latent_model(m, max_frames)
+    held = state.frames.shape[0] if state.latents is None else state.latents.shape[0]
+    state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS), held)
+    return state
+
+
+def _restore_continuation(m: _Map, frames: int) -> Continuation:
+    kv = m.get_array("kv", "float32", 6)
+    if kv.shape[0] != 2 or kv.shape[2] != frames:
+        raise SnapshotError(f"{m.path}.kv: expected (2, L, {frames}, T, H, D), got {kv.shape}")
+    prev = m.get_array("prev", "float32", 3)
+    anchor = m.get_optional_array("anchor", "float32", 3)
+    if anchor is not None and anchor.shape != prev.shape:
+        raise SnapshotError(f"{m.path}.anchor: expected prev's shape {prev.shape}, got {anchor.shape}")
+    offset = m.get_optional_array("anchor_offset", "float32", 1)
+    if offset is not None and offset.shape != (2,):
+        raise SnapshotError(f"{m.path}.anchor_offset: expected shape (2,), got {offset.shape}")
+    for name, arr in (("kv", kv), ("prev", prev), ("anchor", anchor), ("anchor_offset", offset)):
+        if arr is not None and not np.isfinite(arr).all():
+            raise SnapshotError(f"{m.path}.{name}: not all finite")
+    return Continuation(
+        kv=kv,
+        prev=prev,
+        anchor=anchor,
+        anchor_offset=offset,
+        anchor_wait=m.get_int("anchor_wait", 0, MAX_INT),
+        anchor_age=m.get_int("anchor_age", 0, MAX_INT),
     )

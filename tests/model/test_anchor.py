@@ -129,12 +129,27 @@ def test_a_prompt_change_drops_the_anchor_until_the_view_has_recoloured() -> Non
     assert s.anchor is not None and torch.equal(s.anchor, s.prev)
 
 
-def test_restore_and_bucket_switch_anchor_on_the_newest_frame() -> None:
+def test_a_restore_keeps_the_anchor_and_its_shift() -> None:
     a, b = _anchor_runner(), _anchor_runner()
     a.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x")]))
     for i in range(4):
         _step(a, "s", i)
+    src = a.sessions["s"]
+    assert src.anchor is not None and not torch.equal(src.anchor, src.prev)  # an older anchor
     b.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", restore=a.export_state("s"))]))
+    s = b.sessions["s"]
+    assert s.anchor is not None and torch.equal(s.anchor, src.anchor) and torch.equal(s.prev, src.prev)
+    assert torch.equal(s.offset, src.offset) and (s.anchor_age, s.anchor_wait) == (src.anchor_age, src.anchor_wait)
+
+
+def test_a_restore_without_continuation_and_a_bucket_switch_anchor_on_the_newest_frame() -> None:
+    a, b = _anchor_runner(), _anchor_runner()
+    a.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x")]))
+    for i in range(4):
+        _step(a, "s", i)
+    state = a.export_state("s")
+    state.continuation = None  # as a family that exports none, or an older snapshot
+    b.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", restore=state)]))
     s = b.sessions["s"]
     assert torch.equal(s.anchor, s.prev) and torch.allclose(s.offset, torch.zeros(2))
     b.execute(StepPlan(updates=[SessionUpdate("s", bucket=64)]))

@@ -16,7 +16,7 @@ from session.options import RunnerInfo
 from session.plan import CONTROLS, ModelState, SessionSpec
 from session.scheduler import ChunkReady, Scheduler, SchedulerOptions
 from session.session import Session, SessionConfig
-from session.snapshot import VERSION, VERSION_PIXEL, restore, snapshot
+from session.snapshot import VERSION_LATENT, VERSION_PIXEL, restore, snapshot
 from tests.session.fakes import model_state
 
 
@@ -73,7 +73,7 @@ def session() -> Session:
 
 def test_a_latent_model_state_round_trips_as_version_2_and_a_pixel_one_stays_version_1() -> None:
     data = snapshot(session(), latent_state())
-    assert msgpack.unpackb(data)["version"] == VERSION == 2
+    assert msgpack.unpackb(data)["version"] == VERSION_LATENT == 2
     _, st = restore(data)
     want = latent_state()
     assert st.family == "wan-causal" and st.sink_count == 1 and st.frames.shape == (0, 32, 48, 3)
