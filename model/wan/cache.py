@@ -7,7 +7,7 @@ Buffer layout of one slot, by frame position (each position holds T = tokens_per
               | 0 .. s-1       | (the last K committed frames)         |
 
     k, v:     (L, S, (s+K)*T, H, D)    L layers, S slots, H heads, D head dim
-    latents:  (S, s+K, C, h, w)        the clean latent frame behind each position
+    latents:  (S, s+K, C, h, w)        the clean latent frame behind each position (C = out_dim)
 
 A chunk sees the sinks, the window and itself. Keys are stored after ``norm_k`` and rotated in
 space (height, width) only: those angles belong to the token and never change. The time
@@ -59,6 +59,8 @@ class ChunkContext:
     num_frames: int  # latent frames in each chunk (all rows alike)
     slot_index: torch.Tensor  # (B,) long, slots on the cache's device
     used: int  # cached tokens read: positions 0 .. used/T - 1 hold every row's frames
+    cache_ranks: np.ndarray  # (B, used/T) RoPE time position of each cached frame position (0 where empty)
+    cache_valid: np.ndarray  # (B, used/T) bool, the position holds a frame
     rope_positions: np.ndarray  # (B, F) RoPE time positions of the chunk's frames (< s + K + F)
     cache_cos: torch.Tensor  # (B, used, 1, Pt) time rotation of the cached keys
     cache_sin: torch.Tensor  # (B, used, 1, Pt)
@@ -102,7 +104,7 @@ class WanKVCache:
             cfg=cfg, height=height, width=width,
             k=torch.zeros(shape, dtype=dtype, device=device),
             v=torch.zeros(shape, dtype=dtype, device=device),
-            latents=torch.zeros((slots, p, cfg.in_dim, height, width), dtype=torch.float32, device=device),
+            latents=torch.zeros((slots, p, cfg.out_dim, height, width), dtype=torch.float32, device=device),
             frame_at=np.full((slots, p), -1, dtype=np.int64),
             next_frame=np.zeros(slots, dtype=np.int64),
             free_slots=list(range(slots - 1, -1, -1)),
@@ -220,7 +222,8 @@ class WanKVCache:
         wtok = (wpos[:, :, None] * t + np.arange(t)[None, None, :]).reshape(len(slots), f * t)
         return ChunkContext(
             cache=self, slots=list(slots), start_frames=starts, num_frames=f,
-            slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t, rope_positions=own,
+            slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t,
+            cache_ranks=rank[:, :used_frames], cache_valid=valid[:, :used_frames], rope_positions=own,
             cache_cos=cache_cos, cache_sin=cache_sin, chunk_cos=chunk_cos, chunk_sin=chunk_sin,
             space_cos=space_cos, space_sin=space_sin,
             mask=mask, write_tokens=torch.from_numpy(wtok).to(dev), write_positions=wpos,

@@ -26,11 +26,18 @@ Per chunk, the runner calls::
 
 and on a prompt change or a migration ``model.recache(cache, slot, latents, frame_ids, text)``
 with the frames ``cache.held(slot)`` returns (or a snapshot carried).
+
+Matrix-Game 2.0 (``cfg.model_type == "i2v"``, ``model/wan/action.py``) is the same model with
+three differences: the cross-attention attends to CLIP image tokens through ``img_emb`` (no
+text: ``image_kv`` instead of ``text_kv``), each chunk's latents go in with the image condition
+beside them (``cond``: 4 mask channels and the image's latent, 36 channels in all), and the
+first blocks hold an ``ActionModule`` after the cross-attention, fed per chunk by an
+``ActionContext`` (``act``) whose caches share this cache's slots and cursors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,14 +46,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.attention import attend
+from model.wan.action import ActionContext, ActionModule
 from model.wan.cache import ChunkContext, WanKVCache, rotate, space_rotation
 from model.wan.config import WanConfig
 
 
 @dataclass(slots=True)
 class TextKV:
-    """Cross-attention keys and values of a batch of prompts, every layer: computed once per
-    prompt by ``CausalWanModel.text_kv`` and passed to every step."""
+    """Cross-attention keys and values of a batch of prompts (or, for Matrix-Game, of anchor
+    images), every layer: computed once per prompt by ``CausalWanModel.text_kv`` (or
+    ``image_kv``) and passed to every step."""
 
     k: torch.Tensor  # (L, B, text_len, H, D)
     v: torch.Tensor  # (L, B, text_len, H, D)
@@ -179,7 +188,7 @@ class CrossAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: WanConfig):
+    def __init__(self, cfg: WanConfig, index: int = 0):
         super().__init__()
         self.norm1 = LayerNorm(cfg.dim, eps=cfg.eps, elementwise_affine=False)
         self.self_attn = SelfAttention(cfg)
@@ -190,12 +199,16 @@ class Block(nn.Module):
             nn.Linear(cfg.dim, cfg.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn_dim, cfg.dim)
         )
         self.modulation = nn.Parameter(torch.randn(1, 6, cfg.dim) / cfg.dim**0.5)
+        a = cfg.action_config
+        self.action_model = ActionModule(a) if a is not None and index in a.blocks else None
+        self.action_index = a.blocks.index(index) if self.action_model is not None and a is not None else -1
 
     def forward(
         self, x: torch.Tensor, e: torch.Tensor, grid: Grid, ctx: ChunkContext, layer: int,
-        text_k: torch.Tensor, text_v: torch.Tensor, write: bool,
+        text_k: torch.Tensor, text_v: torch.Tensor, write: bool, act: ActionContext | None = None,
     ) -> torch.Tensor:
-        """x (B, F*T, dim); e (B, F, 6, dim) the frames' time projections."""
+        """x (B, F*T, dim); e (B, F, 6, dim) the frames' time projections; ``act`` the chunk's
+        actions where the block has an action module."""
         b, f, t = x.shape[0], grid.frames, grid.tokens_per_frame
         mod = (self.modulation.unsqueeze(1) + e).float()  # (B, F, 6, dim)
         shift1, scale1, gate1, shift2, scale2, gate2 = (m.unsqueeze(2) for m in mod.unbind(2))  # (B, F, 1, dim)
@@ -206,6 +219,10 @@ class Block(nn.Module):
         h = (per_frame(self.norm1(x)) * (1 + scale1) + shift1).flatten(1, 2).type_as(x)
         x = x + (per_frame(self.self_attn(h, grid, ctx, layer, write)) * gate1).flatten(1, 2).type_as(x)
         x = x + self.cross_attn(self.norm3(x), text_k, text_v)
+        if self.action_model is not None:
+            if act is None:
+                raise ValueError(f"block {layer} has an action module and the chunk came without actions")
+            x = self.action_model(x, f, act, self.action_index, write)
         h = (per_frame(self.norm2(x)) * (1 + scale2) + shift2).flatten(1, 2).type_as(x)
         return x + (per_frame(self.ffn(h)) * gate2).flatten(1, 2).type_as(x)
 
@@ -233,13 +250,20 @@ class CausalWanModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.patch_embedding = nn.Conv3d(cfg.in_dim, cfg.dim, kernel_size=cfg.patch_size, stride=cfg.patch_size)
-        self.text_embedding = nn.Sequential(
-            nn.Linear(cfg.text_dim, cfg.dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.dim, cfg.dim)
-        )
+        if cfg.model_type == "t2v":
+            self.text_embedding = nn.Sequential(
+                nn.Linear(cfg.text_dim, cfg.dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.dim, cfg.dim)
+            )
         self.time_embedding = nn.Sequential(nn.Linear(cfg.freq_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim))
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(cfg.dim, 6 * cfg.dim))
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
         self.head = Head(cfg)
+        if cfg.model_type == "i2v":  # Wan's MLPProj of CLIP image tokens: keys img_emb.proj.{0,1,3,4}
+            self.img_emb = nn.Module()
+            self.img_emb.proj = nn.Sequential(
+                nn.LayerNorm(cfg.image_dim), nn.Linear(cfg.image_dim, cfg.image_dim), nn.GELU(),
+                nn.Linear(cfg.image_dim, cfg.dim), nn.LayerNorm(cfg.dim),
+            )
 
     # --- prompts ---
     @torch.no_grad()
@@ -247,6 +271,8 @@ class CausalWanModel(nn.Module):
         """Cross-attention K/V of prompts: ``context`` (B, L<=text_len, text_dim) or a list of
         (L_i, text_dim) embeddings, zero-padded to text_len as Wan does."""
         cfg = self.cfg
+        if cfg.model_type != "t2v":
+            raise ValueError(f"a {cfg.model_type} model takes image tokens (image_kv), not prompts")
         rows = list(context) if not isinstance(context, torch.Tensor) else list(context.unbind(0))
         for i, c in enumerate(rows):
             if c.dim() != 2 or c.shape[1] != cfg.text_dim or c.shape[0] > cfg.text_len:
@@ -257,20 +283,40 @@ class CausalWanModel(nn.Module):
         padded = torch.zeros(len(rows), cfg.text_len, cfg.text_dim, dtype=w.dtype, device=w.device)
         for i, c in enumerate(rows):
             padded[i, : c.shape[0]] = c.to(w.dtype)
-        ctx = self.text_embedding(padded)  # (B, text_len, dim)
-        kv = [blk.cross_attn.kv(ctx) for blk in self.blocks]
-        return TextKV(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv]))  # (L, B, text_len, H, D)
+        return self._context_kv(self.text_embedding(padded))  # (L, B, text_len, H, D)
+
+    @torch.no_grad()
+    def image_kv(self, tokens: torch.Tensor) -> TextKV:
+        """Cross-attention K/V of anchor images (Matrix-Game): CLIP tokens (B, N, image_dim), the
+        penultimate layer's 257 tokens of CLIP ViT-H/14 (model/wan/clip.py), through img_emb."""
+        cfg = self.cfg
+        if cfg.model_type != "i2v":
+            raise ValueError("a t2v model takes prompts (text_kv), not image tokens")
+        if tokens.dim() != 3 or tokens.shape[2] != cfg.image_dim:
+            raise ValueError(f"image tokens {tuple(tokens.shape)} are not (B, N, {cfg.image_dim})")
+        w = self.img_emb.proj[1].weight
+        return self._context_kv(self.img_emb.proj(tokens.to(w.device, w.dtype)))  # (L, B, N, H, D)
+
+    def _context_kv(self, context: torch.Tensor) -> TextKV:
+        kv = [blk.cross_attn.kv(context) for blk in self.blocks]  # context (B, N, dim)
+        return TextKV(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv]))
 
     # --- one chunk ---
-    def _forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext, write: bool) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext, write: bool,
+                 cond: torch.Tensor | None = None, act: ActionContext | None = None) -> torch.Tensor:
         cfg = self.cfg
         b, c, f, hh, ww = x.shape
         cache = ctx.cache
-        if c != cfg.in_dim or f != ctx.num_frames or (hh, ww) != (cache.height, cache.width) or b != ctx.batch:
+        if c != cfg.out_dim or f != ctx.num_frames or (hh, ww) != (cache.height, cache.width) or b != ctx.batch:
             raise ValueError(
-                f"latents {tuple(x.shape)} do not match the chunk: ({ctx.batch}, {cfg.in_dim}, "
+                f"latents {tuple(x.shape)} do not match the chunk: ({ctx.batch}, {cfg.out_dim}, "
                 f"{ctx.num_frames}, {cache.height}, {cache.width}) expected"
             )
+        if cfg.cond_dim:  # the image condition goes in beside the latents (36 channels for Matrix-Game)
+            if cond is None or tuple(cond.shape) != (b, cfg.cond_dim, f, hh, ww):
+                got = None if cond is None else tuple(cond.shape)
+                raise ValueError(f"image condition {got}, expected {(b, cfg.cond_dim, f, hh, ww)}")
+            x = torch.cat((x, cond.to(x.device, x.dtype)), 1)
         if text.batch != b:
             raise ValueError(f"text K/V holds {text.batch} prompts for a batch of {b} chunks")
         t = t.to(x.device, torch.float32)
@@ -285,7 +331,7 @@ class CausalWanModel(nn.Module):
         e = self.time_embedding(timestep_embedding(cfg.freq_dim, t.reshape(-1)).to(x.dtype))  # (B*F, dim)
         e6 = self.time_projection(e).view(b, f, 6, cfg.dim)  # (B, F, 6, dim)
         for i, blk in enumerate(self.blocks):
-            x = blk(x, e6, grid, ctx, i, text.k[i], text.v[i], write)
+            x = blk(x, e6, grid, ctx, i, text.k[i], text.v[i], write, act)
         out = self.head(x, e.view(b, f, cfg.dim), grid)  # (B, F*h*w, patch_dim)
         pf, ph, pw = cfg.patch_size
         out = out.view(b, f, grid.h, grid.w, pf, ph, pw, cfg.out_dim)
@@ -293,31 +339,37 @@ class CausalWanModel(nn.Module):
         return out.reshape(b, cfg.out_dim, f * pf, grid.h * ph, grid.w * pw).float()
 
     @torch.no_grad()
-    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext) -> torch.Tensor:
+    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext,
+                cond: torch.Tensor | None = None, act: ActionContext | None = None) -> torch.Tensor:
         """Flow prediction v = noise - x0 for a batch of chunks, without writing the cache.
 
-        x_t (B, C, F, H, W) latents; t (B,) or (B, F) model timesteps (per frame); text with
-        B rows; ctx from ``cache.chunk``. Returns (B, out_dim, F, H, W) float32."""
-        return self._forward(x_t, t, text, ctx, write=False)
+        x_t (B, C, F, H, W) latents (C = out_dim); t (B,) or (B, F) model timesteps (per frame);
+        text with B rows; ctx from ``cache.chunk``; for Matrix-Game the image condition
+        ``cond`` (B, cond_dim, F, H, W) and the actions ``act``. Returns (B, out_dim, F, H, W)
+        float32."""
+        return self._forward(x_t, t, text, ctx, False, cond, act)
 
     @torch.no_grad()
-    def commit(self, x0: torch.Tensor, text: TextKV, ctx: ChunkContext) -> torch.Tensor:
-        """Run the clean chunk at ``cfg.commit_timestep`` and write its K/V into each row's slot;
-        the slots' cursors advance by the chunk's frames. ``ctx`` is spent afterwards.
-        Returns that pass's flow prediction (B, out_dim, F, H, W), which serving ignores."""
+    def commit(self, x0: torch.Tensor, text: TextKV, ctx: ChunkContext,
+               cond: torch.Tensor | None = None, act: ActionContext | None = None) -> torch.Tensor:
+        """Run the clean chunk at ``cfg.commit_timestep`` and write its K/V (and the action
+        modules') into each row's slot; the slots' cursors advance by the chunk's frames.
+        ``ctx`` is spent afterwards. Returns that pass's flow prediction (B, out_dim, F, H, W),
+        which serving ignores."""
         t = torch.full((x0.shape[0],), self.cfg.commit_timestep, device=x0.device)
-        out = self._forward(x0, t, text, ctx, write=True)
+        out = self._forward(x0, t, text, ctx, True, cond, act)
         ctx.cache.advance(ctx, x0)
         return out
 
     @torch.no_grad()
     def recache(self, cache: WanKVCache, slot: int, latents: torch.Tensor, frame_ids: Sequence[int] | np.ndarray,
-                text: TextKV) -> None:
+                text: TextKV, inputs: Callable[[ChunkContext], dict] | None = None) -> None:
         """Rebuild one slot's cache from clean latent frames under (new) text K/V: the slot is
         emptied, then the frames are committed chunk by chunk, grouped as they were generated
         (by ``frame // chunk_frames``). latents (C, N, H, W); frame_ids (N,) ascending epoch
         frame indices (the sinks then the window, as ``cache.held(slot)`` returns them);
-        text with one row. Afterwards the slot expects frame ``frame_ids[-1] + 1``."""
+        text with one row; ``inputs(ctx)`` gives the commit's ``cond`` and ``act`` of each
+        re-committed group (Matrix-Game). Afterwards the slot expects frame ``frame_ids[-1] + 1``."""
         ids = np.asarray(frame_ids, dtype=np.int64)
         if latents.dim() != 4 or latents.shape[1] != len(ids):
             raise ValueError(f"slot {slot}: latents {tuple(latents.shape)} do not hold {len(ids)} frames (C, N, H, W)")
@@ -337,5 +389,5 @@ class CausalWanModel(nn.Module):
                 end += 1
             cache.seek(slot, int(ids[start]))
             ctx = cache.chunk([slot], num_frames=end - start)
-            self.commit(latents[None, :, start:end], text, ctx)
+            self.commit(latents[None, :, start:end], text, ctx, **(inputs(ctx) if inputs else {}))
             start = end

@@ -1,6 +1,7 @@
 """The Wan2.1 causal family's configuration: the transformer as its authors define it, plus the
 serving recipe (chunk size, sinks, window, denoising schedule) that Self-Forcing, CausVid,
-LongLive and Rolling Forcing share.
+LongLive and Rolling Forcing share, and Matrix-Game 2.0's image condition and action modules
+(``model_type="i2v"``, ``ActionConfig``).
 
 Field names of the transformer part are the authors' (``config.json`` of Wan2.1-T2V-1.3B); the
 recipe fields carry the house's names, and ``from_json`` also reads the keys the authors'
@@ -11,9 +12,73 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class ActionConfig:
+    """Matrix-Game 2.0's action modules, under the names of the ``action_config`` of its
+    authors' ``config.json`` (their ``blocks`` are the transformer blocks that hold one)."""
+
+    blocks: tuple[int, ...] = tuple(range(15))  # transformer blocks with an action module
+    enable_keyboard: bool = True  # keyboard cross-attention (every variant)
+    enable_mouse: bool = True  # mouse self-attention per token (universal, gta_drive; not templerun)
+    heads_num: int = 16  # heads of both attentions
+    hidden_size: int = 128  # width of one embedded keyboard action
+    img_hidden_size: int = 1536  # the transformer's width (dim)
+    keyboard_dim_in: int = 4  # keyboard vector: 4 universal (W S A D), 2 gta_drive, 7 templerun
+    keyboard_hidden_dim: int = 1024  # keyboard attention width (heads_num heads)
+    mouse_dim_in: int = 2  # mouse vector: (pitch, yaw)
+    mouse_hidden_dim: int = 1024  # mouse attention width (heads_num heads)
+    mouse_qk_dim_list: tuple[int, int, int] = (8, 28, 28)  # RoPE dims (time, height, width) of a head
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    qk_norm: bool = True  # RMS norm of each head's queries and keys
+    qkv_bias: bool = False  # biases of the attention projections
+    rope_dim_list: tuple[int, int, int] = (8, 28, 28)
+    rope_theta: float = 256.0  # RoPE base of the action attentions (time only: one token per frame)
+    vae_time_compression_ratio: int = 4  # pixel frames per latent frame
+    windows_size: int = 3  # latent frames of actions each latent frame sees: 4 * 3 pixel frames
+
+    def __post_init__(self) -> None:
+        for name in ("heads_num", "hidden_size", "img_hidden_size", "keyboard_dim_in", "keyboard_hidden_dim",
+                     "vae_time_compression_ratio", "windows_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ActionConfig.{name} must be >= 1, got {getattr(self, name)!r}")
+        if not self.enable_keyboard:
+            raise ValueError("ActionConfig.enable_keyboard is False: every Matrix-Game variant takes the keyboard")
+        for name, width in (("keyboard_hidden_dim", self.keyboard_hidden_dim), ("mouse_hidden_dim", self.mouse_hidden_dim)):
+            if (name == "keyboard_hidden_dim" or self.enable_mouse) and width % self.heads_num:
+                raise ValueError(f"ActionConfig.{name} {width!r} is not divisible by heads_num {self.heads_num!r}")
+        if self.enable_mouse and min(self.mouse_dim_in, self.mouse_hidden_dim) < 1:
+            raise ValueError(f"ActionConfig: mouse enabled with mouse_dim_in {self.mouse_dim_in!r}, "
+                             f"mouse_hidden_dim {self.mouse_hidden_dim!r}")
+        if self.mouse_qk_dim_list[0] % 2 or self.mouse_qk_dim_list[0] < 2:
+            raise ValueError(f"ActionConfig.mouse_qk_dim_list {self.mouse_qk_dim_list!r}: the time part must be even")
+        for name, width in (("keyboard", self.keyboard_hidden_dim), ("mouse", self.mouse_hidden_dim)):
+            if (name == "keyboard" or self.enable_mouse) and sum(self.mouse_qk_dim_list) != width // self.heads_num:
+                raise ValueError(f"ActionConfig.mouse_qk_dim_list {self.mouse_qk_dim_list!r} does not sum to the "
+                                 f"{name} head dim {width // self.heads_num}")
+
+    @property
+    def window_pixel_frames(self) -> int:
+        """Pixel-frame actions each latent frame is conditioned on (12: 3 latent frames of 4)."""
+        return self.vae_time_compression_ratio * self.windows_size
+
+    @property
+    def time_pairs(self) -> int:
+        """Rotary pairs of an action head turned by the frame's position (the rest see position 0)."""
+        return self.mouse_qk_dim_list[0] // 2
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ActionConfig:
+        known = {f.name for f in fields(cls)}
+        out: dict[str, Any] = {k: v for k, v in raw.items() if k in known}
+        for k in ("blocks", "mouse_qk_dim_list", "patch_size", "rope_dim_list"):
+            if k in out:
+                out[k] = tuple(int(v) for v in out[k])
+        return cls(**out)
 
 
 @dataclass(frozen=True)
@@ -32,7 +97,9 @@ class WanConfig:
     eps: float = 1e-6  # epsilon of every LayerNorm and RMSNorm
     qk_norm: bool = True  # RMSNorm on queries and keys (over the full width) before attention
     cross_attn_norm: bool = True  # affine LayerNorm (norm3) before cross-attention
-    model_type: str = "t2v"  # only text-to-video is served
+    model_type: str = "t2v"  # "t2v": text cross-attention; "i2v": Matrix-Game's, over CLIP image tokens only
+    image_dim: int = 1280  # width of the CLIP image tokens img_emb takes (i2v; CLIP ViT-H/14: 1280)
+    action_config: ActionConfig | None = None  # Matrix-Game's action modules (i2v), None for none
     rope_theta: float = 10000.0  # RoPE base, as Wan's rope_params
     # --- serving recipe ---
     chunk_frames: int = 3  # latent frames generated per chunk (num_frame_per_block)
@@ -61,8 +128,20 @@ class WanConfig:
             raise ValueError(f"WanConfig.patch_size must be 3 positive ints, got {self.patch_size!r}")
         if self.patch_size[0] != 1:
             raise ValueError(f"WanConfig.patch_size {self.patch_size!r}: the causal cache needs 1 frame per token")
-        if self.model_type != "t2v":
-            raise ValueError(f"WanConfig.model_type {self.model_type!r}: only 't2v' is served")
+        if self.model_type not in ("t2v", "i2v"):
+            raise ValueError(f"WanConfig.model_type {self.model_type!r}: 't2v' or 'i2v' (Matrix-Game) are served")
+        if self.model_type == "i2v" and self.in_dim != self.out_dim + self.cond_dim:
+            raise ValueError(
+                f"WanConfig.in_dim {self.in_dim!r}: an i2v model takes its {self.out_dim} latent channels plus "
+                f"{self.cond_dim} of image condition (4 mask + {self.out_dim} latent), {self.out_dim + self.cond_dim}"
+            )
+        if self.action_config is not None:
+            if self.model_type != "i2v":
+                raise ValueError("WanConfig.action_config is set on a t2v model; action modules are Matrix-Game's (i2v)")
+            a = self.action_config
+            if a.img_hidden_size != self.dim or any(not 0 <= b < self.num_layers for b in a.blocks):
+                raise ValueError(f"ActionConfig img_hidden_size {a.img_hidden_size!r} / blocks {a.blocks!r} do not "
+                                 f"fit a model of dim {self.dim!r} with {self.num_layers!r} layers")
         if self.eps <= 0:
             raise ValueError(f"WanConfig.eps must be > 0, got {self.eps!r}")
         if self.sink_frames < 0:
@@ -84,6 +163,12 @@ class WanConfig:
             raise ValueError(f"WanConfig.shift must be > 0, got {self.shift!r}")
 
     # --- derived ---
+    @property
+    def cond_dim(self) -> int:
+        """Channels of the image condition an i2v model takes beside its latents: a 4-channel
+        mask (1 at the image's latent frame) and the image's latent (out_dim); 0 for t2v."""
+        return COND_MASK_CHANNELS + self.out_dim if self.model_type == "i2v" else 0
+
     @property
     def head_dim(self) -> int:
         return self.dim // self.num_heads
@@ -143,6 +228,41 @@ class WanConfig:
         return cls(**base)
 
     @classmethod
+    def matrix_game_2(cls, variant: str = "universal", **recipe: Any) -> WanConfig:
+        """Matrix-Game 2.0 as its authors publish it: Wan2.1-1.3B (from SkyReels-V2-I2V-1.3B) with
+        36 input channels, cross-attention over CLIP image tokens, action modules in blocks
+        0-14, chunks of 3 latent frames, no sinks, 3 steps (1000, 666, 333 warped with shift 5).
+        ``variant``: "universal" (keyboard W/S/A/D + mouse), "gta_drive" (W/S + mouse),
+        "templerun" (7 one-hot keys, no mouse)."""
+        try:
+            keyboard, mouse, attended = MATRIX_GAME_VARIANTS[variant]
+        except KeyError:
+            raise ValueError(f"unknown Matrix-Game variant {variant!r}; known: {', '.join(MATRIX_GAME_VARIANTS)}") from None
+        base: dict[str, Any] = dict(
+            model_type="i2v", in_dim=36, chunk_frames=3, sink_frames=0, window_frames=attended - 3,
+            timesteps=(1000.0, 666.0, 333.0), action_config=ActionConfig(keyboard_dim_in=keyboard, enable_mouse=mouse),
+        )
+        base.update(recipe)
+        return cls(**base)
+
+    @classmethod
+    def tiny_matrix_game(cls, **kw: Any) -> WanConfig:
+        """Matrix-Game's structure at a few thousand parameters, for tests on a CPU: 4 latent
+        channels (12 in with the condition), action modules in block 0 of 2, 2 action heads."""
+        base: dict[str, Any] = dict(
+            dim=48, ffn_dim=96, freq_dim=16, text_dim=24, in_dim=12, out_dim=4, num_heads=2, num_layers=2,
+            image_dim=20, model_type="i2v", chunk_frames=2, sink_frames=0, window_frames=2,
+            timesteps=(1000.0, 666.0, 333.0),
+            action_config=ActionConfig(
+                blocks=(0,), heads_num=2, hidden_size=8, img_hidden_size=48, keyboard_dim_in=4,
+                keyboard_hidden_dim=16, mouse_dim_in=2, mouse_hidden_dim=16, mouse_qk_dim_list=(4, 2, 2),
+                rope_dim_list=(4, 2, 2), windows_size=3,
+            ),
+        )
+        base.update(kw)
+        return cls(**base)
+
+    @classmethod
     def from_dict(cls, raw: dict[str, Any], **overrides: Any) -> WanConfig:
         """Build from a config dict with Wan's key names (``dim``, ``num_heads``, ...) or diffusers'
         (``num_attention_heads``, ``attention_head_dim``, ``in_channels``, ...), plus optional
@@ -164,6 +284,8 @@ class WanConfig:
             out["window_frames"] = int(raw["local_attn_size"]) - sinks - chunk
         if "patch_size" in out:
             out["patch_size"] = tuple(int(p) for p in out["patch_size"])
+        if isinstance(out.get("action_config"), dict):  # Matrix-Game's; an empty one means none
+            out["action_config"] = ActionConfig.from_dict(out["action_config"]) if out["action_config"] else None
         if "timesteps" in out:  # the authors' lists may end with the final 0
             out["timesteps"] = tuple(float(t) for t in out["timesteps"] if float(t) != 0)
         out.update(overrides)
@@ -187,11 +309,24 @@ class WanConfig:
             raise ValueError(f"Wan config {path}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.action_config is not None:
+            out["action_config"] = asdict(self.action_config)
+        return out
 
     def with_recipe(self, **recipe: Any) -> WanConfig:
         return replace(self, **recipe)
 
+
+COND_MASK_CHANNELS = 4  # Matrix-Game's condition mask: the first 4 channels of a latent-shaped mask
+
+# variant -> (keyboard_dim_in, enable_mouse, local_attn_size: attended latent frames, chunk included),
+# as the authors' configs/distilled_model/<variant>/config.json say
+MATRIX_GAME_VARIANTS: dict[str, tuple[int, bool, int]] = {
+    "universal": (4, True, 6),
+    "gta_drive": (2, True, 4),
+    "templerun": (7, False, 6),
+}
 
 # Other names for the same fields: diffusers' transformer config and the authors' training configs.
 _ALIASES = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from model.wan.action import ActionContext
 from model.wan.cache import ChunkContext
 from model.wan.causal import CausalWanModel, TextKV
 
@@ -36,23 +37,25 @@ def sigma_of(model: CausalWanModel, t: torch.Tensor) -> torch.Tensor:
 def generate_chunk(
     model: CausalWanModel, ctx: ChunkContext, text: TextKV, noise: torch.Tensor,
     generator: torch.Generator | None = None, timesteps: tuple[float, ...] | None = None,
+    cond: torch.Tensor | None = None, act: ActionContext | None = None,
 ) -> torch.Tensor:
     """Denoise a batch of chunks from ``noise`` (B, C, F, H, W) through every step, commit
     them into the cache, and return the clean latents x0 (B, C, F, H, W) float32.
 
     ``timesteps``: model timesteps to use instead of the config's warped steps (a degraded
-    session runs fewer). Fresh noise between steps comes from ``generator``."""
+    session runs fewer). Fresh noise between steps comes from ``generator``. Matrix-Game's
+    image condition ``cond`` and actions ``act`` go to every step and the commit."""
     steps = model.cfg.step_timesteps if timesteps is None else timesteps
     b, f = noise.shape[0], noise.shape[2]
     x = noise.float()
     x0 = x
     for i, step in enumerate(steps):
         t = torch.full((b, f), float(step), device=noise.device)
-        v = model.denoise(x, t, text, ctx)
+        v = model.denoise(x, t, text, ctx, cond, act)
         x0 = to_x0(x, v, sigma_of(model, t))
         if i + 1 < len(steps):
             t_next = torch.full((b, f), float(steps[i + 1]), device=noise.device)
             fresh = torch.randn(x.shape, generator=generator, device=noise.device, dtype=x.dtype)
             x = add_noise(x0, fresh, sigma_of(model, t_next))
-    model.commit(x0, text, ctx)
+    model.commit(x0, text, ctx, cond, act)
     return x0
