@@ -11,15 +11,26 @@ stream, and checks each session:
   session (same seed, prompt and per-block actions, read back from each frame's
   ``action_seq``) generated here in one process with no migration. ``baseline`` is the
   same figure before the migration: batching and thread timing make even an undisturbed
-  run differ a little from the batch-1 reference, so continuity is judged against it.
+  run differ a little from the batch-1 reference, so continuity is judged against it; the
+  first block after the hand-off is reported on its own beside it. The reference runs in
+  the workers' float type.
+- ``--deterministic``: the settings under which an undisturbed session reproduces bit for
+  bit (fp32 workers and reference, one torch thread each, no cross-session batching:
+  batches of one, as the reference runs), so every block can be compared exactly. Per
+  migrated session and block after the hand-off it reports identical or the PSNR; the goal
+  is identical frames (a snapshot carries the session's cache and anchor, so a restore
+  goes on exactly), at least 40 dB on every block. Blocks before the hand-off are counted
+  the same way: they show the settings do reproduce an undisturbed session.
 
 The workers keep their sessions' steps, fps and bucket under load (only lookahead may be
 cut), so the reference is comparable frame by frame. Default: 8 sessions at 4 fps (a 2-core
 CPU shared with other work serves ~30 frames/s on one worker), 24 blocks before the drain
 and 48 after; ``--quick``: 8 and 12. Writes a JSON
 report; the last line is ``drill sessions=<n> lost=<n> duplicated=<n> resume_p99_s=<x>
-continuity_psnr_db=<x>``; exits 1 if a block was lost or duplicated or a session on the
-drained worker did not move.
+continuity_psnr_db=<x> first_block_psnr_db=<x> baseline_psnr_db=<x> identical_after=<a>/<b>
+min_block_psnr_db=<x> mode=<default|deterministic>`` (PSNR inf: identical); exits 1 if a
+block was lost or duplicated or a session on the drained worker did not move, and in
+``--deterministic`` mode also if a block after the hand-off is under 40 dB.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from clients.sdk import WorldClient
 
 PROMPT = "a green forest"
 BUCKET = 64
+DETERMINISTIC_MIN_DB = 40.0  # the goal for every block after the hand-off in --deterministic mode
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workdir", type=Path, default=None, help="logs and report (default: a temp dir)")
     ap.add_argument("--out", type=Path, default=None, help="JSON report (default: WORKDIR/drill.json)")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds for each phase")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="fp32, batches of one: compare every block with an undisturbed run, bit for bit")
     args = ap.parse_args(argv)
     quick = args.quick
     args.sessions = args.sessions or 8
@@ -93,10 +107,10 @@ def resolve_weights(weights: Path | None, workdir: Path) -> tuple[Path, str]:
 class Reference:
     """The same sessions generated alone, in this process, with no migration."""
 
-    def __init__(self, weights: Path) -> None:
+    def __init__(self, weights: Path, dtype: str = "float32") -> None:
         from model.runner import ModelRunner
 
-        self.runner = ModelRunner.from_pretrained(weights, threads=1, max_sessions=2)
+        self.runner = ModelRunner.from_pretrained(weights, threads=1, max_sessions=2, dtype=dtype)
 
     def frames(self, seed: int, prompt: str, actions: list[np.ndarray]) -> list[np.ndarray]:
         from session.plan import Batch, ChunkWork, SessionSpec, StepPlan
@@ -155,7 +169,23 @@ def check_session(p: Probe, ref: Reference | None) -> dict[str, Any]:
         out["baseline_psnr_db"] = psnr([got[b] for b in pre], [reference[b] for b in pre])
         out["continuity_psnr_db"] = psnr([got[b] for b in post], [reference[b] for b in post])
         out["first_block_psnr_db"] = psnr([got[k]], [reference[k]]) if k in got else None
+        out["blocks_before"] = _per_block(got, reference, pre)
+        out["blocks_after"] = _per_block(got, reference, post)
     return out
+
+
+def _per_block(got: dict[int, np.ndarray], reference: list[np.ndarray], blocks: list[int]) -> list[dict[str, Any]]:
+    """Per block: identical to the reference, and the PSNR (inf when identical)."""
+    return [{"block": b, "identical": bool(np.array_equal(got[b], reference[b])),
+             "psnr_db": psnr([got[b]], [reference[b]])} for b in blocks if b in got]
+
+
+def _block_summary(rows: list[dict[str, Any]], key: str) -> tuple[int, int, float]:
+    """(identical blocks, blocks compared, lowest PSNR) over the sessions' ``key`` lists."""
+    blocks = [b for r in rows for b in r.get(key, [])]
+    same = sum(b["identical"] for b in blocks)
+    low = min((b["psnr_db"] for b in blocks), default=float("nan"))
+    return same, len(blocks), low
 
 
 async def run_drill(args: argparse.Namespace) -> dict[str, Any]:
@@ -163,10 +193,16 @@ async def run_drill(args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     weights, weights_note = resolve_weights(args.weights, workdir)
     n = args.sessions
+    # --deterministic: fp32 and batches of one, as the reference runs; else the server's
+    # defaults (bf16 where the CPU has it, cross-session batching)
+    dtype = "float32" if args.deterministic else "auto"
     cluster = LocalCluster(workdir / "logs", weights, redis_url=args.redis, fps=args.fps,
-                           capacity=max(8, n), batch_sizes="1,2,4,8")
+                           capacity=max(8, n), batch_sizes="1" if args.deterministic else "1,2,4,8",
+                           extra_worker_args=["--dtype", dtype])
     report: dict[str, Any] = {"sessions": n, "fps": args.fps, "weights": weights_note,
-                              "workdir": str(workdir)}
+                              "workdir": str(workdir),
+                              "mode": "deterministic" if args.deterministic else "default",
+                              "dtype": dtype}
     t0 = time.monotonic()
     async with cluster, aiohttp.ClientSession() as http:
         report["startup_s"] = round(time.monotonic() - t0, 2)
@@ -214,9 +250,11 @@ async def run_drill(args: argparse.Namespace) -> dict[str, Any]:
             for c in clients:
                 await c.close()
     print(f"drill: streamed for {time.monotonic() - t0:.1f} s; computing the reference run", flush=True)
-    ref = Reference(weights)
+    ref = Reference(weights, dtype)
     sessions = [check_session(p, ref if p.migrates else None) for p in probes]
     migrated = [s for s in sessions if s["migrated"]]
+    same_after, n_after, low_after = _block_summary(migrated, "blocks_after")
+    same_before, n_before, low_before = _block_summary(migrated, "blocks_before")
     gaps = [s["resume_gap_s"] for s in migrated if s.get("resume_gap_s") is not None]
     report.update({
         "lost": sum(s["lost"] for s in sessions),
@@ -229,6 +267,10 @@ async def run_drill(args: argparse.Namespace) -> dict[str, Any]:
         "continuity_psnr_db": _worst(migrated, "continuity_psnr_db"),
         "first_block_psnr_db": _worst(migrated, "first_block_psnr_db"),
         "baseline_psnr_db": _worst(migrated, "baseline_psnr_db"),
+        "identical_after": [same_after, n_after],
+        "min_block_psnr_db_after": low_after,
+        "identical_before": [same_before, n_before],
+        "min_block_psnr_db_before": low_before,
         "per_session": sessions,
     })
     return report
@@ -259,9 +301,19 @@ def main(argv: list[str] | None = None) -> None:
           f"resume p50 {report['resume_p50_s']:.3f} s; PSNR vs reference: before "
           f"{report['baseline_psnr_db']:.1f} dB, first block after {report['first_block_psnr_db']:.1f} dB, "
           f"after {report['continuity_psnr_db']:.1f} dB (worst session); weights {report['weights']}")
+    same, total = report["identical_after"]
+    same_b, total_b = report["identical_before"]
+    print(f"drill: {report['mode']} mode ({report['dtype']}); blocks identical to the undisturbed run: "
+          f"before the hand-off {same_b}/{total_b} (lowest {report['min_block_psnr_db_before']:.1f} dB), "
+          f"after it {same}/{total} (lowest {report['min_block_psnr_db_after']:.1f} dB)")
     print(f"drill sessions={report['sessions']} lost={report['lost']} duplicated={report['duplicated']} "
-          f"resume_p99_s={report['resume_p99_s']:.3f} continuity_psnr_db={report['continuity_psnr_db']:.1f}")
+          f"resume_p99_s={report['resume_p99_s']:.3f} continuity_psnr_db={report['continuity_psnr_db']:.1f} "
+          f"first_block_psnr_db={report['first_block_psnr_db']:.1f} baseline_psnr_db={report['baseline_psnr_db']:.1f} "
+          f"identical_after={same}/{total} min_block_psnr_db={report['min_block_psnr_db_after']:.1f} "
+          f"mode={report['mode']}")
     failed = report["lost"] or report["duplicated"] or report["not_moved"] or report["errors"]
+    if args.deterministic and not report["min_block_psnr_db_after"] >= DETERMINISTIC_MIN_DB:
+        failed = True
     raise SystemExit(1 if failed else 0)
 
 
