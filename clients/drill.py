@@ -199,10 +199,12 @@ async def run_drill(args: argparse.Namespace) -> dict[str, Any]:
     cluster = LocalCluster(workdir / "logs", weights, redis_url=args.redis, fps=args.fps,
                            capacity=max(8, n), batch_sizes="1" if args.deterministic else "1,2,4,8",
                            extra_worker_args=["--dtype", dtype])
+    from model.dtype import pick_dtype  # the server's pick for "auto": bf16 where the CPU has it
+
     report: dict[str, Any] = {"sessions": n, "fps": args.fps, "weights": weights_note,
                               "workdir": str(workdir),
                               "mode": "deterministic" if args.deterministic else "default",
-                              "dtype": dtype}
+                              "dtype": str(pick_dtype(dtype, device="cpu")).removeprefix("torch.")}
     t0 = time.monotonic()
     async with cluster, aiohttp.ClientSession() as http:
         report["startup_s"] = round(time.monotonic() - t0, 2)
