@@ -14,6 +14,11 @@
     DIR/text_encoder/                  config.json + model.safetensors (UMT5 encoder)
     DIR/tokenizer/                     tokenizer_config.json + tokenizer.json or spiece.model
 
+``matrix-game-2`` Matrix-Game 2.0 (model/wan/matrix_game.py): the same backbone steered by keys
+                and mouse from an anchor image. ``--weights DIR`` holds ``transformer/`` and the
+                VAE as above, ``image_encoder/`` (CLIPVisionModel) instead of the text parts,
+                and optionally ``start.png``.
+
 ``check(name, weights)`` looks at the files before anything heavy loads, so a missing one is an
 error at startup that names it; ``load(name, options)`` builds the runner (on the model thread).
 This module imports no torch: the server imports it by name, and mypy does not follow it.
@@ -65,6 +70,24 @@ def _load_default(o: LoadOptions) -> Any:
     )
 
 
+def _check_matrix_game(weights: Path | None) -> None:
+    from model.wan.config import MATRIX_GAME_RECIPE
+    from model.wan.layout import check_image_layout  # torch-free
+
+    if weights is None:
+        raise ValueError("--model matrix-game-2 needs --weights DIR (see docs/models.md for its layout)")
+    check_image_layout(weights, **MATRIX_GAME_RECIPE)
+
+
+def _load_matrix_game(o: LoadOptions) -> Any:
+    from model.wan.matrix_game import MatrixGameRunner
+
+    assert o.weights is not None
+    return MatrixGameRunner.from_dir(
+        o.weights, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype, device=o.device, sizes=o.sizes,
+    )
+
+
 def _check_wan(weights: Path | None) -> None:
     from model.wan.layout import check_layout  # torch-free
 
@@ -86,6 +109,7 @@ def _load_wan(o: LoadOptions) -> Any:
 MODELS: dict[str, tuple[Callable[[Path | None], None], Callable[[LoadOptions], Any]]] = {
     DEFAULT: (_check_default, _load_default),
     "wan-causal": (_check_wan, _load_wan),
+    "matrix-game-2": (_check_matrix_game, _load_matrix_game),
 }
 
 

@@ -320,6 +320,12 @@ class WanConfig:
 
 COND_MASK_CHANNELS = 4  # Matrix-Game's condition mask: the first 4 channels of a latent-shaped mask
 
+# Matrix-Game 2.0's inference settings (the authors' configs/inference_yaml/*.yaml), for a
+# config.json that names none of them
+MATRIX_GAME_RECIPE: dict[str, Any] = dict(
+    timesteps=(1000.0, 666.0, 333.0), warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=0, commit_timestep=0.0,
+)
+
 # variant -> (keyboard_dim_in, enable_mouse, local_attn_size: attended latent frames, chunk included),
 # as the authors' configs/distilled_model/<variant>/config.json say
 MATRIX_GAME_VARIANTS: dict[str, tuple[int, bool, int]] = {

@@ -9,6 +9,10 @@
     DIR/text_encoder/               config.json + model.safetensors (or its index + shards)
     DIR/tokenizer/                  tokenizer_config.json + tokenizer.json or spiece.model
 
+Matrix-Game 2.0 (``--model matrix-game-2``) takes no text: instead of the text encoder and
+tokenizer it reads ``DIR/image_encoder/`` (config.json + model.safetensors: transformers'
+``CLIPVisionModel``, CLIP ViT-H/14) and an optional start image ``DIR/start.png``.
+
 ``check_layout(DIR)`` raises ``FileNotFoundError`` naming the first missing file and
 ``ValueError`` naming the file, the key and the expected value where two parts disagree
 (the VAE's ``z_dim`` and the transformer's ``in_dim``, the text encoder's ``d_model`` and
@@ -33,6 +37,8 @@ VAE_PTH_FILE = "Wan2.1_VAE.pth"
 VAE_WEIGHTS_FILE = "diffusion_pytorch_model.safetensors"
 TEXT_ENCODER_DIR = "text_encoder"
 TOKENIZER_DIR = "tokenizer"
+IMAGE_ENCODER_DIR = "image_encoder"
+START_IMAGE_FILE = "start.png"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +48,15 @@ class WanFiles:
     config: Path  # the transformer's config.json
     checkpoint: Path  # .safetensors or the authors' .pt
     vae: Path  # a diffusers directory or the authors' .pth
-    text_encoder: Path
-    tokenizer: Path
+    text_encoder: Path | None  # None for Matrix-Game
+    tokenizer: Path | None
+    image_encoder: Path | None = None  # Matrix-Game's CLIP vision model
+    start_image: Path | None = None  # Matrix-Game's start frame, where DIR/start.png exists
 
 
-def find_files(root: str | Path) -> WanFiles:
-    """The parts of ``root`` (see the module docstring); FileNotFoundError naming what is missing."""
+def find_files(root: str | Path, *, image: bool = False) -> WanFiles:
+    """The parts of ``root`` (see the module docstring); FileNotFoundError naming what is missing.
+    ``image``: Matrix-Game's parts (the CLIP image encoder) instead of the text encoder's."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"--weights {root} is not a directory (wan-causal reads a directory; see docs/models.md)")
@@ -75,6 +84,13 @@ def find_files(root: str | Path) -> WanFiles:
         for name in (CONFIG_FILE, VAE_WEIGHTS_FILE):
             if not (vae / name).is_file():
                 raise FileNotFoundError(f"{vae / name} does not exist (the VAE as diffusers' AutoencoderKLWan saves it)")
+    if image:
+        clip = root / IMAGE_ENCODER_DIR
+        for name in (CONFIG_FILE, SAFETENSORS_FILE):
+            if not (clip / name).is_file():
+                raise FileNotFoundError(f"{clip / name} does not exist (the CLIP image encoder, transformers' CLIPVisionModel)")
+        start = root / START_IMAGE_FILE
+        return WanFiles(config, checkpoint, vae, None, None, clip, start if start.is_file() else None)
     enc, tok = root / TEXT_ENCODER_DIR, root / TOKENIZER_DIR
     if not (enc / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{enc / CONFIG_FILE} does not exist (the UMT5 text encoder)")
@@ -109,7 +125,35 @@ def check_layout(root: str | Path) -> tuple[WanFiles, WanConfig]:
     if files.vae.is_dir():
         vae = _json(files.vae / CONFIG_FILE)
         _expect(files.vae / CONFIG_FILE, "z_dim", vae.get("z_dim"), cfg.in_dim, f"in_dim of {files.config}")
+    assert files.text_encoder is not None
     enc = _json(files.text_encoder / CONFIG_FILE)
     _expect(files.text_encoder / CONFIG_FILE, "d_model", enc.get("d_model"), cfg.text_dim,
             f"text_dim of {files.config}")
     return files, cfg
+
+
+def check_image_layout(root: str | Path, **recipe: object) -> tuple[WanFiles, WanConfig]:
+    """Matrix-Game's parts and configs: the transformer's config must be i2v with an
+    action_config, its recipe defaults to the authors' inference settings (``recipe``, from
+    the caller) where the file names none, and the CLIP encoder's width is its image_dim."""
+    files = find_files(root, image=True)
+    raw = _json(files.config)
+    named = set(raw) | {ours for theirs, ours in _RECIPE_ALIASES.items() if theirs in raw}
+    cfg = WanConfig.from_json(files.config, **{k: v for k, v in recipe.items() if k not in named})
+    if cfg.model_type != "i2v" or cfg.action_config is None:
+        raise ValueError(f"{files.config}: model_type is {cfg.model_type!r} with action_config "
+                         f"{'set' if cfg.action_config else 'absent'}; Matrix-Game's config is i2v with an action_config")
+    if files.vae.is_dir():
+        vae = _json(files.vae / CONFIG_FILE)
+        _expect(files.vae / CONFIG_FILE, "z_dim", vae.get("z_dim"), cfg.out_dim, f"out_dim of {files.config}")
+    assert files.image_encoder is not None
+    clip = _json(files.image_encoder / CONFIG_FILE)
+    width = clip.get("hidden_size", (clip.get("vision_config") or {}).get("hidden_size"))
+    _expect(files.image_encoder / CONFIG_FILE, "hidden_size", width, cfg.image_dim, f"image_dim of {files.config}")
+    return files, cfg
+
+
+# recipe fields the authors' files name otherwise (the house's names are the dataclass's)
+_RECIPE_ALIASES = {"denoising_step_list": "timesteps", "num_frame_per_block": "chunk_frames",
+                   "sink_size": "sink_frames", "local_attn_size": "window_frames",
+                   "warp_denoising_step": "warp_timesteps", "timestep_shift": "shift"}

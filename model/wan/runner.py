@@ -45,7 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.wan.cache import WanKVCache
+from model.wan.cache import ChunkContext, WanKVCache
 from model.wan.causal import CausalWanModel, TextKV
 from model.wan.config import WanConfig
 from model.wan.layout import check_layout
@@ -96,7 +96,7 @@ class WanRunner:
         self,
         model: CausalWanModel,
         decoder: StreamingDecoder,
-        text: PromptEncoder,
+        text: PromptEncoder | None,
         *,
         sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES,
         max_sessions: int = 8,
@@ -113,9 +113,9 @@ class WanRunner:
         self.decoder = decoder
         self.text = text
         cfg = self.cfg
-        if decoder.z_dim != cfg.in_dim:
-            raise ValueError(f"the VAE's z_dim {decoder.z_dim} is not the transformer's in_dim {cfg.in_dim}")
-        if text.dim != cfg.text_dim:
+        if decoder.z_dim != cfg.out_dim:
+            raise ValueError(f"the VAE's z_dim {decoder.z_dim} is not the transformer's out_dim {cfg.out_dim}")
+        if text is not None and text.dim != cfg.text_dim:
             raise ValueError(f"the text encoder's width {text.dim} is not the transformer's text_dim {cfg.text_dim}")
         heights = [h for h, _ in sizes]
         if not sizes or len(set(heights)) != len(heights):
@@ -189,7 +189,7 @@ class WanRunner:
                 continue
             t0 = time.perf_counter()
             try:
-                frames = self._run_chunk(batch.steps, [s for s in states if s is not None])
+                frames = self._run_chunk(batch.steps, [s for s in states if s is not None], [it.actions for it in items])
             except Exception as exc:  # the batch failed as a whole: each member is told
                 log.exception("wan batch of %d failed", len(items))
                 for it in items:
@@ -204,7 +204,7 @@ class WanRunner:
         s = self._get(session_id)
         h, w = self._size(s.bucket)
         latents = torch.stack([*s.sinks, *s.recent]) if (s.sinks or s.recent) else None
-        c, lh, lw = self.cfg.in_dim, h // VAE_SCALE, w // VAE_SCALE
+        c, lh, lw = self.cfg.out_dim, h // VAE_SCALE, w // VAE_SCALE
         return ModelState(
             bucket=s.bucket,
             frames=np.zeros((0, h, w, 3), np.uint8),
@@ -213,7 +213,7 @@ class WanRunner:
             rng=s.gen.get_state().cpu().numpy().copy(),
             scene=s.prompt,
             latents=latents.float().cpu().numpy() if latents is not None else np.zeros((0, c, lh, lw), np.float32),
-            family=FAMILY,
+            family=self.family,
         )
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
@@ -267,12 +267,12 @@ class WanRunner:
 
     def _restore(self, s: WanSession, st: ModelState) -> None:
         cfg = self.cfg
-        if st.family != FAMILY or st.latents is None:
-            raise ValueError(f"snapshot is of model family {st.family!r}, this runner serves {FAMILY!r}")
+        if st.family != self.family or st.latents is None:
+            raise ValueError(f"snapshot is of model family {st.family!r}, this runner serves {self.family!r}")
         if st.bucket != s.bucket:
             raise ValueError(f"snapshot bucket {st.bucket} does not match session bucket {s.bucket}")
         h, w = self._size(s.bucket)
-        want = (cfg.in_dim, h // VAE_SCALE, w // VAE_SCALE)
+        want = (cfg.out_dim, h // VAE_SCALE, w // VAE_SCALE)
         lat = st.latents
         if lat.ndim != 4 or lat.shape[1:] != want or lat.dtype != np.float32:
             raise ValueError(f"snapshot latents {lat.shape} {lat.dtype}, expected (N, {', '.join(map(str, want))}) float32")
@@ -356,24 +356,27 @@ class WanRunner:
 
     # --- the hot path ---
 
-    def _run_chunk(self, steps: int, states: list[WanSession]) -> list[np.ndarray]:
-        """Generate, commit and decode one chunk for each session; (F', H, W, 3) uint8 each."""
+    def _run_chunk(self, steps: int, states: list[WanSession], actions: list[np.ndarray] | None = None
+                   ) -> list[np.ndarray]:
+        """Generate, commit and decode one chunk for each session; (F', H, W, 3) uint8 each.
+        ``actions``: each session's (frames, ACTION_DIM) actions of the block."""
         cfg = self.cfg
         pool = self.pools[states[0].bucket]
         ctx = pool.chunk([s.slot for s in states], np.array([s.frame_index for s in states]), cfg.chunk_frames)
+        extra = self._chunk_inputs(states, ctx, actions)
         text = TextKV.cat([s.text for s in states]) if len(states) > 1 else states[0].text
-        shape = (cfg.in_dim, cfg.chunk_frames, pool.height, pool.width)
+        shape = (cfg.out_dim, cfg.chunk_frames, pool.height, pool.width)
         ts = self.schedule(steps)
         x = self._noise(states, shape)  # (B, C, F, h, w)
         x0 = x
         for i, t in enumerate(ts):
             tt = torch.full((len(states),), t, device=self.device, dtype=torch.float32)
-            v = self.model.denoise(x, tt, text, ctx)
+            v = self.model.denoise(x, tt, text, ctx, **extra)
             x0 = x - cfg.sigma(t) * v
             if i + 1 < len(ts):
                 sigma = cfg.sigma(ts[i + 1])
                 x = (1 - sigma) * x0 + sigma * self._noise(states, shape)
-        self.model.commit(x0, text, ctx)
+        self.model.commit(x0, text, ctx, **extra)
         for b, s in enumerate(states):
             for f in range(cfg.chunk_frames):
                 frame = x0[b, :, f].clone()
@@ -384,6 +387,12 @@ class WanRunner:
                 s.frame_index += 1
         pixels = self.decoder.decode_batch([s.stream for s in states], x0)
         return [p.cpu().numpy() for p in pixels]
+
+    def _chunk_inputs(self, states: list[WanSession], ctx: ChunkContext, actions: list[np.ndarray] | None
+                      ) -> dict[str, object]:
+        """Inputs of the chunk's passes besides latents and prompt (a subclass's: Matrix-Game's
+        image condition and actions); none here."""
+        return {}
 
     def schedule(self, steps: int) -> tuple[float, ...]:
         """The model timesteps of ``steps`` denoising steps: the config's, or for fewer steps an

@@ -275,9 +275,15 @@ class StreamingDecoder:
             raise ValueError(f"encode_frames takes 1 + 4k frames, got {n}")
         if hh % 8 or ww % 8:
             raise ValueError(f"frame size {hh}x{ww} is not a multiple of 8")
-        x = frames.to(self.device).permute(3, 0, 1, 2).unsqueeze(0)  # (1, 3, F, H, W)
-        x = (x.to(self.dtype) / 127.5 - 1.0)
-        mu = self.vae.encode(x).latent_dist.mode()  # (1, C, 1 + k, H/8, W/8)
+        x = frames.to(self.device).permute(3, 0, 1, 2)  # (3, F, H, W)
+        return self.encode_video(x.to(self.dtype) / 127.5 - 1.0)
+
+    @torch.inference_mode()
+    def encode_video(self, video: torch.Tensor) -> torch.Tensor:
+        """Encode a video (3, F, H, W) in [-1, 1], F = 1 + 4k, to normalised latents (C, 1 + k, H/8, W/8)."""
+        if video.dim() != 4 or video.shape[0] != 3 or (video.shape[1] - 1) % 4:
+            raise ValueError(f"encode_video takes (3, 1 + 4k, H, W) in [-1, 1], got {tuple(video.shape)}")
+        mu = self.vae.encode(video[None].to(self.device, self.dtype)).latent_dist.mode()  # (1, C, 1 + k, H/8, W/8)
         return ((mu.float() - self.mean.to(mu.device)) / self.std.to(mu.device))[0]
 
 

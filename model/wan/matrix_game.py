@@ -1,0 +1,301 @@
+"""Matrix-Game 2.0 behind the runner contract: the Wan causal runner (``model/wan/runner.py``)
+with an anchor image instead of a prompt, and the player's keys and mouse.
+
+One chunk of one session, beyond what ``WanRunner`` does::
+
+    block actions (frames, 6)      the server's held keys and mouse delta per pixel frame
+      -> map_actions               the variant's keyboard / mouse vectors (model/wan/action.py)
+      -> ActionHistory.windows     each latent frame's window of 12 pixel-frame actions
+      -> ActionKVCache.chunk       the action modules' context, beside the KV cache's
+    anchor.cond[:, m .. m+F-1]     the image condition of the chunk's model frames m..
+    model.denoise / commit(..., cond=, act=)
+
+The anchor is the image the session is conditioned on: the client's ``observation``, or the
+model's own start frame (``DIR/start.png`` where it exists, else the procedural world's view;
+``first_frame``). Its condition is what the authors feed: the VAE latent of the image followed
+by blank frames, with a mask that is 1 on the image's latent frame (``cond``, 20 channels
+beside the 16 of the latents), and its CLIP tokens through ``img_emb`` as the cross-attention's
+keys and values (kept per session like a prompt's). The encoder is causal with a finite reach
+back in time, so the condition of blank frames becomes the same frame after a few:
+``COND_FRAMES`` are encoded and later model frames reuse the last.
+
+An ``observation`` mid-stream re-anchors the session: the new image's condition and CLIP
+tokens replace the old, the window is emptied (the next chunk starts at model frame 0, whose
+first latent frame is the image's), the action history starts again, and the VAE stream goes
+on so the picture stays continuous. A migration carries the anchor image (``ModelState.frames``)
+and the window's latents; the target re-caches the window with no keys held (the contract's
+``ModelState`` carries no action history) and counts the anchor from epoch frame 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from model.wan.action import ActionHistory, ActionKVCache, map_actions, pixel_frames_of, variant_of
+from model.wan.cache import ChunkContext
+from model.wan.causal import CausalWanModel
+from model.wan.clip import ImageEncoder
+from model.wan.config import COND_MASK_CHANNELS
+from model.wan.config import MATRIX_GAME_RECIPE as RECIPE
+from model.wan.layout import check_image_layout
+from model.wan.runner import WanRunner, WanSession
+from model.wan.vae_stream import StreamingDecoder
+from session.plan import ModelState, SessionSpec, SessionUpdate
+
+log = logging.getLogger(__name__)
+
+FAMILY = "matrix-game-2"
+DEFAULT_SIZES = ((352, 640),)  # the authors' frames: 44 x 80 latents, 880 tokens a frame
+COND_FRAMES = 8  # latent frames of the anchor's condition encoded (29 pixel frames); later ones reuse the last
+
+
+@dataclass(slots=True)
+class Anchor:
+    """The image a session is conditioned on."""
+
+    image: np.ndarray  # (H, W, 3) uint8 at the session's frame size
+    cond: torch.Tensor  # (cond_dim, COND_FRAMES, h, w): mask then the latent of [image, blank, ...]
+    frame: int  # the epoch latent frame that is the model's frame 0
+
+
+@dataclass(slots=True)
+class MatrixGameSession(WanSession):
+    anchor: Anchor | None = None
+    history: ActionHistory | None = None
+
+
+class MatrixGameRunner(WanRunner):
+    """The ``Runner`` of Matrix-Game 2.0; see the module docstring."""
+
+    family = FAMILY
+    controls = ("keys", "mouse", "observation")
+
+    def __init__(self, model: CausalWanModel, decoder: StreamingDecoder, clip: ImageEncoder, *,
+                 sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES, max_sessions: int = 8,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                 start_image: np.ndarray | None = None):
+        a = model.cfg.action_config
+        if a is None or model.cfg.model_type != "i2v":
+            raise ValueError("MatrixGameRunner serves an i2v model with action modules (action_config)")
+        if clip.dim != model.cfg.image_dim:
+            raise ValueError(f"the CLIP encoder's width {clip.dim} is not the transformer's image_dim {model.cfg.image_dim}")
+        super().__init__(model, decoder, None, sizes=sizes, max_sessions=max_sessions, dtype=dtype, device=device)
+        self.clip = clip
+        self.variant = variant_of(a)
+        self.start_image = start_image
+        self.actions = {h: ActionKVCache.create(self.cfg, pool) for h, pool in self.pools.items()}
+        cfg = self.cfg
+        self.keep_actions = a.window_pixel_frames + 4 * (cfg.window_frames + cfg.chunk_frames) + 4
+
+    @classmethod
+    def from_dir(  # type: ignore[override]
+        cls, path: str | Path, *, threads: int | None = None, dtype: str | torch.dtype = "float32",
+        device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
+    ) -> MatrixGameRunner:
+        """Load a ``--weights`` directory (model/wan/layout.py, ``check_image_layout``)."""
+        from model.dtype import pick_dtype
+        from model.wan.weights import load_model
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+        dt = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
+        files, cfg = check_image_layout(path, **RECIPE)
+        model = load_model(files.checkpoint, cfg, dtype=dt, device=device)
+        decoder = StreamingDecoder.load(files.vae, device=device, dtype=dt)
+        assert files.image_encoder is not None
+        clip = ImageEncoder.load(files.image_encoder, device=device, dtype=dt)
+        start = None
+        if files.start_image is not None:
+            from PIL import Image
+
+            start = np.asarray(Image.open(files.start_image).convert("RGB"))
+        return cls(model, decoder, clip, sizes=sizes or DEFAULT_SIZES, max_sessions=max_sessions, dtype=dt,
+                   device=device, start_image=start)
+
+    # --- the contract ---
+
+    def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
+        """The model's own start frame at the bucket's size: ``DIR/start.png``, else the world's
+        view of ``scene`` from a place drawn from ``seed``. Safe off the model thread."""
+        h, w = self._size(bucket)
+        if self.start_image is not None:
+            return fit_frame(self.start_image, h, w)
+        from world.start import start_frame
+
+        return fit_frame(start_frame(scene, seed, 64), h, w)
+
+    def export_state(self, session_id: str) -> ModelState:
+        st = super().export_state(session_id)
+        s = self._mg(session_id)
+        assert s.anchor is not None
+        st.frames = s.anchor.image[None].copy()  # (1, H, W, 3): the anchor image
+        return st
+
+    # --- session state ---
+
+    def _open(self, spec: SessionSpec) -> None:
+        if spec.session_id in self.sessions:
+            self.free(spec.session_id)
+        h, w = self._size(spec.bucket)
+        image = spec.observation
+        if spec.restore is not None and spec.restore.frames.shape[0] == 1:
+            image = spec.restore.frames[0]
+        if image is None:
+            image = self.first_frame(spec.scene, spec.seed, spec.bucket)
+        assert image is not None
+        image = fit_frame(image, h, w)
+        slot = self.pools[spec.bucket].allocate()
+        anchor = self._anchor(image, 0)
+        s = MatrixGameSession(
+            bucket=spec.bucket, slot=slot, frame_index=0, prompt=spec.scene, text=self._image_kv(image),
+            gen=torch.Generator(self.device).manual_seed(spec.seed), stream=self.decoder.open(),
+            anchor=anchor, history=ActionHistory.empty(self._action_cfg),
+        )
+        s.recent = type(s.recent)(maxlen=self.decoder_context)
+        self.sessions[spec.session_id] = s
+        try:
+            if spec.restore is not None:
+                self._restore(s, spec.restore)
+        except Exception:
+            self.free(spec.session_id)
+            raise
+
+    def _update(self, upd: SessionUpdate) -> None:
+        s = self._mg(upd.session_id)
+        if upd.bucket is not None and upd.bucket != s.bucket:
+            self._switch_bucket(s, upd.bucket)
+        if upd.observation is not None:
+            self._reanchor(s, upd.observation)
+        # a scene prompt has no effect: Matrix-Game takes no text
+
+    def _reanchor(self, s: MatrixGameSession, image: np.ndarray) -> None:
+        """Condition the session on a new image from its next frame on (see the module docstring)."""
+        h, w = self._size(s.bucket)
+        image = fit_frame(image, h, w)
+        s.anchor = self._anchor(image, s.frame_index)
+        s.text = self._image_kv(image)
+        s.history = ActionHistory.empty(self._action_cfg)
+        s.sinks.clear()
+        s.recent.clear()
+        pool = self.pools[s.bucket]
+        pool.reset(s.slot)
+        pool.seek(s.slot, s.frame_index)
+
+    def _switch_bucket(self, s: WanSession, bucket: int) -> None:
+        assert isinstance(s, MatrixGameSession) and s.anchor is not None
+        h, w = self._size(bucket)
+        s.anchor = self._anchor(fit_frame(s.anchor.image, h, w), s.anchor.frame)
+        super()._switch_bucket(s, bucket)
+
+    def _restore(self, s: WanSession, st: ModelState) -> None:
+        assert isinstance(s, MatrixGameSession) and s.history is not None
+        # no action history travels: the window is re-cached with nothing held
+        a = self._action_cfg
+        n = pixel_frames_of(st.frame_index, self.cfg.chunk_frames, a.vae_time_compression_ratio)[0]
+        s.history.extend(np.zeros((n, a.keyboard_dim_in), np.float32),
+                         np.zeros((n, s.history.mouse.shape[1]), np.float32), self.keep_actions)
+        super()._restore(s, st)
+
+    def _recache(self, s: WanSession) -> None:
+        assert isinstance(s, MatrixGameSession)
+        held = self._held(s)
+        pool = self.pools[s.bucket]
+        if held is None:
+            pool.reset(s.slot)
+            pool.seek(s.slot, s.frame_index)
+            return
+        self.model.recache(pool, s.slot, held[0], held[1], s.text, lambda ctx: self._chunk_inputs([s], ctx, None))
+
+    # --- the hot path ---
+
+    def _chunk_inputs(self, states: list[WanSession], ctx: ChunkContext, actions: list[np.ndarray] | None
+                      ) -> dict[str, object]:
+        """The chunk's image condition and action context. ``actions`` (the blocks' per-frame
+        actions) extend each session's history; None (a re-cache) reads what it holds."""
+        a = self._action_cfg
+        f = ctx.num_frames
+        conds, kbs, mss = [], [], []
+        for b, s in enumerate(states):
+            assert isinstance(s, MatrixGameSession) and s.anchor is not None and s.history is not None
+            m = int(ctx.start_frames[b]) - s.anchor.frame  # the chunk's first model frame
+            if actions is not None:
+                first, count = pixel_frames_of(m, f, a.vae_time_compression_ratio)
+                if s.history.end != first:
+                    raise ValueError(f"action history ends at pixel frame {s.history.end}, the chunk starts at {first}")
+                rows = fit_rows(actions[b], count)
+                kb, ms = map_actions(a, rows)
+                s.history.extend(kb, ms, self.keep_actions)
+            kb_w, ms_w = s.history.windows(m, f)
+            kbs.append(torch.from_numpy(kb_w))
+            mss.append(torch.from_numpy(ms_w))
+            idx = torch.clamp(torch.arange(m, m + f), max=s.anchor.cond.shape[1] - 1)
+            conds.append(s.anchor.cond[:, idx.to(s.anchor.cond.device)])
+        act = self.actions[states[0].bucket].chunk(
+            ctx, torch.stack(kbs).to(self.device, self.dtype),
+            torch.stack(mss).to(self.device, self.dtype) if a.enable_mouse else None,
+        )
+        return {"cond": torch.stack(conds), "act": act}
+
+    # --- helpers ---
+
+    @property
+    def _action_cfg(self):
+        a = self.cfg.action_config
+        assert a is not None
+        return a
+
+    def _mg(self, session_id: str) -> MatrixGameSession:
+        s = self._get(session_id)
+        assert isinstance(s, MatrixGameSession)
+        return s
+
+    def _image_kv(self, image: np.ndarray):
+        return self.model.image_kv(self.clip.encode(image).to(self.device, self.dtype))
+
+    @torch.inference_mode()
+    def _anchor(self, image: np.ndarray, frame: int) -> Anchor:
+        """The condition of ``image`` (H, W, 3) uint8: the authors' VAE latent of [image, blank
+        frames] beside a mask that is 1 on the image's latent frame."""
+        h, w = image.shape[:2]
+        video = torch.zeros(3, 1 + 4 * (COND_FRAMES - 1), h, w, device=self.decoder.device)
+        video[:, 0] = torch.from_numpy(np.ascontiguousarray(image)).to(video.device).permute(2, 0, 1).float() / 127.5 - 1
+        latent = self.decoder.encode_video(video)  # (C, COND_FRAMES, h/8, w/8)
+        mask = torch.zeros(COND_MASK_CHANNELS, *latent.shape[1:], device=latent.device)
+        mask[:, 0] = 1
+        cond = torch.cat((mask, latent), 0).to(self.device, self.dtype)
+        return Anchor(image=image, cond=cond, frame=frame)
+
+
+def fit_rows(actions: np.ndarray, count: int) -> np.ndarray:
+    """A block's per-frame actions for ``count`` pixel frames: its latest ``count`` rows, the
+    last one repeated where it holds fewer."""
+    actions = np.asarray(actions, np.float32)
+    if len(actions) >= count:
+        return actions[len(actions) - count:]
+    pad = np.repeat(actions[-1:] if len(actions) else np.zeros((1, actions.shape[1]), np.float32), count - len(actions), 0)
+    return np.concatenate((actions, pad))
+
+
+def fit_frame(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """An image (H, W, 3) uint8 at ``height`` x ``width``: centre-cropped to the aspect, then
+    resized (antialiased bilinear), as the authors prepare their start images."""
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f"an anchor image is (H, W, 3) uint8, got {image.dtype} {image.shape}")
+    ih, iw = image.shape[:2]
+    if (ih, iw) == (height, width):
+        return image
+    if ih * width > iw * height:  # too tall: crop rows
+        ch, cw = max(1, round(iw * height / width)), iw
+    else:
+        ch, cw = ih, max(1, round(ih * width / height))
+    top, left = (ih - ch) // 2, (iw - cw) // 2
+    x = torch.from_numpy(np.ascontiguousarray(image[top:top + ch, left:left + cw])).permute(2, 0, 1)[None].float()
+    x = F.interpolate(x, size=(height, width), mode="bilinear", align_corners=False, antialias=True)
+    return x[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
+
