@@ -11,8 +11,8 @@ from server.cli import serve_parser, settings_from
 from server.settings import Settings
 
 
-def test_the_registry_serves_the_default_and_the_wan_causal_family() -> None:
-    assert names() == ("default", "wan-causal")
+def test_the_registry_serves_the_default_the_wan_causal_family_and_matrix_game() -> None:
+    assert names() == ("default", "wan-causal", "matrix-game-2")
     assert DEFAULT == Settings().model == "default"
 
 
