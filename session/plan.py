@@ -31,7 +31,7 @@ family serves):
 - Model state. ``ModelState`` carries pixel frames (the default family) or latent frames
   (``latents``, a latent family such as Wan), and the ``family`` that made it; a family
   that can be restored exactly adds a ``Continuation`` (its cache and what shapes the next
-  frames besides).
+  frames besides); a family steered by past actions adds an ``ActionTrace``.
 """
 
 from __future__ import annotations
@@ -79,6 +79,29 @@ class Continuation:
 
 
 @dataclass(slots=True)
+class ActionTrace:
+    """The per-frame actions a steered family's next frames still read, and where its anchor
+    sits, so that a restore re-caches the window under the actions it was made with.
+
+    Matrix-Game's action modules read, for each latent frame, a window of the pixel frames'
+    actions before it (12 of them), and the keys and values its cache holds were computed
+    under those actions; its image condition counts frames from the anchor image. Without
+    this a restored session re-caches with nothing held, counting from frame 0.
+
+    ``keyboard`` (N, K) and ``mouse`` (N, M) float32: the family's own action space (the
+    server's action vectors as the family maps them; M may be 0), one row a pixel frame,
+    rows of pixel frames ``first`` .. ``first + N - 1`` counted from the anchor (the model's
+    frame 0). ``anchor_frame``: the epoch frame (latent frame, for a latent family) that is
+    the anchor's model frame 0.
+    """
+
+    keyboard: np.ndarray
+    mouse: np.ndarray
+    first: int = 0
+    anchor_frame: int = 0
+
+
+@dataclass(slots=True)
 class ModelState:
     """The compact model-side state of one session, enough to rebuild its KV cache.
 
@@ -88,11 +111,14 @@ class ModelState:
 
     A latent family (``family`` other than "default") keeps its window as ``latents``
     instead, (N, C, h, w) float32, sink frames first, with ``frames`` empty,
-    (0, height, width, 3): ``sink_count`` and ``frame_index`` then count latent frames.
+    (0, height, width, 3), or holding the image the family is anchored on (Matrix-Game),
+    (1, height, width, 3): ``sink_count`` and ``frame_index`` then count latent frames.
     The target worker re-runs the commit pass over them to rebuild the KV cache.
 
     ``continuation``, where the family exports one, makes the restore exact (see
     ``Continuation``); without it the target rebuilds the cache from the frames or latents.
+    ``actions``, where the family is steered by past actions (see ``ActionTrace``), lets that
+    rebuild run under the actions the frames were made with.
     """
 
     bucket: int
@@ -104,6 +130,7 @@ class ModelState:
     latents: np.ndarray | None = None
     family: str = "default"
     continuation: Continuation | None = None
+    actions: ActionTrace | None = None
 
 
 @dataclass(slots=True)

@@ -11,7 +11,8 @@ The format is msgpack, one map::
 
 Version 2 is written for a latent family's state (``ModelState.latents``; the Wan family):
 its "model" map adds ``family`` (a str) and ``latents`` (float32, (N, C, h, w), sink frames
-first), and ``frames`` is empty, (0, height, width, 3). A default-family state is still
+first), and ``frames`` is empty, (0, height, width, 3), or holds the family's anchor image,
+(1, height, width, 3) (Matrix-Game's). A default-family state is still
 written as version 1, so workers that read only version 1 take it; both are read.
 
 Version 3 is written for a state with a ``Continuation`` (session/plan.py; the default
@@ -22,7 +23,17 @@ family exports one): its "model" map holds ``family``, ``latents`` when the fami
      anchor_offset: float32 (2,) or nil, anchor_wait: int, anchor_age: int}
 
 with N the number of frames (or latents) the state holds. Restored from it the session
-makes exactly the frames it would have made on the old worker. Every version is read.
+makes exactly the frames it would have made on the old worker.
+
+Version 4 is written for a state with an ``ActionTrace`` (session/plan.py; Matrix-Game
+exports one): its "model" map is version 3's with ``continuation`` nil where there is none,
+plus ``actions``, a map::
+
+    {keyboard: float32 (N, K), mouse: float32 (N, M), first: int, anchor_frame: int}
+
+one row a pixel frame (K >= 1 and M >= 0 the family's action widths, at most
+``MAX_ACTION_WIDTH``; N at most ``MAX_ACTION_ROWS``), ``anchor_frame`` at most the state's
+``frame_index``. Every version is read.
 
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES`` (stored
 little-endian). ``restore`` validates everything (format, version, exact key sets, types,
@@ -63,7 +74,7 @@ from session.eventlog import (
     SceneEvent,
     SettingsEvent,
 )
-from session.plan import ACTION_DIM, Continuation, ModelState
+from session.plan import ACTION_DIM, ActionTrace, Continuation, ModelState
 from session.session import (
     MAX_BUCKET,
     MAX_SCENE_CHARS,
@@ -76,14 +87,17 @@ from session.session import (
 )
 
 FORMAT = "worldserve/session-snapshot"
-VERSION = 3  # the newest: a state with its continuation ("model" adds family and continuation)
+VERSION = 4  # the newest: a state with its action trace ("model" adds actions to version 3's)
+VERSION_CONTINUATION = 3  # a state with its continuation ("model" adds family and continuation)
 VERSION_LATENT = 2  # a latent family's state without one ("model" adds family and latents)
 VERSION_PIXEL = 1  # a pixel-frame (default family) state without one
-VERSIONS = (VERSION_PIXEL, VERSION_LATENT, VERSION)
+VERSIONS = (VERSION_PIXEL, VERSION_LATENT, VERSION_CONTINUATION, VERSION)
 MAX_FAMILY_CHARS = 64
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
 MAX_RNG_BYTES = 1 << 16
+MAX_ACTION_ROWS = 4096  # pixel frames of an action trace
+MAX_ACTION_WIDTH = 64  # a family's keyboard or mouse width
 MAX_INT = 2**63 - 1
 DTYPES: dict[str, np.dtype[Any]] = {
     name: np.dtype(code)
@@ -106,8 +120,13 @@ def snapshot(
     pending, pending_seq = session.controls.latest()
     config = session.config
     latent = model_state.latents is not None or model_state.family != "default"
-    cont = model_state.continuation
-    version = VERSION if cont is not None else VERSION_LATENT if latent else VERSION_PIXEL
+    cont, actions = model_state.continuation, model_state.actions
+    if actions is not None:
+        version = VERSION
+    elif cont is not None:
+        version = VERSION_CONTINUATION
+    else:
+        version = VERSION_LATENT if latent else VERSION_PIXEL
     doc = {
         "format": FORMAT,
         "version": version,
@@ -158,8 +177,11 @@ def snapshot(
         if model_state.latents is None:
             raise SnapshotError(f"family {model_state.family!r}'s model state has no latents")
         model.update(family=model_state.family, latents=_pack_array(model_state.latents))
-    if cont is not None:
-        model.update(family=model_state.family, continuation=_pack_continuation(cont))
+    if cont is not None or actions is not None:
+        packed = None if cont is None else _pack_continuation(cont)
+        model.update(family=model_state.family, continuation=packed)
+    if actions is not None:
+        model.update(actions=_pack_actions(actions))
     data: bytes = msgpack.packb(doc, use_bin_type=True)
     if len(data) > max_bytes:
         raise SnapshotError(f"snapshot is {len(data)} bytes, over the limit of {max_bytes}")
@@ -197,7 +219,7 @@ def restore(
         elif version == VERSION_LATENT:
             model = _restore_latent_model(top.get_map("model", _LATENT_MODEL_KEYS), max_frames)
         else:
-            model = _restore_continued_model(top, max_frames)
+            model = _restore_continued_model(top, max_frames, version)
     except ValueError as exc:  # a constructor's own validation
         raise SnapshotError(str(exc)) from exc
     return session, model
@@ -224,6 +246,15 @@ def _pack_continuation(c: Continuation) -> dict[str, object]:
         ),
         "anchor_wait": c.anchor_wait,
         "anchor_age": c.anchor_age,
+    }
+
+
+def _pack_actions(a: ActionTrace) -> dict[str, object]:
+    return {
+        "keyboard": _pack_array(np.asarray(a.keyboard, np.float32)),
+        "mouse": _pack_array(np.asarray(a.mouse, np.float32)),
+        "first": a.first,
+        "anchor_frame": a.anchor_frame,
     }
 
 
@@ -265,6 +296,7 @@ _START_KEYS = {"seed", "scene", "bucket", "steps"}
 _MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene"}
 _LATENT_MODEL_KEYS = _MODEL_KEYS | {"family", "latents"}
 _CONTINUATION_KEYS = {"kv", "prev", "anchor", "anchor_offset", "anchor_wait", "anchor_age"}
+_ACTION_KEYS = {"keyboard", "mouse", "first", "anchor_frame"}
 _EVENT_KEYS = {
     "action": {"kind", "block", "seq", "action"},
     "scene": {"kind", "block", "scene"},
@@ -467,9 +499,9 @@ def _restore_model(m: _Map, max_frames: int) -> ModelState:
 def _restore_latent_model(m: _Map, max_frames: int) -> ModelState:
     bucket = m.get_int("bucket", 1, MAX_BUCKET)
     frames = m.get_array("frames", "uint8", 4)
-    if frames.shape[0] != 0 or frames.shape[3] != 3 or not all(1 <= n <= 4 * MAX_BUCKET for n in frames.shape[1:3]):
+    if frames.shape[0] > 1 or frames.shape[3] != 3 or not all(1 <= n <= 4 * MAX_BUCKET for n in frames.shape[1:3]):
         raise SnapshotError(
-            f"{m.path}.frames: expected (0, height, width, 3) for a latent state, got {frames.shape}"
+            f"{m.path}.frames: expected (0 or 1, height, width, 3) for a latent state, got {frames.shape}"
         )
     latents = m.get_array("latents", "float32", 4)
     if latents.shape[0] > max_frames:
@@ -494,19 +526,48 @@ def _restore_latent_model(m: _Map, max_frames: int) -> ModelState:
     )
 
 
-def _restore_continued_model(top: _Map, max_frames: int) -> ModelState:
-    """Version 3: a version 1 or 2 "model" map (by its family) with a continuation."""
+def _restore_continued_model(top: _Map, max_frames: int, version: int) -> ModelState:
+    """Version 3: a version 1 or 2 "model" map (by its family) with a continuation.
+    Version 4: the same with the continuation nil where there is none, and the actions."""
     raw = top._d["model"]
     family = raw.get("family") if isinstance(raw, dict) else None
     if not isinstance(family, str):
         raise SnapshotError("snapshot.model.family: expected a str")
     pixel = family == "default"
     keys = (_MODEL_KEYS if pixel else _LATENT_MODEL_KEYS) | {"family", "continuation"}
+    if version >= VERSION:
+        keys |= {"actions"}
     m = top.get_map("model", keys)
     state = _restore_model(m, max_frames) if pixel else _restore_latent_model(m, max_frames)
     held = state.frames.shape[0] if state.latents is None else state.latents.shape[0]
-    state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS), held)
+    if version == VERSION_CONTINUATION or m._d["continuation"] is not None:
+        state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS), held)
+    if version >= VERSION:
+        state.actions = _restore_actions(m.get_map("actions", _ACTION_KEYS), state.frame_index)
     return state
+
+
+def _restore_actions(m: _Map, frame_index: int) -> ActionTrace:
+    keyboard = m.get_array("keyboard", "float32", 2)
+    mouse = m.get_array("mouse", "float32", 2)
+    rows = keyboard.shape[0]
+    if rows > MAX_ACTION_ROWS or not 1 <= keyboard.shape[1] <= MAX_ACTION_WIDTH:
+        raise SnapshotError(
+            f"{m.path}.keyboard: expected (N <= {MAX_ACTION_ROWS}, 1..{MAX_ACTION_WIDTH}), got {keyboard.shape}"
+        )
+    if mouse.shape[0] != rows or mouse.shape[1] > MAX_ACTION_WIDTH:
+        raise SnapshotError(
+            f"{m.path}.mouse: expected ({rows}, 0..{MAX_ACTION_WIDTH}) like the keyboard's rows, got {mouse.shape}"
+        )
+    for name, arr in (("keyboard", keyboard), ("mouse", mouse)):
+        if not np.isfinite(arr).all():
+            raise SnapshotError(f"{m.path}.{name}: not all finite")
+    return ActionTrace(
+        keyboard=keyboard,
+        mouse=mouse,
+        first=m.get_int("first", 0, MAX_INT),
+        anchor_frame=m.get_int("anchor_frame", 0, frame_index),
+    )
 
 
 def _restore_continuation(m: _Map, frames: int) -> Continuation:

@@ -22,9 +22,18 @@ back in time, so the condition of blank frames becomes the same frame after a fe
 An ``observation`` mid-stream re-anchors the session: the new image's condition and CLIP
 tokens replace the old, the window is emptied (the next chunk starts at model frame 0, whose
 first latent frame is the image's), the action history starts again, and the VAE stream goes
-on so the picture stays continuous. A migration carries the anchor image (``ModelState.frames``)
-and the window's latents; the target re-caches the window with no keys held (the contract's
-``ModelState`` carries no action history) and counts the anchor from epoch frame 0.
+on so the picture stays continuous.
+
+A migration carries the anchor image (``ModelState.frames``), the kept latents (the latest
+``decoder_context``), the noise state, and an ``ActionTrace``: the pixel-frame actions the kept
+frames were made with and the anchor's epoch frame. The target replays the kept latents from
+the anchor on, chunk by chunk as they were made, through commit passes under those actions
+(``_replay``), so the caches (self-attention, keyboard, mouse) hold what the source's held:
+bit for bit while the kept latents reach back to the anchor (``decoder_context`` latent
+frames, 40: 157 pixel frames), as they did for the VAE stream already. Past that the replay
+starts at the oldest kept frame with nothing before it; the difference that makes has passed
+through 13 chunks of the window before it reaches the next frames. A snapshot without a trace
+(an older worker's) is re-cached over the window with nothing held, counting from frame 0.
 """
 
 from __future__ import annotations
@@ -44,9 +53,9 @@ from model.wan.clip import ImageEncoder
 from model.wan.config import COND_MASK_CHANNELS
 from model.wan.config import MATRIX_GAME_RECIPE as RECIPE
 from model.wan.layout import check_image_layout
-from model.wan.runner import WanRunner, WanSession
+from model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession
 from model.wan.vae_stream import StreamingDecoder
-from session.plan import ModelState, SessionSpec, SessionUpdate
+from session.plan import ActionTrace, ModelState, SessionSpec, SessionUpdate
 
 log = logging.getLogger(__name__)
 
@@ -79,19 +88,21 @@ class MatrixGameRunner(WanRunner):
     def __init__(self, model: CausalWanModel, decoder: StreamingDecoder, clip: ImageEncoder, *,
                  sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES, max_sessions: int = 8,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                 start_image: np.ndarray | None = None):
+                 start_image: np.ndarray | None = None, decoder_context: int = DECODER_CONTEXT):
         a = model.cfg.action_config
         if a is None or model.cfg.model_type != "i2v":
             raise ValueError("MatrixGameRunner serves an i2v model with action modules (action_config)")
         if clip.dim != model.cfg.image_dim:
             raise ValueError(f"the CLIP encoder's width {clip.dim} is not the transformer's image_dim {model.cfg.image_dim}")
-        super().__init__(model, decoder, None, sizes=sizes, max_sessions=max_sessions, dtype=dtype, device=device)
+        super().__init__(model, decoder, None, sizes=sizes, max_sessions=max_sessions, dtype=dtype, device=device,
+                         decoder_context=decoder_context)
         self.clip = clip
         self.variant = variant_of(a)
         self.start_image = start_image
         self.actions = {h: ActionKVCache.create(self.cfg, pool) for h, pool in self.pools.items()}
-        cfg = self.cfg
-        self.keep_actions = a.window_pixel_frames + 4 * (cfg.window_frames + cfg.chunk_frames) + 4
+        # pixel-frame actions kept: the windows of every kept latent frame (a restore replays them)
+        r = a.vae_time_compression_ratio
+        self.keep_actions = a.window_pixel_frames + r * (self.decoder_context + self.cfg.chunk_frames) + r
 
     @classmethod
     def from_dir(  # type: ignore[override]
@@ -133,8 +144,11 @@ class MatrixGameRunner(WanRunner):
     def export_state(self, session_id: str) -> ModelState:
         st = super().export_state(session_id)
         s = self._mg(session_id)
-        assert s.anchor is not None
+        assert s.anchor is not None and s.history is not None
         st.frames = s.anchor.image[None].copy()  # (1, H, W, 3): the anchor image
+        h = s.history
+        st.actions = ActionTrace(keyboard=h.keyboard.copy(), mouse=h.mouse.copy(), first=h.first,
+                                 anchor_frame=s.anchor.frame)
         return st
 
     # --- session state ---
@@ -181,8 +195,7 @@ class MatrixGameRunner(WanRunner):
         s.anchor = self._anchor(image, s.frame_index)
         s.text = self._image_kv(image)
         s.history = ActionHistory.empty(self._action_cfg)
-        s.sinks.clear()
-        s.recent.clear()
+        s.sinks.clear()  # the latents stay in ``recent``: the VAE stream goes on through them
         pool = self.pools[s.bucket]
         pool.reset(s.slot)
         pool.seek(s.slot, s.frame_index)
@@ -194,23 +207,60 @@ class MatrixGameRunner(WanRunner):
         super()._switch_bucket(s, bucket)
 
     def _restore(self, s: WanSession, st: ModelState) -> None:
-        assert isinstance(s, MatrixGameSession) and s.history is not None
-        # no action history travels: the window is re-cached with nothing held
+        assert isinstance(s, MatrixGameSession) and s.history is not None and s.anchor is not None
         a = self._action_cfg
-        n = pixel_frames_of(st.frame_index, self.cfg.chunk_frames, a.vae_time_compression_ratio)[0]
-        s.history.extend(np.zeros((n, a.keyboard_dim_in), np.float32),
-                         np.zeros((n, s.history.mouse.shape[1]), np.float32), self.keep_actions)
+        r = a.vae_time_compression_ratio
+        if st.actions is None:  # an older worker's snapshot: the window re-cached with nothing held
+            n = pixel_frames_of(st.frame_index, self.cfg.chunk_frames, r)[0]
+            s.history.extend(np.zeros((n, a.keyboard_dim_in), np.float32),
+                             np.zeros((n, s.history.mouse.shape[1]), np.float32), self.keep_actions)
+        else:
+            t = st.actions
+            if not 0 <= t.anchor_frame <= st.frame_index:
+                raise ValueError(f"snapshot's anchor frame {t.anchor_frame} is not in 0..{st.frame_index}")
+            want = (a.keyboard_dim_in, s.history.mouse.shape[1])
+            if (t.keyboard.ndim, t.mouse.ndim) != (2, 2) or (t.keyboard.shape[1], t.mouse.shape[1]) != want \
+                    or len(t.keyboard) != len(t.mouse):
+                raise ValueError(f"snapshot's actions are keyboard {t.keyboard.shape} and mouse {t.mouse.shape}; "
+                                 f"the {self.variant} variant takes (N, {want[0]}) and (N, {want[1]})")
+            end = pixel_frames_of(st.frame_index - t.anchor_frame, 0, r)[0]  # pixel frames made since the anchor
+            if t.first + len(t.keyboard) != end:
+                raise ValueError(f"snapshot's actions cover pixel frames {t.first}..{t.first + len(t.keyboard) - 1}; "
+                                 f"{st.frame_index - t.anchor_frame} latent frames since the anchor made {end}")
+            s.history = ActionHistory(a, t.keyboard.astype(np.float32), t.mouse.astype(np.float32), t.first)
+            s.anchor.frame = t.anchor_frame
         super()._restore(s, st)
 
+    def _rebuild(self, s: WanSession) -> None:
+        self._replay(s, len(s.recent))
+
     def _recache(self, s: WanSession) -> None:
-        assert isinstance(s, MatrixGameSession)
-        held = self._held(s)
+        self._replay(s, self.cfg.window_frames)
+
+    def _replay(self, s: WanSession, frames_back: int) -> None:
+        """Rebuild the slot from the latest ``frames_back`` kept latents as the session made
+        them: from the anchor on (and from the oldest whose action windows the history holds),
+        committed chunk by chunk as they were generated, under the actions they were made
+        with (see the module docstring). The window is always among them."""
+        assert isinstance(s, MatrixGameSession) and s.anchor is not None and s.history is not None
+        a, cfg = self._action_cfg, self.cfg
+        r, w = a.vae_time_compression_ratio, a.window_pixel_frames
+        kept = list(s.recent)
+        covered = s.anchor.frame + (0 if s.history.first == 0 else -(-(s.history.first + w) // r))
+        start = max(s.frame_index - min(len(kept), frames_back), s.anchor.frame, covered)
+        start += -(start - s.anchor.frame) % cfg.chunk_frames  # from a chunk's first frame
+        start = min(start, s.frame_index - min(cfg.window_frames, s.frame_index - s.anchor.frame))
+        ids = list(range(start, s.frame_index))
+        frames = kept[len(kept) - len(ids):] if ids else []
+        if s.sinks and s.anchor.frame == 0:
+            ids, frames = [*range(len(s.sinks)), *ids], [*s.sinks, *frames]
         pool = self.pools[s.bucket]
-        if held is None:
+        if not ids:
             pool.reset(s.slot)
             pool.seek(s.slot, s.frame_index)
             return
-        self.model.recache(pool, s.slot, held[0], held[1], s.text, lambda ctx: self._chunk_inputs([s], ctx, None))
+        self.model.recache(pool, s.slot, torch.stack(frames, 1), ids, s.text,
+                           lambda ctx: self._chunk_inputs([s], ctx, None))
 
     # --- the hot path ---
 

@@ -285,7 +285,7 @@ class WanRunner:
                 f"snapshot holds {n} latent frames ({sinks} sinks) at frame {st.frame_index}; expected "
                 f"{want_sinks} sinks and at least the window's {min(cfg.window_frames, st.frame_index - sinks)} frames"
             )
-        x = torch.from_numpy(np.ascontiguousarray(lat)).to(self.device, self.dtype)
+        x = torch.from_numpy(np.ascontiguousarray(lat)).to(self.device)  # float32, as generation keeps them
         s.frame_index = st.frame_index
         s.sinks = list(x[:sinks])
         s.recent.extend(x[sinks:])  # the latest ``decoder_context`` of them
@@ -296,8 +296,13 @@ class WanRunner:
                                      person=st.frame_index.to_bytes(8, "little"))
             s.gen.manual_seed(int.from_bytes(digest.digest(), "little") >> 1)
             log.info("snapshot's noise state is from another device kind: noise reseeded")
-        self._recache(s)
+        self._rebuild(s)
         self._prime_stream(s)
+
+    def _rebuild(self, s: WanSession) -> None:
+        """The slot's cache after a restore: the window re-cached (``_recache``). A family
+        that can replay more of the kept latents does (Matrix-Game)."""
+        self._recache(s)
 
     def _switch_bucket(self, s: WanSession, bucket: int) -> None:
         """Move to another frame size: the latents resized, the cache and the VAE stream rebuilt."""

@@ -13,7 +13,7 @@ import pytest
 from session.errors import SnapshotError
 from session.plan import Continuation, ModelState
 from session.session import Session, SessionConfig
-from session.snapshot import VERSION, VERSION_PIXEL, restore, snapshot
+from session.snapshot import VERSION_CONTINUATION, VERSION_PIXEL, restore, snapshot
 from tests.session.fakes import model_state
 
 
@@ -46,7 +46,7 @@ def session() -> Session:
 def test_a_continuation_round_trips_bit_for_bit_as_version_3(anchor: bool) -> None:
     want = continued_state(anchor=anchor)
     data = snapshot(session(), want)
-    assert msgpack.unpackb(data)["version"] == VERSION == 3
+    assert msgpack.unpackb(data)["version"] == VERSION_CONTINUATION == 3
     _, got = restore(data)
     assert got.continuation is not None and want.continuation is not None
     a, b = got.continuation, want.continuation
