@@ -180,16 +180,16 @@ class LocalCluster:
         port = self.ports[i]
         argv = [
             sys.executable, "-m", "server.cli", "serve", "--port", str(port),
-            "--directory", self.directory_url, "--directory-prefix", self.prefix,
+            "--directory-url", self.directory_url, "--directory-prefix", self.prefix,
             "--advertise", f"http://127.0.0.1:{port}", "--worker-id", self.worker_id(i),
             "--admin-key", ADMIN_KEY, "--threads", "1", "--buckets", "64",
-            "--batch-sizes", self.batch_sizes, "--capacity", str(self.capacity),
+            "--warmup-batch-sizes", self.batch_sizes, "--capacity", str(self.capacity),
             # Sessions keep their steps, fps and bucket (the ladder can only cut lookahead)
             # so a reference run with the same seeds and actions is comparable frame by frame.
             "--min-steps", "64", "--min-fps", str(self.fps), "--admission-threshold", "100",
-            "--snapshot-interval", str(self.snapshot_interval_s),
-            "--heartbeat", str(self.heartbeat_s), "--worker-ttl", str(self.worker_ttl_s),
-            "--drain-timeout", str(self.drain_timeout_s), "--placement-threshold", "100",
+            "--snapshot-interval-s", str(self.snapshot_interval_s),
+            "--worker-heartbeat-s", str(self.heartbeat_s), "--worker-ttl-s", str(self.worker_ttl_s),
+            "--drain-timeout-s", str(self.drain_timeout_s), "--placement-threshold", "100",
             "--log-level", "INFO",
         ]
         if self.weights is not None:
@@ -208,7 +208,7 @@ class LocalCluster:
             self.procs.append(Proc.spawn(self.worker_id(i), self.worker_argv(i), self.log_dir, env))
         self.router = Proc.spawn("router", [
             sys.executable, "-m", "server.cli", "router", "--port", str(self.router_port),
-            "--directory", self.directory_url, "--directory-prefix", self.prefix,
+            "--directory-url", self.directory_url, "--directory-prefix", self.prefix,
             "--threshold", str(self.router_threshold),
         ], self.log_dir, env)
         urls = [f"{self.worker_url(i)}/readyz" for i in range(self.workers)]

@@ -91,7 +91,7 @@ def create_app(
     app[RUNNER_FACTORY] = runner_factory or load_model_runner
     app.router.add_get("/v1/ws", websocket_handler)
     add_routes(app)
-    setup_rtc(app)  # WebRTC offers and the browser client (server/rtc/)
+    setup_rtc(app, settings.rtc)  # WebRTC offers and the browser client (server/rtc/)
     app.cleanup_ctx.append(_model_ctx)
     app.cleanup_ctx.append(_agent_ctx)
     app.on_shutdown.append(_close_connections)

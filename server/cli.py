@@ -15,170 +15,42 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from server.settings import DTYPES, Settings
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from server.settings import Settings
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _sizes(text: str) -> tuple[tuple[int, int], ...]:
-    try:
-        sizes = tuple((int(h), int(w)) for h, w in (s.lower().split("x") for s in text.split(",") if s.strip()))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected sizes as HxW[,HxW], got {text!r}") from None
-    if not sizes:
-        raise argparse.ArgumentTypeError(f"expected sizes as HxW[,HxW], got {text!r}")
-    return sizes
+# What `pip install "worldserve[server]"` adds: without them only the client is installed.
+SERVER_EXTRA = frozenset({"torch", "safetensors", "aiortc", "aioice", "av", "uvloop",
+                          "prometheus_client", "redis"})
 
 
 def serve_parser(ap: argparse.ArgumentParser) -> None:
-    d = Settings()
-    ap.add_argument("--host", default=os.environ.get("WORLDSERVE_HOST", d.host))
-    ap.add_argument("--port", type=int, default=int(os.environ.get("WORLDSERVE_PORT", d.port)))
-    ap.add_argument("--model", default=os.environ.get("WORLDSERVE_MODEL", d.model),
-                    help="model family: default (the embedded model) or wan-causal (docs/models.md)")
-    ap.add_argument("--weights", type=Path, default=None,
-                    help="model weights: default, a .safetensors with its .json (default: the shipped "
-                         "ones); wan-causal, a directory (docs/models.md)")
-    ap.add_argument("--size", type=_sizes, default=None,
-                    help="frame sizes a latent model serves, HxW[,HxW] (wan-causal: 480x832)")
-    ap.add_argument("--threads", type=int, default=d.threads, help="torch threads of the model")
-    ap.add_argument("--dtype", choices=DTYPES, default=d.dtype,
-                    help="the model's float type; auto (default): bf16 where the CPU has bf16 matrix instructions")
-    ap.add_argument("--device", default=d.device, help="cpu (default), cuda or cuda:N")
-    ap.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=d.cuda_graphs,
-                    help="on a GPU, replay chunks as CUDA graphs (default: on)")
-    ap.add_argument("--capacity", type=int, default=d.capacity, help="sessions held at once")
-    ap.add_argument("--detached-ttl", type=float, default=d.detached_ttl_s,
-                    help="seconds a dropped session stays resumable")
-    ap.add_argument("--buckets", type=_ints, default=None, help="served buckets, e.g. 64,128")
-    ap.add_argument("--batch-sizes", type=_ints, default=d.warmup_batch_sizes,
-                    help="batch sizes to warm up and batch at, e.g. 1,2,4,8")
-    ap.add_argument("--warmup-steps", type=_ints, default=None,
-                    help="denoising step counts to warm (default: the ladder's)")
-    ap.add_argument("--no-batching", action="store_true", help="step every session alone")
-    ap.add_argument("--batch-window", type=float, default=d.batch_window_s, help="seconds")
-    ap.add_argument("--release-ahead", type=float, default=d.release_ahead, help="chunk periods")
-    ap.add_argument("--min-steps", type=int, default=d.min_steps)
-    ap.add_argument("--min-fps", type=float, default=d.min_fps)
-    ap.add_argument("--pull-deadline", type=float, default=d.pull_deadline_s, help="seconds")
-    ap.add_argument("--admission-threshold", type=float, default=d.admission_threshold)
-    ap.add_argument("--api-key", action="append", default=[],
-                    help="an API key for session creation (repeat; also WORLDSERVE_API_KEYS=a,b)")
-    ap.add_argument("--max-msg-size", type=int, default=d.max_msg_size, help="bytes")
-    ap.add_argument("--jpeg-quality", type=int, default=d.jpeg_quality)
-    ap.add_argument("--log-format", choices=("kv", "json"), default=d.log_format)
-    ap.add_argument("--log-level", default=d.log_level)
-    g = ap.add_argument_group("scale-out (docs/operations.md)")
-    g.add_argument("--directory", default=os.environ.get("WORLDSERVE_DIRECTORY"),
-                   help="shared session directory, e.g. redis://127.0.0.1:6379/0 (default: "
-                        "none, the embedded single worker; also WORLDSERVE_DIRECTORY)")
-    g.add_argument("--directory-prefix", default=d.directory_prefix,
-                   help="key prefix in the directory: one per deployment")
-    g.add_argument("--advertise", default=None,
-                   help="http base URL clients reach this worker at (default http://HOST:PORT)")
-    g.add_argument("--worker-id", default=None, help="default: from the advertised address")
-    g.add_argument("--admin-key", default=os.environ.get("WORLDSERVE_ADMIN_KEY"),
-                   help="bearer key of POST /admin/drain (also WORLDSERVE_ADMIN_KEY); "
-                        "default: the admin API is off")
-    g.add_argument("--heartbeat", type=float, default=d.worker_heartbeat_s,
-                   help="seconds between directory heartbeats")
-    g.add_argument("--worker-ttl", type=float, default=d.worker_ttl_s,
-                   help="seconds without a heartbeat before this worker counts as dead")
-    g.add_argument("--snapshot-interval", type=float, default=d.snapshot_interval_s,
-                   help="seconds between crash-recovery checkpoints of each session (0: off)")
-    g.add_argument("--orphan-ttl", type=float, default=d.orphan_ttl_s,
-                   help="seconds the directory keeps the record of a session whose worker "
-                        f"died (>= the snapshot TTL, {d.snapshot_ttl_s:g} s); set the "
-                        "routers' --orphan-ttl to the same")
-    g.add_argument("--handover-ttl", type=float, default=d.handover_ttl_s,
-                   help="seconds a session handed over by a drain holds its target's slot "
-                        "waiting for its client to resume (<= the snapshot TTL); then it is "
-                        "orphaned; set the routers' --handover-ttl to the same")
-    g.add_argument("--drain-timeout", type=float, default=d.drain_timeout_s,
-                   help="seconds a drain waits before ending the sessions left")
-    g.add_argument("--placement-threshold", type=float, default=d.placement_threshold,
-                   help="a drain moves sessions only to workers below this utilisation")
+    """One flag per ``Settings`` field (server/flags.py): ``--worker-ttl-s`` sets
+    ``worker_ttl_s``, as ``WORLDSERVE_WORKER_TTL_S`` does."""
+    from server.flags import add_flags
+    from server.settings import Settings
+
+    add_flags(ap, Settings)
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    keys = set(args.api_key)
-    keys.update(k for k in os.environ.get("WORLDSERVE_API_KEYS", "").split(",") if k)
-    return Settings(
-        host=args.host,
-        port=args.port,
-        model=args.model,
-        weights=args.weights,
-        sizes=args.size,
-        threads=args.threads,
-        dtype=args.dtype,
-        device=args.device,
-        cuda_graphs=args.cuda_graphs,
-        capacity=args.capacity,
-        detached_ttl_s=args.detached_ttl,
-        buckets=args.buckets,
-        warmup_batch_sizes=args.batch_sizes,
-        warmup_steps=args.warmup_steps,
-        batching=not args.no_batching,
-        batch_window_s=args.batch_window,
-        release_ahead=args.release_ahead,
-        min_steps=args.min_steps,
-        min_fps=args.min_fps,
-        pull_deadline_s=args.pull_deadline,
-        admission_threshold=args.admission_threshold,
-        api_keys=frozenset(keys),
-        max_msg_size=args.max_msg_size,
-        jpeg_quality=args.jpeg_quality,
-        log_format=args.log_format,
-        log_level=args.log_level,
-        directory_url=args.directory,
-        directory_prefix=args.directory_prefix,
-        advertise=args.advertise,
-        worker_id=args.worker_id,
-        admin_key=args.admin_key,
-        worker_heartbeat_s=args.heartbeat,
-        worker_ttl_s=args.worker_ttl,
-        snapshot_interval_s=args.snapshot_interval,
-        orphan_ttl_s=args.orphan_ttl,
-        handover_ttl_s=args.handover_ttl,
-        drain_timeout_s=args.drain_timeout,
-        placement_threshold=args.placement_threshold,
-    )
+def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the flags, then the ``WORLDSERVE_*`` variables, then the defaults."""
+    from server.flags import build
+    from server.settings import Settings
+
+    return build(Settings, args, os.environ if env is None else env)
 
 
 def router_parser(ap: argparse.ArgumentParser) -> None:
+    from server.flags import add_flags
     from server.router import RouterSettings
 
-    d = RouterSettings()
-    ap.add_argument("--host", default=d.host)
-    ap.add_argument("--port", type=int, default=d.port)
-    ap.add_argument("--directory", default=os.environ.get("WORLDSERVE_DIRECTORY", d.directory_url),
-                    help="the workers' session directory (redis://...)")
-    ap.add_argument("--directory-prefix", default=d.directory_prefix)
-    ap.add_argument("--threshold", type=float, default=d.threshold,
-                    help="place sessions only on workers below this utilisation")
-    ap.add_argument("--api-key", action="append", default=[],
-                    help="an API key for /v1/place (repeat; also WORLDSERVE_API_KEYS=a,b)")
-    ap.add_argument("--reservation-ttl", type=float, default=d.reservation_ttl_s)
-    ap.add_argument("--orphan-ttl", type=float, default=d.orphan_ttl_s,
-                    help="seconds the directory keeps the record of a session whose worker "
-                         "died; set the workers' --orphan-ttl to the same")
-    ap.add_argument("--handover-ttl", type=float, default=d.handover_ttl_s,
-                    help="seconds a re-placed session holds its new worker's slot waiting "
-                         "for its client; set the workers' --handover-ttl to the same")
-    ap.add_argument("--log-format", choices=("kv", "json"), default=d.log_format)
-    ap.add_argument("--log-level", default=d.log_level)
+    add_flags(ap, RouterSettings)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -245,18 +117,11 @@ def serve(settings: Settings) -> None:
 
 
 def route(args: argparse.Namespace) -> None:
+    from server.flags import build
     from server.logs import configure
     from server.router import RouterSettings, create_router
 
-    keys = set(args.api_key)
-    keys.update(k for k in os.environ.get("WORLDSERVE_API_KEYS", "").split(",") if k)
-    settings = RouterSettings(
-        host=args.host, port=args.port, directory_url=args.directory,
-        directory_prefix=args.directory_prefix, threshold=args.threshold,
-        api_keys=frozenset(keys), reservation_ttl_s=args.reservation_ttl,
-        orphan_ttl_s=args.orphan_ttl, handover_ttl_s=args.handover_ttl,
-        log_format=args.log_format, log_level=args.log_level,
-    )
+    settings = build(RouterSettings, args, os.environ)
     configure(settings.log_format, settings.log_level)
     logging.getLogger("worldserve.cli").info(
         "routing", extra={"host": settings.host, "port": settings.port}
@@ -274,6 +139,26 @@ _DELEGATED = {"train": "training.train", "soak": "clients.soak", "drill": "clien
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv else ""
+    try:
+        if command in _DELEGATED:
+            importlib.import_module(_DELEGATED[command]).main(argv[1:])
+        else:
+            _run(argv)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in SERVER_EXTRA:
+            raise
+        raise SystemExit(
+            f"worldserve {command}: this needs the server extra, which is not installed (no module "
+            f"{exc.name!r}): pip install \"worldserve[server]\" (the base install is the client only)"
+        ) from None
+    except ValueError as exc:  # a setting the settings refuse (flags and variables)
+        if command not in ("serve", "router"):
+            raise
+        raise SystemExit(f"worldserve {command}: {exc}") from None
+
+
+def _run(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="worldserve", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -288,9 +173,6 @@ def main(argv: list[str] | None = None) -> None:
                    add_help=False)
     sub.add_parser("drill", help="drain a worker under load and check every session "
                                  "(clients.drill)", add_help=False)
-    if argv[:1] and argv[0] in _DELEGATED:
-        importlib.import_module(_DELEGATED[argv[0]]).main(argv[1:])
-        return
     args = ap.parse_args(argv)
     if args.command == "serve":
         serve(settings_from(args))

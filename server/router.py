@@ -67,6 +67,7 @@ from server.directory import (
     open_directory,
 )
 from server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
+from server.settings import setting
 from server.web import CORS, add_web_routes, preflight
 
 log = logging.getLogger("worldserve.router")
@@ -74,19 +75,24 @@ log = logging.getLogger("worldserve.router")
 
 @dataclass(frozen=True, slots=True)
 class RouterSettings:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    directory_url: str = "redis://127.0.0.1:6379/0"
-    directory_prefix: str = "worldserve"  # must match the workers'
-    threshold: float = 0.9  # place only on workers whose utilisation is below this
-    api_keys: frozenset[str] = frozenset()  # non-empty: /v1/place needs one of them
-    reservation_ttl_s: float = 30.0  # a reservation no worker took up is released after this
-    maintenance_s: float = 1.0  # seconds between reaping dead workers / stale reservations
-    retry_after_s: float = 1.0  # what a 503 from a directory outage says
-    orphan_ttl_s: float = ORPHAN_TTL_S  # records of sessions whose worker died lapse after this
-    handover_ttl_s: float = HANDOVER_TTL_S  # a re-placed session waits this long for its client
-    log_format: str = "kv"
-    log_level: str = "INFO"
+    host: str = setting("127.0.0.1", "address to listen on")
+    port: int = setting(8080, "TCP port to listen on")
+    directory_url: str = setting("redis://127.0.0.1:6379/0", "the workers' session directory")
+    directory_prefix: str = setting("worldserve", "key prefix in the directory: the workers'")
+    threshold: float = setting(0.9, "place sessions only on workers whose utilisation is below this")
+    api_keys: frozenset[str] = setting(frozenset(), "API keys for /v1/place, comma-separated "
+                                                    "(empty: no key needed)")
+    reservation_ttl_s: float = setting(30.0, "a reservation no worker took up is released after "
+                                             "this, seconds")
+    maintenance_s: float = setting(1.0, "seconds between reaping dead workers and stale reservations")
+    retry_after_s: float = setting(1.0, "the retry_after a 503 during a directory outage says, seconds")
+    orphan_ttl_s: float = setting(ORPHAN_TTL_S, "seconds the directory keeps the record of a session "
+                                                "whose worker died; give the workers the same")
+    handover_ttl_s: float = setting(HANDOVER_TTL_S, "seconds a re-placed session holds its new "
+                                                    "worker's slot waiting for its client; give the "
+                                                    "workers the same")
+    log_format: str = setting("kv", "log lines as key=value (kv) or JSON (json)")
+    log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

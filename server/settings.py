@@ -1,12 +1,18 @@
-"""Server settings: one frozen dataclass, validated, with a comment per field."""
+"""Server settings: frozen dataclasses, validated, with the help text of every field.
+
+Each field is one setting under one name: ``worker_ttl_s`` is the flag ``--worker-ttl-s``
+and the environment variable ``WORLDSERVE_WORKER_TTL_S``; the WebRTC settings (``rtc``)
+are ``--rtc-codecs`` / ``WORLDSERVE_RTC_CODECS`` and so on. server/flags.py makes the
+flags and reads the variables from these fields; docs/operations.md lists them.
+"""
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from server.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S
 from session.admission import AdmissionOptions
@@ -14,81 +20,172 @@ from session.options import SchedulerOptions
 
 DTYPES = ("float32", "bfloat16", "auto")  # model/dtype.py
 
+T = TypeVar("T")
+VideoCodecName = Literal["H264", "VP8"]
+Loopback = Literal["auto", "always", "never"]
+
+
+def setting(default: T, help: str) -> T:
+    """A settings field: its default and the help text its flag shows."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, slots=True)
+class IceServer:
+    """A STUN or TURN server (``urls`` like ``stun:host:3478`` or ``turn:host:3478``)."""
+
+    urls: tuple[str, ...]
+    username: str | None = None
+    credential: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.urls or not all(
+            isinstance(u, str) and u.split(":", 1)[0] in ("stun", "stuns", "turn", "turns")
+            for u in self.urls
+        ):
+            raise ValueError(f"bad setting: ice server urls {self.urls!r} must be stun:/turn: URLs")
+
+
+@dataclass(frozen=True, slots=True)
+class RtcSettings:
+    """The WebRTC transport's settings (server/rtc/), ``Settings.rtc``."""
+
+    enabled: bool = setting(True, "WebRTC offers; off: /v1/rtc/offer answers 404 and the page "
+                                  "falls back to the WebSocket")
+    # No STUN/TURN by default: on loopback and LANs host candidates are enough, and an
+    # empty list keeps aiortc from looking up a public STUN server.
+    ice_servers: tuple[IceServer, ...] = setting((), "STUN/TURN servers as JSON, e.g. "
+                                                 '[{"urls": ["turn:host:3478"], "username": "u", '
+                                                 '"credential": "p"}]; set them behind NAT')
+    # aioice never offers 127.0.0.1; on a box whose only interface is loopback nothing
+    # connects. (The workaround is tied to aioice 0.13, pinned in pyproject.toml.)
+    loopback_candidates: Loopback = setting("auto", "offer 127.0.0.1 as a host candidate: auto "
+                                                    "(only on a loopback-only box), always or never")
+    # H.264 first: x264 ultrafast+zerolatency encodes 3-5x faster than VP8 at 64-128 px
+    # (python -m bench.latency prints the table).
+    codecs: tuple[VideoCodecName, ...] = setting(("H264", "VP8"), "video codecs offered, in order "
+                                                                  "(the first the client has is used)")
+    # Congestion feedback (REMB) moves the bitrate between target/4 and target*3, inside the clamp.
+    bits_per_pixel: float = setting(1.0, "target video bitrate in bits per pixel per frame")
+    min_bitrate: int = setting(64_000, "lowest video bitrate, bits per second")
+    max_bitrate: int = setting(4_000_000, "highest video bitrate, bits per second")
+    keyframe_interval_s: float = setting(10.0, "a keyframe at least this often, seconds (and on PLI)")
+    connect_timeout_s: float = setting(15.0, "an offer whose peer does not connect by then is "
+                                             "dropped, seconds")
+    max_offer_bytes: int = setting(64 * 1024, "size limit of an offer's POST body, bytes")
+    control_buffer_bytes: int = setting(256 * 1024, "control data queued in SCTP before the "
+                                                    "server holds back, bytes")
+    close_flush_s: float = setting(0.2, "after ended, wait this long for it to leave, then "
+                                        "close, seconds")
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"bad setting: {what}")
+
+        need(self.loopback_candidates in ("auto", "always", "never"),
+             f"loopback_candidates {self.loopback_candidates!r} is auto, always or never")
+        need(len(self.codecs) > 0 and all(c in ("H264", "VP8") for c in self.codecs),
+             f"codecs {self.codecs!r} must be a non-empty subset of H264, VP8")
+        need(math.isfinite(self.bits_per_pixel) and self.bits_per_pixel > 0,
+             f"bits_per_pixel {self.bits_per_pixel!r} must be finite and > 0")
+        need(0 < self.min_bitrate <= self.max_bitrate,
+             f"need 0 < min_bitrate {self.min_bitrate!r} <= max_bitrate {self.max_bitrate!r}")
+        for name in ("keyframe_interval_s", "connect_timeout_s", "close_flush_s"):
+            v = getattr(self, name)
+            need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
+        need(self.max_offer_bytes >= 4096, f"max_offer_bytes {self.max_offer_bytes!r} must be >= 4096")
+        need(self.control_buffer_bytes >= 4096,
+             f"control_buffer_bytes {self.control_buffer_bytes!r} must be >= 4096")
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     # --- where ---
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = setting("127.0.0.1", "address to listen on")
+    port: int = setting(8000, "TCP port to listen on")
     # --- the model ---
-    model: str = "default"  # model family (model/registry.py): default or wan-causal
-    weights: Path | None = None  # default: None is model/weights/default.safetensors; wan-causal: a directory
-    sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) a latent family serves; None: its own
-    # torch threads of the model thread. 1 by default: on a small shared CPU two threads
-    # can run 30x slower than one under contention (None: torch's default).
-    threads: int | None = 1
-    # the model's float type: auto (bf16 where the CPU has bf16 matrix instructions,
-    # AVX-512 BF16 or AMX; fp32 elsewhere), float32 (what the model was trained in), or
-    # bfloat16. bf16 costs ~0.1-0.25 dB PSNR (bench/quality.py --dtype).
-    dtype: str = "auto"
-    device: str = "cpu"  # "cuda" (or "cuda:N") runs the model on a GPU
-    cuda_graphs: bool = True  # on a GPU: replay chunks as CUDA graphs (the CPU runs eagerly)
-    buckets: tuple[int, ...] | None = None  # buckets served (a subset of the model's); None: all
-    warmup_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes warmed and batched
-    warmup_steps: tuple[int, ...] | None = None  # None: the ladder's, min_steps..max steps
+    model: str = setting("default", "model family (model/registry.py): default (the embedded "
+                                    "model), wan-causal or matrix-game-2 (docs/models.md)")
+    weights: Path | None = setting(None, "model weights: default, a .safetensors with its .json "
+                                         "(default: the shipped ones); wan-causal, a directory")
+    sizes: tuple[tuple[int, int], ...] | None = setting(
+        None, "frame sizes a latent model serves, HxW[,HxW] (wan-causal: 480x832; default: its own)")
+    # 1 by default: on a small shared CPU two threads can run 30x slower than one under
+    # contention.
+    threads: int | None = setting(1, "torch threads of the model thread (empty: torch's default)")
+    # bf16 costs ~0.1-0.25 dB PSNR (bench/quality.py --dtype).
+    dtype: str = setting("auto", "the model's float type: auto (bf16 where the CPU has bf16 matrix "
+                                 "instructions, AVX-512 BF16 or AMX; fp32 elsewhere), float32 (what "
+                                 "the model was trained in) or bfloat16")
+    device: str = setting("cpu", "cpu, cuda or cuda:N: where the model runs")
+    cuda_graphs: bool = setting(True, "on a GPU, replay chunks as CUDA graphs (the CPU runs eagerly)")
+    buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
+                                                    "model's; empty: all)")
+    warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at")
+    warmup_steps: tuple[int, ...] | None = setting(None, "denoising step counts to warm (empty: the "
+                                                         "ladder's, min_steps..max steps)")
     # --- sessions ---
-    capacity: int = 8  # sessions held at once, active and detached
-    detached_ttl_s: float = 30.0  # a detached session stays resumable this long
-    replay_blocks: int = 16  # recent blocks kept per session, re-sent on resume
+    capacity: int = setting(8, "sessions held at once, active and detached")
+    detached_ttl_s: float = setting(30.0, "seconds a dropped session stays resumable")
+    replay_blocks: int = setting(16, "recent blocks kept per session, re-sent on resume")
     # --- scheduler knobs (session/options.py SchedulerOptions) ---
-    batching: bool = True
-    batch_window_s: float = 0.010
-    release_ahead: float = 1.0
-    min_steps: int = 2
-    min_fps: float = 12.0
-    pull_deadline_s: float = 0.25
-    pull_queue: int = 8  # outstanding block requests per pull session
-    admission_threshold: float = 0.85
-    admission_retry_after_s: float = 5.0
+    batching: bool = setting(True, "batch the sessions whose deadlines line up (off: step each alone)")
+    batch_window_s: float = setting(0.010, "sessions due within this many seconds share a batch")
+    release_ahead: float = setting(1.0, "chunk periods before its deadline a chunk may start")
+    min_steps: int = setting(2, "fewest denoising steps the degradation ladder goes down to")
+    min_fps: float = setting(12.0, "lowest frame rate the degradation ladder goes down to")
+    pull_deadline_s: float = setting(0.25, "a pull-mode block's default deadline, seconds")
+    pull_queue: int = setting(8, "outstanding block requests per pull session")
+    admission_threshold: float = setting(0.85, "admit a session only while predicted utilisation "
+                                               "stays below this")
+    admission_retry_after_s: float = setting(5.0, "the retry_after a refused session is told, seconds")
     # --- defaults and limits per connection ---
-    jpeg_quality: int = 80
-    api_keys: frozenset[str] = frozenset()  # non-empty: session creation needs one of them
-    max_msg_size: int = 1 << 20  # bytes per inbound message; larger closes with 1009
-    max_msgs_per_s: float = 400.0  # inbound messages per second (burst: msg_burst)
-    msg_burst: int = 200
-    max_actions_per_s: float = 120.0  # actions applied per second; faster ones coalesce
-    action_burst: int = 30
-    send_queue: int = 16  # ordered frames (pull, replays) waiting per connection
-    control_queue: int = 64  # control messages waiting per connection; oldest dropped
-    status_interval_s: float = 1.0
-    heartbeat_s: float = 15.0  # WebSocket ping interval (detects dead peers)
-    close_timeout_s: float = 5.0  # a closing connection that does not drain is aborted
-    max_image_pixels: int = 1024 * 1024  # observations larger than this are refused
+    jpeg_quality: int = setting(80, "JPEG quality of WebSocket frames, 1-95")
+    api_keys: frozenset[str] = setting(frozenset(), "API keys for session creation, comma-separated "
+                                                    "(empty: no key needed)")
+    max_msg_size: int = setting(1 << 20, "bytes per inbound message; a larger one closes with 1009")
+    max_msgs_per_s: float = setting(400.0, "inbound messages per second per connection (burst: "
+                                           "msg_burst)")
+    msg_burst: int = setting(200, "inbound messages a connection may send at once")
+    max_actions_per_s: float = setting(120.0, "actions applied per second; faster ones coalesce "
+                                              "(newest wins)")
+    action_burst: int = setting(30, "actions a connection may send at once")
+    send_queue: int = setting(16, "ordered frames (pull, replays) waiting per connection")
+    control_queue: int = setting(64, "control messages waiting per connection; the oldest is dropped")
+    status_interval_s: float = setting(1.0, "seconds between status messages")
+    heartbeat_s: float = setting(15.0, "WebSocket ping interval, seconds (detects dead peers)")
+    close_timeout_s: float = setting(5.0, "a closing connection that does not drain is aborted "
+                                          "after this, seconds")
+    max_image_pixels: int = setting(1024 * 1024, "observations larger than this are refused, pixels")
+    # --- WebRTC ---
+    rtc: RtcSettings = setting(RtcSettings(), "the WebRTC transport (server/rtc/)")
     # --- scale-out (DESIGN.md §7; docs/operations.md) ---
-    # None: the embedded single worker (an in-memory directory); "redis://host:port/db":
-    # one of several workers sharing a directory (sessions come through a router).
-    directory_url: str | None = None
-    directory_prefix: str = "worldserve"  # key prefix in Redis: one per deployment
-    advertise: str | None = None  # http base URL others reach this worker at; None: host:port
-    worker_id: str | None = None  # None: derived from the advertised address
-    admin_key: str | None = None  # bearer key of POST /admin/drain; None: admin API off
-    worker_heartbeat_s: float = 1.0  # seconds between directory heartbeats
-    worker_ttl_s: float = 5.0  # a worker without a heartbeat this long is dead
-    snapshot_interval_s: float = 2.0  # checkpoint every running session this often (0: off)
-    snapshot_ttl_s: float = 600.0  # checkpoints and handoffs expire from the directory
-    # the directory keeps the record of a session whose worker is gone this long (>= the
-    # snapshot TTL: the record must outlive the checkpoint it is resumed from)
-    orphan_ttl_s: float = ORPHAN_TTL_S
-    # a session this worker hands over holds its target's slot this long at most before its
-    # client resumes there; then it is orphaned (resumable through the router while its
-    # handoff lasts: <= the snapshot TTL)
-    handover_ttl_s: float = HANDOVER_TTL_S
-    drain_timeout_s: float = 30.0  # a drain ends the sessions not handed over by then
-    placement_threshold: float = 0.9  # a drain's target must have utilisation below this
-    migrate_replay_blocks: int = 8  # recent blocks carried by a migration handoff
+    directory_url: str | None = setting(None, "shared session directory, e.g. redis://127.0.0.1:6379/0 "
+                                              "(empty: the embedded single worker, in memory)")
+    directory_prefix: str = setting("worldserve", "key prefix in the directory: one per deployment")
+    advertise: str | None = setting(None, "http base URL others reach this worker at (empty: "
+                                          "http://HOST:PORT)")
+    worker_id: str | None = setting(None, "this worker's id (empty: derived from the advertised address)")
+    admin_key: str | None = setting(None, "bearer key of POST /admin/drain (empty: the admin API is off)")
+    worker_heartbeat_s: float = setting(1.0, "seconds between directory heartbeats")
+    worker_ttl_s: float = setting(5.0, "seconds without a heartbeat before a worker counts as dead")
+    snapshot_interval_s: float = setting(2.0, "seconds between crash-recovery checkpoints of each "
+                                              "session (0: off)")
+    snapshot_ttl_s: float = setting(600.0, "seconds checkpoints and handoffs last in the directory")
+    orphan_ttl_s: float = setting(ORPHAN_TTL_S, "seconds the directory keeps the record of a session "
+                                                "whose worker is gone (>= snapshot_ttl_s: it must "
+                                                "outlive the checkpoint); give the routers the same")
+    handover_ttl_s: float = setting(HANDOVER_TTL_S, "seconds a session handed over by a drain holds "
+                                                    "its target's slot waiting for its client (<= "
+                                                    "snapshot_ttl_s); give the routers the same")
+    drain_timeout_s: float = setting(30.0, "a drain ends the sessions not handed over by then, seconds")
+    placement_threshold: float = setting(0.9, "a drain moves sessions only to workers below this "
+                                              "utilisation")
+    migrate_replay_blocks: int = setting(8, "recent blocks carried by a migration handoff, 0-64")
     # --- logs ---
-    log_format: Literal["kv", "json"] = "kv"
-    log_level: str = "INFO"
+    log_format: Literal["kv", "json"] = setting("kv", "log lines as key=value or JSON")
+    log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR")
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:

@@ -26,7 +26,7 @@ from server.rtc.keys import RTC_METRICS, RTC_PEERS, RTC_SETTINGS
 from server.rtc.metrics import RtcMetrics
 from server.rtc.offer import offer_handler, offer_preflight
 from server.rtc.peer import RtcPeer
-from server.rtc.settings import IceServer, RtcSettings
+from server.settings import IceServer, RtcSettings
 from server.web import add_web_routes
 
 __all__ = ["IceServer", "RtcSettings", "setup_rtc"]
@@ -34,10 +34,11 @@ __all__ = ["IceServer", "RtcSettings", "setup_rtc"]
 
 def setup_rtc(app: web.Application, settings: RtcSettings | None = None) -> None:
     """Register the WebRTC offer route, the browser client's files and the cleanup of
-    leftover peer connections. ``settings`` None: ``RtcSettings.from_env()``; they are read
-    per request, so ``app[RTC_SETTINGS]`` may be replaced until the app starts. Call after
-    ``app[METRICS]`` is set (create_app does that first)."""
-    rtc = settings if settings is not None else RtcSettings.from_env()
+    leftover peer connections. ``settings`` None: ``RtcSettings()`` (create_app passes
+    ``Settings.rtc``, the ``--rtc-*`` flags); they are read per request, so
+    ``app[RTC_SETTINGS]`` may be replaced until the app starts. Call after ``app[METRICS]``
+    is set (create_app does that first)."""
+    rtc = settings if settings is not None else RtcSettings()
     app[RTC_SETTINGS] = rtc
     app[RTC_METRICS] = RtcMetrics(app[METRICS].registry)
     app[RTC_PEERS] = set()

@@ -50,7 +50,7 @@ from protocol import (
     decode_server,
 )
 from server.rtc.ice import add_loopback_candidates, wants_loopback
-from server.rtc.settings import Loopback
+from server.settings import Loopback
 
 
 class OfferRefused(Exception):

@@ -7,7 +7,7 @@ from aiohttp import web
 
 from server.rtc.metrics import RtcMetrics
 from server.rtc.peer import RtcPeer
-from server.rtc.settings import RtcSettings
+from server.settings import RtcSettings
 
 RTC_SETTINGS = web.AppKey("rtc_settings", RtcSettings)
 RTC_METRICS = web.AppKey("rtc_metrics", RtcMetrics)

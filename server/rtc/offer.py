@@ -85,9 +85,9 @@ from server.rtc.encoder import (
 from server.rtc.ice import add_loopback_candidates, rtc_configuration, wants_loopback
 from server.rtc.keys import RTC_METRICS, RTC_PEERS, RTC_SETTINGS
 from server.rtc.peer import RtcPeer
-from server.rtc.settings import VideoCodecName
 from server.rtc.track import SessionVideoTrack
 from server.service import NotReady, Service
+from server.settings import VideoCodecName
 from session.errors import AtCapacity, BadToken, SessionError, SessionStateMissing
 
 log = logging.getLogger("worldserve.rtc")

@@ -74,10 +74,9 @@ from server.dispatch import Inbound, dispatch
 from server.metrics import Metrics
 from server.rtc.encoder import LatencyEncoder
 from server.rtc.metrics import RtcMetrics
-from server.rtc.settings import RtcSettings
 from server.rtc.track import SessionVideoTrack
 from server.service import Chunk, Service
-from server.settings import Settings
+from server.settings import RtcSettings, Settings
 from session.errors import SessionError
 
 log = logging.getLogger("worldserve.rtc")

@@ -22,10 +22,10 @@ def test_serve_defaults_to_the_default_model_and_takes_wan_causal_with_a_directo
     ap = argparse.ArgumentParser()
     serve_parser(ap)
     assert settings_from(ap.parse_args([])).model == "default"
-    s = settings_from(ap.parse_args(["--model", "wan-causal", "--weights", "w", "--size", "480x832,240x416"]))
+    s = settings_from(ap.parse_args(["--model", "wan-causal", "--weights", "w", "--sizes", "480x832,240x416"]))
     assert (s.model, s.weights, s.sizes) == ("wan-causal", Path("w"), ((480, 832), (240, 416)))
     with pytest.raises(SystemExit):
-        ap.parse_args(["--size", "480by832"])
+        ap.parse_args(["--sizes", "480by832"])
 
 
 def test_an_unknown_model_is_an_error_listing_the_known_ones() -> None:

@@ -19,8 +19,8 @@ from server.rtc.encoder import (
     measure,
     sample_frames,
 )
-from server.rtc.settings import VideoCodecName
 from server.rtc.track import SessionVideoTrack
+from server.settings import VideoCodecName
 
 CODECS: tuple[VideoCodecName, ...] = ("H264", "VP8")
 

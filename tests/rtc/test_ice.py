@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -9,9 +10,11 @@ import aioice.ice
 import ifaddr
 import pytest
 
+from server.flags import build
 from server.rtc import IceServer, RtcSettings
 from server.rtc import ice as rtc_ice
 from server.rtc.client import RtcClient
+from server.settings import Settings
 from tests.rtc.harness import serve_rtc
 
 START = {"prompt": "a green forest", "fps": 24.0, "bucket": 64}
@@ -24,17 +27,17 @@ def test_no_ice_servers_by_default_and_configured_ones_pass_through() -> None:
     assert (server.urls, server.username, server.credential) == (["turn:turn.example:3478"], "u", "p")
 
 
-def test_settings_from_env() -> None:
+def test_rtc_settings_come_from_worldserve_rtc_variables() -> None:
     env = {
         "WORLDSERVE_RTC_ICE_SERVERS": json.dumps([{"urls": "stun:stun.example:3478"}]),
-        "WORLDSERVE_RTC_LOOPBACK": "always",
+        "WORLDSERVE_RTC_LOOPBACK_CANDIDATES": "always",
         "WORLDSERVE_RTC_CODECS": "vp8,h264",
         "WORLDSERVE_RTC_ENABLED": "0",
     }
-    s = RtcSettings.from_env(env)
+    s = build(Settings, argparse.Namespace(), env).rtc
     assert s.ice_servers == (IceServer(("stun:stun.example:3478",)),)
     assert (s.loopback_candidates, s.codecs, s.enabled) == ("always", ("VP8", "H264"), False)
-    assert RtcSettings.from_env({}) == RtcSettings()
+    assert build(Settings, argparse.Namespace(), {}).rtc == RtcSettings()
 
 
 @pytest.mark.parametrize(

@@ -19,14 +19,18 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_serve_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLDSERVE_API_KEYS", "b,c")
     s = cli.settings_from(parse(
-        "--port", "9001", "--capacity", "3", "--threads", "2", "--batch-sizes", "1,2",
-        "--buckets", "64", "--api-key", "a", "--min-steps", "3", "--no-batching",
-        "--dtype", "bfloat16", "--device", "cuda:1", "--no-cuda-graphs",
+        "--port", "9001", "--capacity", "3", "--threads", "2", "--warmup-batch-sizes", "1,2",
+        "--buckets", "64", "--api-keys", "a", "--api-keys", "d", "--min-steps", "3",
+        "--no-batching", "--dtype", "bfloat16", "--device", "cuda:1", "--no-cuda-graphs",
+        "--replay-blocks", "4", "--send-queue", "5", "--max-actions-per-s", "60",
     ))
     assert (s.port, s.capacity, s.threads, s.dtype) == (9001, 3, 2, "bfloat16")
     assert (s.device, s.cuda_graphs) == ("cuda:1", False)
     assert s.warmup_batch_sizes == (1, 2) and s.buckets == (64,)
-    assert s.api_keys == frozenset({"a", "b", "c"}) and s.min_steps == 3 and not s.batching
+    assert s.api_keys == frozenset({"a", "d"})  # the flag wins over WORLDSERVE_API_KEYS
+    assert s.min_steps == 3 and not s.batching
+    assert (s.replay_blocks, s.send_queue, s.max_actions_per_s) == (4, 5, 60.0)
+    assert cli.settings_from(parse()).api_keys == frozenset({"b", "c"})
 
 
 def test_defaults_serve_on_loopback_port_8000(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,7 +42,7 @@ def test_defaults_serve_on_loopback_port_8000(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_bad_values_are_refused() -> None:
-    with pytest.raises(ValueError, match="capacity"):
+    with pytest.raises(ValueError, match=r"capacity 0 .*\(set by --capacity\)"):
         cli.settings_from(parse("--capacity", "0"))
     with pytest.raises(ValueError, match="'half'"):
         Settings(dtype="half")
@@ -56,13 +60,13 @@ def test_train_delegates_to_training_train(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_scale_out_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WORLDSERVE_DIRECTORY", raising=False)
+    monkeypatch.delenv("WORLDSERVE_DIRECTORY_URL", raising=False)
     assert cli.settings_from(parse()).directory_url is None  # the embedded default
     s = cli.settings_from(parse(
-        "--directory", "redis://127.0.0.1:6390/0", "--advertise", "http://10.0.0.7:8001",
-        "--worker-id", "w7", "--admin-key", "k" * 12, "--heartbeat", "0.5", "--worker-ttl", "2",
-        "--snapshot-interval", "1.5", "--drain-timeout", "9", "--placement-threshold", "0.8",
-        "--orphan-ttl", "900", "--handover-ttl", "45",
+        "--directory-url", "redis://127.0.0.1:6390/0", "--advertise", "http://10.0.0.7:8001",
+        "--worker-id", "w7", "--admin-key", "k" * 12, "--worker-heartbeat-s", "0.5",
+        "--worker-ttl-s", "2", "--snapshot-interval-s", "1.5", "--drain-timeout-s", "9",
+        "--placement-threshold", "0.8", "--orphan-ttl-s", "900", "--handover-ttl-s", "45",
     ))
     assert (s.directory_url, s.advertise, s.worker_id) == (
         "redis://127.0.0.1:6390/0", "http://10.0.0.7:8001", "w7")
@@ -71,13 +75,13 @@ def test_scale_out_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> N
     assert s.orphan_ttl_s == 900.0 and cli.settings_from(parse()).orphan_ttl_s == 1800.0
     assert s.handover_ttl_s == 45.0 and cli.settings_from(parse()).handover_ttl_s == 30.0
     with pytest.raises(ValueError, match="worker_ttl_s"):
-        cli.settings_from(parse("--heartbeat", "3", "--worker-ttl", "2"))
+        cli.settings_from(parse("--worker-heartbeat-s", "3", "--worker-ttl-s", "2"))
     with pytest.raises(ValueError, match=r"orphan_ttl_s .* snapshot_ttl_s"):
-        cli.settings_from(parse("--orphan-ttl", "60"))  # shorter than the checkpoints last
+        cli.settings_from(parse("--orphan-ttl-s", "60"))  # shorter than the checkpoints last
     with pytest.raises(ValueError, match=r"handover_ttl_s .* snapshot_ttl_s"):
-        cli.settings_from(parse("--handover-ttl", "601"))  # longer than the handoff lasts
+        cli.settings_from(parse("--handover-ttl-s", "601"))  # longer than the handoff lasts
     with pytest.raises(ValueError, match="handover_ttl_s"):
-        cli.settings_from(parse("--handover-ttl", "0"))
+        cli.settings_from(parse("--handover-ttl-s", "0"))
 
 
 def test_router_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,14 +91,14 @@ def test_router_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr("server.logs.configure", lambda *args: None)  # leave logging alone
     seen: list[RouterSettings] = []
     monkeypatch.setattr("server.router.create_router", lambda settings: seen.append(settings))
-    cli.main(["router", "--port", "8099", "--orphan-ttl", "1200", "--threshold", "0.7",
-              "--handover-ttl", "20"])
+    cli.main(["router", "--port", "8099", "--orphan-ttl-s", "1200", "--threshold", "0.7",
+              "--handover-ttl-s", "20"])
     assert (seen[0].port, seen[0].orphan_ttl_s, seen[0].threshold) == (8099, 1200.0, 0.7)
     assert seen[0].handover_ttl_s == 20.0
-    with pytest.raises(ValueError, match="orphan_ttl_s"):
-        cli.main(["router", "--orphan-ttl", "0"])
-    with pytest.raises(ValueError, match="handover_ttl_s"):
-        cli.main(["router", "--handover-ttl", "nan"])
+    with pytest.raises(SystemExit, match="orphan_ttl_s"):
+        cli.main(["router", "--orphan-ttl-s", "0"])
+    with pytest.raises(SystemExit, match="handover_ttl_s"):
+        cli.main(["router", "--handover-ttl-s", "nan"])
 
 
 async def _no_site(*args: object) -> None:

@@ -44,10 +44,10 @@ async def test_serve_script_answers_readyz_and_serves_a_session(
 ) -> None:
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
-    env = {**os.environ, "PORT": str(port)}
+    env = {**os.environ, "WORLDSERVE_PORT": str(port)}
     proc = subprocess.Popen(
         ["bash", str(ROOT / "scripts" / "serve.sh"), "--weights", str(model_weights),
-         "--batch-sizes", "1", "--warmup-steps", "4", "--capacity", "2"],
+         "--warmup-batch-sizes", "1", "--warmup-steps", "4", "--capacity", "2"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
