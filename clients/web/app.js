@@ -54,6 +54,7 @@ const state = {
   height: 0,
   level: 0,
   fps: 0, // the frame rate the session is paced at: started (as admitted), then degradations
+  controls: null, // what the model takes (started.controls): keys, mouse, prompt, observation
   skippedFrames: 0, // display frames that kept the last picture because a block came late
   ended: null,
   framesShown: 0,
@@ -112,6 +113,7 @@ function renderStats() {
   const via = state.transport === "webrtc" ? `WebRTC ${state.codec || ""}` : state.transport === "ws" ? "WebSocket JPEG" : "–";
   $("stat-transport").textContent = via.trim();
   $("stat-session").textContent = state.session ? state.session.id : "–";
+  $("stat-controls").textContent = state.controls ? state.controls.join(", ") || "none" : "–";
 }
 setInterval(renderStats, 250);
 
@@ -152,6 +154,10 @@ function onMessage(msg) {
       state.width = msg.width;
       state.height = msg.height;
       state.ended = null;
+      if (Array.isArray(msg.controls)) {
+        state.controls = msg.controls;
+        $("prompt-form").hidden = !msg.controls.includes("prompt"); // a model steered without text
+      }
       break;
     case "status":
       state.level = msg.level;

@@ -28,12 +28,15 @@ A migration carries the anchor image (``ModelState.frames``), the kept latents (
 ``decoder_context``), the noise state, and an ``ActionTrace``: the pixel-frame actions the kept
 frames were made with and the anchor's epoch frame. The target replays the kept latents from
 the anchor on, chunk by chunk as they were made, through commit passes under those actions
-(``_replay``), so the caches (self-attention, keyboard, mouse) hold what the source's held:
-bit for bit while the kept latents reach back to the anchor (``decoder_context`` latent
-frames, 40: 157 pixel frames), as they did for the VAE stream already. Past that the replay
-starts at the oldest kept frame with nothing before it; the difference that makes has passed
-through 13 chunks of the window before it reaches the next frames. A snapshot without a trace
-(an older worker's) is re-cached over the window with nothing held, counting from frame 0.
+(``_replay``), so the caches (self-attention, keyboard, mouse) hold what the source's held,
+and the VAE stream is primed from the same latents. A cache entry depends on the chunks
+before it through every cached attention of the forward, one chunk each (the self-attentions
+and the mouse attentions; the keyboard's keys come from the keys alone), so the replay is bit
+for bit when it starts at the anchor or spans that depth in chunks. At the real size (30 + 15
+levels) the 40 kept frames replay 13 chunks: past the anchor the caches start from a chunk
+that saw nothing before it and each replayed chunk recomputes one level more, so the next
+frames are close, not exact (docs/models.md: how close on the tiny model). A snapshot without
+a trace (an older worker's) is re-cached with nothing held, counting from frame 0.
 """
 
 from __future__ import annotations
@@ -210,7 +213,7 @@ class MatrixGameRunner(WanRunner):
         assert isinstance(s, MatrixGameSession) and s.history is not None and s.anchor is not None
         a = self._action_cfg
         r = a.vae_time_compression_ratio
-        if st.actions is None:  # an older worker's snapshot: the window re-cached with nothing held
+        if st.actions is None:  # an older worker's snapshot: re-cached with nothing held
             n = pixel_frames_of(st.frame_index, self.cfg.chunk_frames, r)[0]
             s.history.extend(np.zeros((n, a.keyboard_dim_in), np.float32),
                              np.zeros((n, s.history.mouse.shape[1]), np.float32), self.keep_actions)
@@ -308,18 +311,22 @@ class MatrixGameRunner(WanRunner):
     def _image_kv(self, image: np.ndarray):
         return self.model.image_kv(self.clip.encode(image).to(self.device, self.dtype))
 
-    @torch.inference_mode()
     def _anchor(self, image: np.ndarray, frame: int) -> Anchor:
-        """The condition of ``image`` (H, W, 3) uint8: the authors' VAE latent of [image, blank
-        frames] beside a mask that is 1 on the image's latent frame."""
-        h, w = image.shape[:2]
-        video = torch.zeros(3, 1 + 4 * (COND_FRAMES - 1), h, w, device=self.decoder.device)
-        video[:, 0] = torch.from_numpy(np.ascontiguousarray(image)).to(video.device).permute(2, 0, 1).float() / 127.5 - 1
-        latent = self.decoder.encode_video(video)  # (C, COND_FRAMES, h/8, w/8)
-        mask = torch.zeros(COND_MASK_CHANNELS, *latent.shape[1:], device=latent.device)
-        mask[:, 0] = 1
-        cond = torch.cat((mask, latent), 0).to(self.device, self.dtype)
-        return Anchor(image=image, cond=cond, frame=frame)
+        return Anchor(image=image, cond=image_condition(self.decoder, image).to(self.device, self.dtype), frame=frame)
+
+
+@torch.inference_mode()
+def image_condition(decoder: StreamingDecoder, image: np.ndarray) -> torch.Tensor:
+    """The condition of ``image`` (H, W, 3) uint8, (cond_dim, COND_FRAMES, H/8, W/8) float32 on
+    the decoder's device: the authors' VAE latent of [image, blank frames] beside a mask that is
+    1 on the image's latent frame."""
+    h, w = image.shape[:2]
+    video = torch.zeros(3, 1 + 4 * (COND_FRAMES - 1), h, w, device=decoder.device)
+    video[:, 0] = torch.from_numpy(np.ascontiguousarray(image)).to(video.device).permute(2, 0, 1).float() / 127.5 - 1
+    latent = decoder.encode_video(video)  # (C, COND_FRAMES, h/8, w/8)
+    mask = torch.zeros(COND_MASK_CHANNELS, *latent.shape[1:], device=latent.device)
+    mask[:, 0] = 1
+    return torch.cat((mask, latent), 0)
 
 
 def fit_rows(actions: np.ndarray, count: int) -> np.ndarray:

@@ -29,6 +29,26 @@ def test_tiny_run_prints_a_row_per_session_count_and_a_parsable_summary(capsys):
     assert any("VAE feature cache 1801 MiB" in ln for ln in lines)
 
 
-def test_matrix_game_is_a_named_hook_not_a_silent_fallback():
-    with pytest.raises(SystemExit, match="matrix-game-2 is not served yet"):
-        gpu_wan.main(["--tiny", "--model", "matrix-game-2"])
+def test_matrix_game_runs_the_loop_with_its_actions_and_adds_the_key_to_frame_estimate(capsys):
+    gpu_wan.main(["--tiny", "--model", "matrix-game-2", "--sessions", "1", "2", "--chunks", "1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    m = re.match(SUMMARY.pattern.rstrip("$") + r" key_ms_p50=(?P<key>[\d.]+)$", lines[-1])
+    assert m, lines[-1]
+    assert float(m["fps"]) > 0 and float(m["ttff"]) > 0 and 0 < float(m["share"]) < 1
+    assert any("action modules in 1 blocks" in ln and "3 steps + commit" in ln and "sinks 0" in ln for ln in lines)
+    # what a session holds at the real size: the figures of docs/models.md
+    assert any("KV cache 464 MiB, mouse cache 155 MiB" in ln and "VAE feature cache 1016 MiB" in ln for ln in lines)
+    header = next(ln for ln in lines if ln.lstrip().startswith("sessions"))
+    assert header.split()[-6:] == ["key", "p50", "ms", "key", "max", "ms"]
+    rows = [ln.split() for ln in lines if re.match(r"^\s+\d+\s", ln)]
+    assert [r[0] for r in rows] == ["1", "2"] and {r[5] for r in rows} == {"8"}
+    for r in rows:  # the chunk end to end, then half a period (p50) or a whole one (max) before it
+        serial, p50, worst = float(r[3]), float(r[-2]), float(r[-1])
+        assert serial < p50 < worst <= 2 * serial + 0.1
+    assert float(m["key"]) == float(rows[0][-2])
+
+
+def test_matrix_game_at_the_real_size_needs_a_gpu(monkeypatch):
+    monkeypatch.setattr(gpu_wan.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        gpu_wan.main(["--model", "matrix-game-2"])
