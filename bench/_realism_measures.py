@@ -1,0 +1,213 @@
+"""Measures of whether a set of frames looks like the world: ``bench.realism``'s three tests.
+
+Frames are (N, H, W, 3) uint8 throughout.
+
+- ``c2st_accuracy``: a classifier two-sample test. A small convolutional network, trained
+  afresh with a fixed seed, learns to tell set ``a`` from set ``b``; its accuracy on frames of
+  held-out groups (worlds: no place is in both the training and the test split) is the
+  result: 0.5 when the sets cannot be told apart, 1.0 when they always can. Such a test is
+  only as good as its classifier, so the bench runs the same recipe on the renderer's frames
+  against ``blur4`` copies of them as a control.
+- ``frechet_distance``: the Frechet distance between two Gaussians fitted to feature sets
+  (the FID formula, on the features of ``bench._scene_features``).
+- ``patch_distance``: the mean distance of every 8x8 patch of some frames to its nearest patch
+  in a bank of the world's frames, by what the patches are made of (colour, contrast, edge
+  strength); a ratio of two of them is ``bench.realism``'s patch realism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def blur4(frames: np.ndarray) -> np.ndarray:
+    """The frames with 4x less detail: each 4x4 block averaged, then bilinearly upsampled back
+    to full size (the control for ``c2st_accuracy``)."""
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()  # (N, 3, H, W)
+    small = F.avg_pool2d(x, 4)  # (N, 3, H/4, W/4)
+    big = F.interpolate(small, size=x.shape[-2:], mode="bilinear", align_corners=False)
+    return big.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def blocky(frames: np.ndarray, block: int = 16) -> np.ndarray:
+    """Each ``block`` x ``block`` square of the frames replaced by its mean colour (what a head
+    that writes each token as one flat colour draws)."""
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+    big = F.interpolate(F.avg_pool2d(x, block), scale_factor=block, mode="nearest")
+    return big.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def to_input(frames: np.ndarray) -> torch.Tensor:
+    """(N, H, W, 3) uint8 -> (N, 3, H, W) float in [-1, 1]."""
+    return torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 127.5 - 1
+
+
+# -- the two-sample test ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class C2STConfig:
+    widths: tuple[int, ...] = (16, 32, 64, 64)  # channels per conv; every one after the first halves H, W
+    crop: int = 48  # training crops (px, random place); the test sees whole frames
+    epochs: int = 12  # passes over the training frames
+    batch: int = 32
+    lr: float = 2e-3  # Adam, cosine decay to 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.widths or min(self.widths) < 1:
+            raise ValueError(f"widths {self.widths} must be a non-empty tuple of positive ints")
+        if self.crop < 8 or self.epochs < 1 or self.batch < 2 or self.lr <= 0:
+            raise ValueError(f"bad C2STConfig: crop={self.crop} epochs={self.epochs} batch={self.batch} lr={self.lr}")
+
+
+class FrameClassifier(nn.Module):
+    """One frame -> ``outputs`` logits, for frames of any size.
+
+    Each frame is standardized first (its colour mean taken out, divided by its own standard
+    deviation), so the texture of a dark night or a foggy frame, a level or two high, reaches
+    the convolutions as strongly as a bright noon's (without it a small network trained on a
+    thousand frames does not learn to see a blur at all); the mean and the log deviation go to
+    the head beside the pooled features, so colour and contrast still count. Convolutions
+    (the first at full resolution, then stride 2) with ReLU; each channel's mean and standard
+    deviation over the frame (how much of a feature there is, and how unevenly: texture)."""
+
+    def __init__(self, widths: tuple[int, ...], outputs: int = 1):
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for i, w in enumerate(widths):
+            layers += [nn.Conv2d(c_in, w, 3, 1 if i == 0 else 2, 1), nn.ReLU()]
+            c_in = w
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(2 * c_in + 4, outputs)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, 3, H, W) in [-1, 1] -> (N, 2 * widths[-1] + 4)."""
+        mean = x.mean((2, 3), keepdim=True)  # (N, 3, 1, 1)
+        dev = (x - mean).flatten(1).std(1)[:, None, None, None] + 1e-2  # (N, 1, 1, 1)
+        h = self.body((x - mean) / dev).flatten(2)  # (N, C, H'*W')
+        return torch.cat([h.mean(2), h.std(2), mean.flatten(1), dev.log().flatten(1)], 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))  # (N, outputs)
+
+
+def random_crops(x: torch.Tensor, size: int, gen: torch.Generator) -> torch.Tensor:
+    """One ``size`` x ``size`` crop of each frame of ``x`` (N, C, H, W), at a random place."""
+    n, _, h, w = x.shape
+    if size >= min(h, w):
+        return x
+    ys = torch.randint(0, h - size + 1, (n,), generator=gen)
+    xs = torch.randint(0, w - size + 1, (n,), generator=gen)
+    return torch.stack([x[i, :, y : y + size, xx : xx + size] for i, (y, xx) in enumerate(zip(ys.tolist(), xs.tolist(), strict=True))])
+
+
+def split_by_group(groups: np.ndarray, test_share: float = 0.25) -> np.ndarray:
+    """A boolean test mask over ``groups`` (one id per frame): the last ``test_share`` of the
+    distinct ids (at least one, never all), so a group is on one side of the split only."""
+    ids = np.unique(groups)
+    if len(ids) < 2:
+        raise ValueError(f"a split by group needs at least 2 groups, got {len(ids)}")
+    n_test = min(len(ids) - 1, max(1, round(len(ids) * test_share)))
+    return np.isin(groups, ids[-n_test:])
+
+
+def c2st_accuracy(
+    a: np.ndarray, b: np.ndarray, groups_a: np.ndarray, groups_b: np.ndarray,
+    cfg: C2STConfig = C2STConfig(), test_share: float = 0.25,
+) -> float:
+    """Held-out accuracy of a classifier trained to tell frames ``a`` from frames ``b``.
+
+    ``groups_a`` / ``groups_b`` name each frame's world; the test split holds the last
+    ``test_share`` of the worlds (of both sets together), the classifier trains on the rest.
+    The accuracy is balanced (the mean of the two sets' own accuracies), so unequal set sizes
+    do not move the 0.5 of indistinguishable sets."""
+    if a.shape[1:] != b.shape[1:] or a.ndim != 4 or a.shape[-1] != 3:
+        raise ValueError(f"frame sets must be (N, H, W, 3) of one size, got {a.shape} and {b.shape}")
+    if len(groups_a) != len(a) or len(groups_b) != len(b):
+        raise ValueError(f"one group per frame: {len(groups_a)} for {len(a)}, {len(groups_b)} for {len(b)}")
+    test = split_by_group(np.concatenate([groups_a, groups_b]))
+    x = to_input(np.concatenate([a, b]))
+    y = torch.cat([torch.zeros(len(a)), torch.ones(len(b))])
+    x_train, y_train = x[~torch.from_numpy(test)], y[~torch.from_numpy(test)]
+    x_test, y_test = x[torch.from_numpy(test)], y[torch.from_numpy(test)]
+    if y_test.min() == y_test.max() or y_train.min() == y_train.max():
+        raise ValueError("both sets need frames on both sides of the split by world")
+
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    net = FrameClassifier(cfg.widths)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    per_epoch = -(-len(x_train) // cfg.batch)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.epochs * per_epoch)
+    net.train()
+    for _ in range(cfg.epochs):
+        order = torch.randperm(len(x_train), generator=gen)
+        for s in range(0, len(order), cfg.batch):
+            idx = order[s : s + cfg.batch]
+            logits = net(random_crops(x_train[idx], cfg.crop, gen))[:, 0]
+            loss = F.binary_cross_entropy_with_logits(logits, y_train[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+    net.eval()
+    with torch.no_grad():
+        pred = torch.cat([net(x_test[s : s + 256])[:, 0] for s in range(0, len(x_test), 256)]) > 0
+    right = pred == (y_test > 0.5)
+    return float((right[y_test < 0.5].float().mean() + right[y_test > 0.5].float().mean()) / 2)
+
+
+# -- Frechet distance ------------------------------------------------------------------------
+
+
+def frechet_distance(fa: np.ndarray, fb: np.ndarray) -> float:
+    """Frechet distance between Gaussians fitted to feature sets ``fa`` (N, D) and ``fb`` (M, D):
+    |mu_a - mu_b|^2 + tr(S_a + S_b - 2 (S_a^1/2 S_b S_a^1/2)^1/2)."""
+    if fa.ndim != 2 or fb.ndim != 2 or fa.shape[1] != fb.shape[1] or len(fa) < 2 or len(fb) < 2:
+        raise ValueError(f"feature sets must be (N>=2, D) of one D, got {fa.shape} and {fb.shape}")
+    fa, fb = fa.astype(np.float64), fb.astype(np.float64)
+    mu_a, mu_b = fa.mean(0), fb.mean(0)
+    s_a, s_b = np.cov(fa, rowvar=False), np.cov(fb, rowvar=False)
+    w, v = np.linalg.eigh(s_a)
+    root_a = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+    cross = np.linalg.eigvalsh(root_a @ s_b @ root_a)
+    trace_root = float(np.sqrt(np.clip(cross, 0, None)).sum())
+    return float(((mu_a - mu_b) ** 2).sum() + np.trace(s_a) + np.trace(s_b) - 2 * trace_root)
+
+
+# -- patch realism ---------------------------------------------------------------------------
+
+
+def patch_descriptors(frames: np.ndarray, size: int = 8, stride: int = 8) -> torch.Tensor:
+    """What every ``size`` x ``size`` patch at ``stride`` of the frames is made of: its mean
+    colour (3), each channel's standard deviation (3) and the mean absolute step between
+    neighbouring pixels' luminance, across and down (2), all in grey levels: (P, 8)."""
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()  # (N, 3, H, W)
+    cols = F.unfold(x, size, stride=stride)  # (N, 3 * size * size, L)
+    p = cols.transpose(1, 2).reshape(-1, 3, size, size)  # (P, 3, size, size)
+    lum = p.mean(1)  # (P, size, size)
+    across = (lum[:, :, 1:] - lum[:, :, :-1]).abs().mean((1, 2))
+    down = (lum[:, 1:] - lum[:, :-1]).abs().mean((1, 2))
+    return torch.cat([p.mean((2, 3)), p.std((2, 3)), across[:, None], down[:, None]], 1)
+
+
+def patch_distance(frames: np.ndarray, bank: np.ndarray, size: int = 8, bank_stride: int = 1) -> float:
+    """Mean over the frames' ``size``-pixel patches (non-overlapping) of the distance to the
+    nearest patch of ``bank``'s frames (every patch at ``bank_stride``), patches compared by
+    ``patch_descriptors``.
+
+    Not pixel by pixel: the nearest patch in pixel distance rewards flat patches (the mean of a
+    texture is nearer any one piece of it than another piece of the same texture is), so a copy
+    of the world's frames made of flat 16-pixel blocks scored 0.2-0.7 of the world's own frames
+    on five scenes; by colour, contrast and edge strength it scores 1.1-3.2 of them."""
+    q = patch_descriptors(frames, size, size)
+    k = patch_descriptors(bank, size, bank_stride)
+    best = torch.cat([torch.cdist(q[s : s + 2048], k).min(1).values for s in range(0, len(q), 2048)])
+    return float(best.mean())

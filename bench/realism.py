@@ -1,0 +1,283 @@
+"""Does the model's picture look like the world, seconds into steering? The part of
+``bench.quality`` that measures what a person sees (it runs inside it; alone here).
+
+    python -m bench.realism [--quick] [--weights PATH] [--beside PATH ...] [--out docs/quality]
+
+Held-out worlds (``HELD_OUT_SEEDS[500:]``, worlds no other part of the bench uses; 32, or 16
+with ``--quick``), each with a random scene and a held-out steering script (``mixed_policy``);
+every model is anchored on the renderer's first frame and driven by the same script. At each
+moment (2, 10 and 60 s at 24 fps: frames 48, 240, 1440) the frames t-15 ... t+16 of every
+world, the renderer's and each model's, are compared three ways:
+
+- ``c2st``: a classifier two-sample test (``bench._realism_measures``): a small convolutional
+  network trained afresh (fixed seed) to tell the model's frames from the renderer's frames of
+  the same places and prompts, its accuracy on the worlds it did not train on (a quarter of
+  them: no place is on both sides). 0.5: indistinguishable; 1.0: always told apart. Beside it,
+  the same recipe on the same counts of frames: ``c2st_control``, the renderer's frames at
+  60 s against a 4x-blurred copy of them (4x4 averages, bilinearly enlarged), which must reach
+  ``CONTROL_GOAL`` or the run is VOID (the test could not see); ``c2st_null``, the renderer's
+  frames at 60 s against its own at 10 s (other places, same worlds and scenes), which should
+  stay near 0.5 (the test does not see ghosts);
+- ``fd``: the Frechet distance between the model's and the renderer's frames in the feature
+  space of a network trained on renderer frames alone to name their scene attributes
+  (``bench._scene_features``, cached in ``bench/data``); ``fd_floor``: the same distance
+  between the renderer's frames at 60 s and its own at 10 s (two disjoint sets of the world's
+  frames, same scenes: what a model earns that draws the world, only not the same places);
+- ``patch_ratio``: the mean RMS distance of every 8x8 patch of the model's frames (every 4th
+  of the window) to its nearest patch (any place, stride 2) among the renderer's frames of the
+  same world and scene at the other two moments, over the same for the renderer's own frames
+  at this moment. 1.0: made of the world's materials; a 16-pixel block in averaged colours
+  finds no near patch in the world.
+
+Writes ``realism_<moment>_<bucket>.png`` under ``--out`` per moment: the frame at the moment of
+the first 8 worlds, the renderer's row above each model's row. Prints a table; the last line
+is ``realism c2st_2s=.. c2st_10s=.. c2st_60s=.. c2st_control=.. c2st_null=.. fd_60s=..
+fd_floor=.. patch_ratio_60s=..`` for ``--weights`` (with ``VOID`` at the end when the control
+failed). ``--weights`` other than the committed ones are measured with the committed weights
+beside them (``--beside``), on the same worlds and scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from bench._driver import Driver, make_worlds
+from bench._realism_measures import (
+    C2STConfig,
+    blur4,
+    c2st_accuracy,
+    frechet_distance,
+    patch_distance,
+)
+from bench._scene_features import DEFAULT_PATH as SCENE_NET_PATH
+from bench._scene_features import load_scene_net, scene_features
+from model.dtype import DTYPES, pick_dtype
+from model.runner import ModelRunner
+from model.weights import DEFAULT_WEIGHTS
+from world import mixed_policy
+
+FPS = 24
+MOMENTS: tuple[tuple[str, int], ...] = (("2s", 2 * FPS), ("10s", 10 * FPS), ("60s", 60 * FPS))
+WINDOW = 32  # frames per world at a moment: t - 15 ... t + 16
+FIRST_WORLD = 500  # HELD_OUT_SEEDS[500:]: the other parts of bench.quality use 0 ... 423
+CONTROL_GOAL = 0.95  # c2st_control below this: the run is VOID
+PATCH_EVERY = 4  # patch realism: every 4th frame of a window
+STRIP_WORLDS = 8
+
+
+@dataclass
+class Moment:
+    name: str
+    frame: int  # the moment's frame index (the window is frame - 15 ... frame + 16)
+    truth: np.ndarray  # (E, WINDOW, H, W, 3) the renderer's frames
+    model: dict[str, np.ndarray]  # weights label -> (E, WINDOW, H, W, 3)
+
+    @property
+    def groups(self) -> np.ndarray:
+        return np.repeat(np.arange(self.truth.shape[0]), self.truth.shape[1])  # each frame's world
+
+    def flat(self, frames: np.ndarray) -> np.ndarray:
+        return frames.reshape(-1, *frames.shape[2:])
+
+
+def window(t: int, size: int = WINDOW) -> range:
+    """The frames of the moment ``t``: t - size/2 + 1 ... t + size/2."""
+    return range(t - size // 2 + 1, t + size // 2 + 1)
+
+
+def window_frames(moments: list[Moment]) -> dict[int, tuple[Moment, int]]:
+    """frame index -> (its moment, its place in the moment's window)."""
+    return {t: (m, k) for m in moments for k, t in enumerate(window(m.frame, m.truth.shape[1]))}
+
+
+def steer_worlds(
+    bucket: int, n: int, rng: np.random.Generator, moments: tuple[tuple[str, int], ...] = MOMENTS, size: int = WINDOW,
+) -> tuple[np.ndarray, list[str], np.ndarray, list[Moment]]:
+    """The renderer's side: ``n`` held-out worlds steered by ``mixed_policy`` through the last
+    moment's window of ``size`` frames. Returns (anchors (E, H, W, 3), prompts, actions
+    (E, T, A), moments with the renderer's windows and no model frames yet)."""
+    if size < 2 or any(t - size // 2 + 1 < 1 for _, t in moments):
+        raise ValueError(f"every moment's window of {size} frames must start after frame 0: {moments}")
+    worlds = make_worlds(n, bucket, rng, FIRST_WORLD)
+    length = window(moments[-1][1], size)[-1] + 1
+    actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
+    anchors = np.stack([w.render(bucket) for w in worlds])
+    steps = [Moment(name, t, np.zeros((n, size, bucket, bucket, 3), np.uint8), {}) for name, t in moments]
+    at = window_frames(steps)
+    for i, w in enumerate(worlds):
+        for t in range(1, length):
+            w.step(actions[i, t])
+            if t in at:
+                m, k = at[t]
+                m.truth[i, k] = w.render(bucket)
+    return anchors, [w.scene.to_prompt() for w in worlds], actions, steps
+
+
+def drive(runner: ModelRunner, bucket: int, anchors: np.ndarray, prompts: list[str], actions: np.ndarray,
+          moments: list[Moment], label: str) -> None:
+    """The model's side: anchored on ``anchors``, driven by ``actions``; its frames in each
+    moment's window go into ``moment.model[label]``."""
+    length = actions.shape[1]
+    for m in moments:
+        m.model[label] = np.zeros_like(m.truth)
+    at = window_frames(moments)
+    drv = Driver(runner, bucket)
+    drv.open(anchors, prompts, seed=11)
+    for t in range(1, length):
+        frames = drv.step(actions[:, t])
+        if t in at:
+            m, k = at[t]
+            m.model[label][:, k] = frames
+    drv.close()
+
+
+def patch_ratio(moments: list[Moment], index: int, label: str) -> tuple[float, list[float], list[float]]:
+    """Patch realism of ``label``'s frames at ``moments[index]``: (ratio, per world the model's
+    mean nearest-patch distance, per world the renderer's own)."""
+    m = moments[index]
+    d_model, d_truth = [], []
+    for e in range(m.truth.shape[0]):
+        bank = np.concatenate([o.truth[e, ::PATCH_EVERY] for j, o in enumerate(moments) if j != index])
+        d_model.append(patch_distance(m.model[label][e, ::PATCH_EVERY], bank))
+        d_truth.append(patch_distance(m.truth[e, ::PATCH_EVERY], bank))
+    return float(np.mean(d_model) / max(np.mean(d_truth), 1e-9)), d_model, d_truth
+
+
+def save_moment_strips(moments: list[Moment], out: Path, bucket: int, n: int = STRIP_WORLDS) -> list[Path]:
+    """Per moment, its frame in the first ``n`` worlds side by side: the renderer's row above
+    each model's (``realism_<moment>_<bucket>.png``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    scale = max(1, 128 // bucket)
+    for m in moments:
+        centre = m.truth.shape[1] // 2 - 1  # window index of the moment's own frame
+        rows = [m.truth[:n, centre]] + [frames[:n, centre] for frames in m.model.values()]
+        img = np.concatenate([np.concatenate(list(r), 1) for r in rows], 0)
+        path = out / f"realism_{m.name}_{bucket}.png"
+        Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST).save(path)
+        paths.append(path)
+    return paths
+
+
+def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int, out: Path | None,
+            c2st: C2STConfig | None = None, scene_net: Path = SCENE_NET_PATH, lines: list[str] | None = None,
+            moments: tuple[tuple[str, int], ...] = MOMENTS, size: int = WINDOW) -> dict[str, dict[str, float]]:
+    """Every measure for every runner (label -> runner) on the same worlds and scripts.
+    Returns label -> {c2st_<moment>, fd_<moment>, patch_ratio_<moment>} plus the run's own
+    c2st_control, c2st_null, fd_floor and void (1.0: the control failed) in every label's dict;
+    ``lines`` receives the printed report."""
+    log = lines if lines is not None else []
+    c2st = c2st or C2STConfig()
+    t0 = time.perf_counter()
+    anchors, prompts, actions, steps = steer_worlds(bucket, worlds, np.random.default_rng([seed, bucket, 50]), moments, size)
+    log.append(f"realism, bucket {bucket}: {worlds} held-out worlds (HELD_OUT_SEEDS[{FIRST_WORLD}:{FIRST_WORLD + worlds}]), "
+               f"{size} frames a moment each, renderer {time.perf_counter() - t0:.0f} s")
+    for label, runner in runners.items():
+        t1 = time.perf_counter()
+        drive(runner, bucket, anchors, prompts, actions, steps, label)
+        log.append(f"  {label}: {actions.shape[1]} frames x {worlds} worlds in {time.perf_counter() - t1:.0f} s")
+    if out is not None:
+        log.append("  strips: " + " ".join(str(p) for p in save_moment_strips(steps, out, bucket)))
+
+    t1 = time.perf_counter()
+    last, middle = steps[-1], steps[len(steps) // 2]
+    groups = last.groups
+    truth_last = last.flat(last.truth)
+    shared = {
+        "c2st_control": c2st_accuracy(truth_last, blur4(truth_last), groups, groups, c2st),
+        "c2st_null": c2st_accuracy(truth_last, middle.flat(middle.truth), groups, groups, c2st),
+    }
+    net = load_scene_net(scene_net)
+    feats = {m.name: scene_features(net, m.flat(m.truth)) for m in steps}
+    shared["fd_floor"] = frechet_distance(feats[last.name], feats[middle.name])
+    shared["void"] = float(shared["c2st_control"] < CONTROL_GOAL)
+    log.append(f"  c2st_control {shared['c2st_control']:.3f} (renderer at {last.name} vs its 4x blur; goal >= {CONTROL_GOAL})"
+               f"   c2st_null {shared['c2st_null']:.3f} (renderer at {last.name} vs at {middle.name}; ~0.5)"
+               f"   fd_floor {shared['fd_floor']:.2f} (the same pair)")
+    if shared["void"]:
+        log.append(f"  VOID: the two-sample test told the renderer from its 4x blur only {shared['c2st_control']:.3f} "
+                   f"of the time (< {CONTROL_GOAL}); its c2st numbers mean nothing")
+    res: dict[str, dict[str, float]] = {}
+    log.append(f"  {'weights':<28} {'moment':>6} {'c2st':>6} {'fd':>8} {'patch_ratio':>11}")
+    for label in runners:
+        r = dict(shared)
+        per_world: list[str] = []
+        for i, m in enumerate(steps):
+            frames = m.flat(m.model[label])
+            r[f"c2st_{m.name}"] = c2st_accuracy(m.flat(m.truth), frames, m.groups, m.groups, c2st)
+            r[f"fd_{m.name}"] = frechet_distance(scene_features(net, frames), feats[m.name])
+            r[f"patch_ratio_{m.name}"], d_model, d_truth = patch_ratio(steps, i, label)
+            log.append(f"  {label[:28]:<28} {m.name:>6} {r[f'c2st_{m.name}']:6.3f} {r[f'fd_{m.name}']:8.2f} "
+                       f"{r[f'patch_ratio_{m.name}']:11.3f}")
+            if m is last:
+                per_world = [f"    w{e:<2} {prompts[e][:40]:<40} patch distance model / renderer {a:5.1f} / {b:5.1f}"
+                             for e, (a, b) in enumerate(zip(d_model, d_truth, strict=True))]
+        log.append(f"  per world at {last.name} ({label}):")
+        log.extend(per_world)
+        res[label] = r
+    log.append(f"  measures {time.perf_counter() - t1:.0f} s")
+    return res
+
+
+def summary_fields(r: dict[str, float]) -> str:
+    """The realism part of the summary line (``bench.quality``'s too)."""
+    return (f"c2st_2s={r['c2st_2s']:.3f} c2st_10s={r['c2st_10s']:.3f} c2st_60s={r['c2st_60s']:.3f} "
+            f"c2st_control={r['c2st_control']:.3f} fd_60s={r['fd_60s']:.2f} fd_floor={r['fd_floor']:.2f} "
+            f"patch_ratio_60s={r['patch_ratio_60s']:.3f}")
+
+
+def label_weights(paths: list[Path]) -> list[str]:
+    """Short names for weight files: the file name, or the path where two share a name."""
+    names = [p.name for p in paths]
+    return [p.name if names.count(p.name) == 1 else str(p) for p in paths]
+
+
+def worlds_for(quick: bool) -> int:
+    return 16 if quick else 32
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Two-sample test, Frechet distance and patch realism of model rollouts "
+                                             "at 2, 10 and 60 s of steering, against the renderer.")
+    ap.add_argument("--quick", action="store_true", help="16 worlds instead of 32 (the same moments and measures)")
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    ap.add_argument("--beside", type=Path, nargs="*", default=None,
+                    help="weights measured beside --weights on the same worlds (default: the committed weights, "
+                         "when --weights names others)")
+    ap.add_argument("--out", type=Path, default=Path("docs/quality"))
+    ap.add_argument("--bucket", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--dtype", default="float32", choices=DTYPES, help="the models' float type")
+    ap.add_argument("--epochs", type=int, default=C2STConfig.epochs, help="two-sample classifier training passes")
+    ap.add_argument("--scene-net", type=Path, default=SCENE_NET_PATH,
+                    help="the cached scene-feature network (trained and written there when missing)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    paths = [args.weights, *beside_weights(args.weights, args.beside)]
+    runners = {label: ModelRunner.from_pretrained(p, max_sessions=worlds_for(args.quick), dtype=pick_dtype(args.dtype))
+               for label, p in zip(label_weights(paths), paths, strict=True)}
+    lines: list[str] = []
+    res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, args.out,
+                  replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines)
+    print("\n".join(lines))
+    r = res[next(iter(runners))]
+    print(f"realism {summary_fields(r)} c2st_null={r['c2st_null']:.3f}" + (" VOID" if r["void"] else ""))
+
+
+def beside_weights(weights: Path, beside: list[Path] | None) -> list[Path]:
+    """What ``--beside`` asks for; by default the committed weights when ``weights`` are others."""
+    if beside is not None:
+        return [p for p in beside if p.resolve() != weights.resolve()]
+    return [] if weights.resolve() == DEFAULT_WEIGHTS.resolve() else [DEFAULT_WEIGHTS]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""bench.realism's measures: the two-sample test cannot tell a distribution from itself and
+can tell a blur; the Frechet distance of a set with itself is 0 and follows the formula; the
+world's own frames are made of the world's patches and blocks are not; the scene network
+names the scenes of worlds it never saw; a tiny run of the whole measure writes its strips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from bench._realism_measures import (
+    C2STConfig,
+    blocky,
+    blur4,
+    c2st_accuracy,
+    frechet_distance,
+    patch_distance,
+    split_by_group,
+)
+from bench._scene_features import DEFAULT_PATH, HEADS, SceneNet, labels, load_scene_net, scene_features
+from bench.realism import Moment, beside_weights, measure, patch_ratio, summary_fields
+from model.prompt import ATTRIBUTES, SceneAttrs
+from model.weights import DEFAULT_WEIGHTS
+from tests.model.conftest import make_runner, tiny_config
+from world import World
+
+TINY = C2STConfig(widths=(8, 16), crop=24, epochs=6, batch=16)
+
+
+def textures(
+    rng: np.random.Generator, worlds: int, per_world: int, size: int = 32, base: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sharp random ground: per world a base colour (``base`` (worlds, 3), else drawn), per
+    frame pixel noise on it."""
+    base = rng.integers(60, 196, (worlds, 3)) if base is None else base
+    base = base[:, None, None, None, :]
+    noise = rng.normal(0, 40, (worlds, per_world, size, size, 1)) + rng.normal(0, 10, (worlds, per_world, size, size, 3))
+    frames = np.clip(base + noise, 0, 255).astype(np.uint8).reshape(-1, size, size, 3)
+    return frames, np.repeat(np.arange(worlds), per_world)
+
+
+def test_split_by_group_keeps_every_group_on_one_side() -> None:
+    groups = np.repeat(np.arange(8), 5)
+    test = split_by_group(groups)
+    assert test.sum() == 10 and set(groups[test]) == {6, 7}
+    with pytest.raises(ValueError, match="at least 2 groups"):
+        split_by_group(np.zeros(4, int))
+
+
+def test_c2st_cannot_tell_a_distribution_from_itself() -> None:
+    colours = np.random.default_rng(0).integers(60, 196, (16, 3))
+    a, groups = textures(np.random.default_rng(1), 16, 12, base=colours)
+    b, _ = textures(np.random.default_rng(2), 16, 12, base=colours)  # the same worlds, other draws
+    acc = c2st_accuracy(a, b, groups, groups, TINY)
+    assert 0.35 <= acc <= 0.65
+
+
+def test_c2st_tells_a_blur_from_the_sharp_frames() -> None:
+    a, groups = textures(np.random.default_rng(2), 16, 12)
+    assert c2st_accuracy(a, blur4(a), groups, groups, TINY) >= 0.95
+
+
+def test_c2st_refuses_mismatched_sets() -> None:
+    a, groups = textures(np.random.default_rng(3), 4, 2)
+    with pytest.raises(ValueError, match="one size"):
+        c2st_accuracy(a, a[:, :16], groups, groups, TINY)
+    with pytest.raises(ValueError, match="one group per frame"):
+        c2st_accuracy(a, a, groups[:-1], groups, TINY)
+
+
+def test_blur4_and_blocky_keep_the_mean_colour_and_lose_detail() -> None:
+    a, _ = textures(np.random.default_rng(4), 2, 2)
+    for out in (blur4(a), blocky(a)):
+        assert out.shape == a.shape and out.dtype == np.uint8
+        assert np.abs(out.reshape(-1, 3).astype(float).mean(0) - a.reshape(-1, 3).mean(0)).max() < 2
+        assert np.abs(np.diff(out.astype(float), axis=2)).mean() < 0.5 * np.abs(np.diff(a.astype(float), axis=2)).mean()
+    np.testing.assert_array_equal(blocky(a, 16)[:, :16, :16], np.broadcast_to(blocky(a, 16)[:, :1, :1], (4, 16, 16, 3)))
+
+
+def test_frechet_distance_of_a_set_with_itself_is_zero_and_follows_the_formula() -> None:
+    rng = np.random.default_rng(5)
+    f = rng.normal(0, 1, (400, 6)) @ rng.normal(0, 1, (6, 6))
+    assert abs(frechet_distance(f, f)) < 1e-6
+    shift = rng.normal(0, 1, 6)
+    assert frechet_distance(f, f + shift) == pytest.approx(float((shift**2).sum()), rel=1e-6)
+    centred = f - f.mean(0)  # doubling: covariance x4, so tr(S + 4S - 2 * 2S) = tr(S)
+    assert frechet_distance(centred, 2 * centred) == pytest.approx(float(np.trace(np.cov(centred, rowvar=False))), rel=1e-6)
+    with pytest.raises(ValueError, match="feature sets"):
+        frechet_distance(f, f[:, :3])
+
+
+@pytest.fixture(scope="module")
+def one_world() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Renderer frames of one held-out world and scene at three sets of places: a bank, held
+    out frames and others (16 frames each at 64 px)."""
+    world = World(7, "grassland moderate day clear summer", (64,))
+    rng = np.random.default_rng(6)
+    sets = []
+    for _ in range(3):
+        frames = []
+        for _ in range(16):
+            world.reset(world.random_position(rng))
+            frames.append(world.render(64))
+        sets.append(np.stack(frames))
+    return sets[0], sets[1], sets[2]
+
+
+def test_the_worlds_own_frames_are_made_of_its_patches_and_blocks_are_not(one_world) -> None:
+    bank, held, other = one_world
+    own = patch_distance(held, bank)
+    assert 0.7 <= patch_distance(other, bank) / own <= 1.4
+    assert patch_distance(blocky(other), bank) / own > 1.5
+    assert patch_distance(blur4(other), bank) / own > 1.1
+    assert patch_distance(bank, bank) < 1e-3  # every patch is in the bank
+
+
+def test_patch_ratio_compares_the_model_with_the_renderer_at_the_same_moment(
+    one_world, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("bench.realism.PATCH_EVERY", 1)  # every frame of these short windows
+    bank, held, other = one_world
+    moments = [Moment(n, t, f[None], {}) for n, t, f in (("2s", 10, bank[:4]), ("10s", 20, bank[4:]), ("60s", 30, held))]
+    moments[2].model["world"] = other[None]
+    moments[2].model["blocks"] = blocky(other)[None]
+    assert 0.7 <= patch_ratio(moments, 2, "world")[0] <= 1.4
+    assert patch_ratio(moments, 2, "blocks")[0] > 1.5
+
+
+def test_scene_net_shapes_and_labels() -> None:
+    net = SceneNet((4, 8)).eval()
+    frames = np.zeros((3, 32, 32, 3), np.uint8)
+    assert scene_features(net, frames).shape == (3, 64)
+    out = net(torch.zeros(2, 3, 64, 64))
+    assert [out[a].shape[1] for a in HEADS] == [len(ATTRIBUTES[a]) for a in HEADS]
+    scene = SceneAttrs(biome="snow", time="night")
+    assert [ATTRIBUTES[a][i] for a, i in zip(HEADS, labels(scene), strict=True)] == [getattr(scene, a) for a in HEADS]
+
+
+def test_the_committed_scene_net_names_biome_and_time_of_an_unseen_world() -> None:
+    net = load_scene_net(DEFAULT_PATH, train_if_missing=False)
+    world = World(3, None, (64,))
+    rng = np.random.default_rng(8)
+    right, total = {"biome": 0, "time": 0}, 0
+    for biome in ATTRIBUTES["biome"]:
+        for time_of_day in ATTRIBUTES["time"]:
+            scene = SceneAttrs(biome=biome, time=time_of_day)
+            world.set_scene(scene)
+            world.reset(world.random_position(rng))
+            with torch.no_grad():
+                out = net(torch.from_numpy(world.render(64)).permute(2, 0, 1)[None].float() / 127.5 - 1)
+            for a in right:
+                right[a] += int(ATTRIBUTES[a][int(out[a].argmax())] == getattr(scene, a))
+            total += 1
+    assert right["biome"] / total >= 0.75 and right["time"] / total >= 0.75
+
+
+def test_beside_defaults_to_the_committed_weights_for_other_weights(tmp_path: Path) -> None:
+    assert beside_weights(DEFAULT_WEIGHTS, None) == []
+    other = tmp_path / "new.safetensors"
+    assert beside_weights(other, None) == [DEFAULT_WEIGHTS]
+    assert beside_weights(other, []) == []
+    assert beside_weights(other, [other, DEFAULT_WEIGHTS]) == [DEFAULT_WEIGHTS]
+
+
+def test_a_tiny_run_measures_every_runner_and_writes_a_strip_per_moment(tmp_path: Path) -> None:
+    runners = {"a": make_runner(tiny_config(), max_sessions=4), "b": make_runner(tiny_config(), seed=1, max_sessions=4)}
+    lines: list[str] = []
+    moments = (("2s", 4), ("10s", 8), ("60s", 12))
+    res = measure(runners, 32, 4, seed=0, out=tmp_path, c2st=C2STConfig(widths=(4,), crop=16, epochs=1),
+                  lines=lines, moments=moments, size=4)
+    assert set(res) == {"a", "b"}
+    for r in res.values():
+        assert summary_fields(r).startswith("c2st_2s=")
+        assert all(np.isfinite(v) for v in r.values())
+        assert r["void"] == float(r["c2st_control"] < 0.95)
+    assert res["a"]["c2st_control"] == res["b"]["c2st_control"]  # one control a run
+    for name, _ in moments:
+        img = np.asarray(Image.open(tmp_path / f"realism_{name}_32.png"))
+        assert img.shape == (3 * 32 * 4, 4 * 32 * 4, 3)  # renderer + two models, 4 worlds, x4
+    assert any("c2st_control" in line for line in lines)
