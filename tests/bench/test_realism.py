@@ -21,7 +21,14 @@ from bench._realism_measures import (
     patch_distance,
     split_by_group,
 )
-from bench._scene_features import DEFAULT_PATH, HEADS, SceneNet, labels, load_scene_net, scene_features
+from bench._scene_features import (
+    DEFAULT_PATH,
+    HEADS,
+    SceneNet,
+    labels,
+    load_scene_net,
+    scene_features,
+)
 from bench.realism import Moment, beside_weights, measure, patch_ratio, summary_fields
 from model.prompt import ATTRIBUTES, SceneAttrs
 from model.weights import DEFAULT_WEIGHTS
