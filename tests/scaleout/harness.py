@@ -19,6 +19,7 @@ from server.directory import Directory, MemoryDirectory
 from server.keys import AGENT, SERVICE
 from server.router import RouterSettings, create_router
 from server.settings import Settings
+from session.plan import Runner
 from tests.server.harness import TEST_SETTINGS, fake_factory
 
 ADMIN_KEY = "test-admin-key"
@@ -81,10 +82,12 @@ async def cluster(
     n: int = 2,
     *,
     directory: Callable[[], Directory] | None = None,
+    runner_factory: Callable[[Settings], Runner] | None = None,
     **overrides: object,
 ) -> AsyncIterator[Cluster]:
     """``n`` workers and a router; ``directory`` makes each one's directory client (a
-    Redis one per process, as real processes have), else they share a MemoryDirectory."""
+    Redis one per process, as real processes have), else they share a MemoryDirectory.
+    ``runner_factory``: the workers' runners (default: the fake runner)."""
     memory = MemoryDirectory()
     make = directory or (lambda: memory)
     shared = make()
@@ -94,7 +97,7 @@ async def cluster(
     try:
         for i in range(n):
             port = free_port()
-            app = create_app(worker_settings(i, port, **overrides), runner_factory=fake_factory(),
+            app = create_app(worker_settings(i, port, **overrides), runner_factory=runner_factory or fake_factory(),
                              directory=make())
             server = TestServer(app, host="127.0.0.1", port=port)
             await server.start_server()
