@@ -4,6 +4,8 @@
 (``/v1/ws`` for the WebSocket protocol, the HTTP API in server/http_api.py) and the
 lifecycle:
 
+- ``cleanup_ctx``: the codec pool (server/offload.py), where frames are encoded and
+  observations decoded, off the event loop; opened first, shut down last.
 - ``cleanup_ctx``: load the model and warm it up on the model executor thread, in the
   background, so ``/healthz`` answers at once and ``/readyz`` says 503 until the engine
   runs; on exit stop the service, the engine and the model thread.
@@ -34,6 +36,7 @@ from server.http_api import add_routes
 from server.keys import (
     AGENT,
     CLOSABLES,
+    CODECS,
     METRICS,
     RUNNER_FACTORY,
     SERVICE,
@@ -42,6 +45,7 @@ from server.keys import (
     RunnerFactory,
 )
 from server.metrics import Metrics
+from server.offload import CodecPool
 from server.rtc import setup_rtc
 from server.service import Service
 from server.settings import Settings
@@ -80,7 +84,8 @@ def create_app(
     metrics = Metrics()
     app[SETTINGS] = settings
     app[METRICS] = metrics
-    service = app[SERVICE] = Service(settings, metrics)
+    codecs = app[CODECS] = CodecPool()
+    service = app[SERVICE] = Service(settings, metrics, codecs=codecs)
     shared = directory is not None or settings.directory_url is not None
     if directory is None:
         directory = open_directory(settings.directory_url, prefix=settings.directory_prefix,
@@ -92,10 +97,18 @@ def create_app(
     app.router.add_get("/v1/ws", websocket_handler)
     add_routes(app)
     setup_rtc(app, settings.rtc)  # WebRTC offers and the browser client (server/rtc/)
+    app.cleanup_ctx.append(_codecs_ctx)  # first in, last out: it outlives every connection
     app.cleanup_ctx.append(_model_ctx)
     app.cleanup_ctx.append(_agent_ctx)
     app.on_shutdown.append(_close_connections)
     return app
+
+
+async def _codecs_ctx(app: web.Application) -> AsyncIterator[None]:
+    codecs = app[CODECS]
+    codecs.open()
+    yield
+    await codecs.close()
 
 
 async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:

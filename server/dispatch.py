@@ -120,18 +120,20 @@ class Inbound:
         return msg
 
 
-def dispatch(service: Service, transport: Transport, msg: ClientMessage) -> None:
+async def dispatch(service: Service, transport: Transport, msg: ClientMessage) -> None:
     """Hand one decoded client message to the service for the transport's session.
 
     ``start`` and ``resume`` are the transport's own (it handles or refuses them before
-    calling this); any other message type is a ``ProtocolError``. Errors propagate.
+    calling this); any other message type is a ``ProtocolError``. Errors propagate. Only an
+    observation waits (its image is decoded off the loop); a transport that awaits each
+    call in turn keeps its client's messages in order.
     """
     if isinstance(msg, Action):
         service.action(transport.need_session(), msg)
     elif isinstance(msg, Prompt):
         transport.send(service.prompt(transport.need_session(), msg))
     elif isinstance(msg, Observation):
-        transport.send(service.observe(transport.need_session(), msg))
+        transport.send(await service.observe(transport.need_session(), msg))
     elif isinstance(msg, Block):
         service.block(transport.need_session(), msg)
     elif isinstance(msg, Keyframe):

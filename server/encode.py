@@ -4,6 +4,11 @@ One encoder per session and connection. H.264 is libx264 with ``ultrafast`` +
 ``zerolatency`` (no B-frames, no lookahead: each frame comes out at once), one thread, a
 keyframe on request and whenever the frame size changes (a bucket switch). Output is
 Annex B, one access unit per frame. ``measure`` times each codec per frame for the bench.
+
+Encoders with ``offload`` set do codec work that belongs off the event loop: the WebSocket
+writer runs their ``encode`` on the app's codec pool (server/offload.py), one call at a time
+per encoder (H.264 keeps state from frame to frame). ``close`` may come from the loop while
+an encode runs on a pool thread: that encode finishes on the context it started with.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import io
 import time
 from fractions import Fraction
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import av
 import numpy as np
@@ -23,6 +28,7 @@ from protocol import Codec
 
 class FrameEncoder(Protocol):
     codec: Codec
+    offload: ClassVar[bool]  # encode off the event loop (codec work, not a copy)
 
     def encode(self, frame: np.ndarray, index: int, *, key: bool = False) -> tuple[bytes, bool]:
         """(H, W, 3) uint8 -> (bytes, is_keyframe). ``index`` is the frame's number."""
@@ -33,6 +39,7 @@ class FrameEncoder(Protocol):
 
 class RawEncoder:
     codec: Codec = "raw"
+    offload: ClassVar[bool] = False  # one copy of the frame: cheaper than a thread hop
 
     def encode(self, frame: np.ndarray, index: int, *, key: bool = False) -> tuple[bytes, bool]:
         return np.ascontiguousarray(frame, dtype=np.uint8).tobytes(), True
@@ -43,6 +50,7 @@ class RawEncoder:
 
 class JpegEncoder:
     codec: Codec = "jpeg"
+    offload: ClassVar[bool] = True
 
     def __init__(self, quality: int = 80) -> None:
         if not 1 <= quality <= 95:
@@ -60,6 +68,7 @@ class JpegEncoder:
 
 class H264Encoder:
     codec: Codec = "h264"
+    offload: ClassVar[bool] = True
 
     def __init__(self, fps: float = 24.0) -> None:
         self.fps = fps
@@ -80,14 +89,15 @@ class H264Encoder:
 
     def encode(self, frame: np.ndarray, index: int, *, key: bool = False) -> tuple[bytes, bool]:
         h, w = frame.shape[:2]
-        if self._ctx is None or self._size != (w, h):  # first frame or a bucket switch
-            self._ctx = self._open(w, h)
+        ctx = self._ctx
+        if ctx is None or self._size != (w, h):  # first frame or a bucket switch
+            ctx = self._ctx = self._open(w, h)
         vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
         vf = vf.reformat(format="yuv420p")
         vf.pts = index
         if key:
             vf.pict_type = PictureType.I
-        packets = self._ctx.encode(vf)  # type: ignore[attr-defined]
+        packets = ctx.encode(vf)  # type: ignore[attr-defined]
         return b"".join(bytes(p) for p in packets), any(p.is_keyframe for p in packets)
 
     def close(self) -> None:

@@ -8,7 +8,8 @@ requests (what server/dispatch.py hands the service for both transports).
   A model that takes neither keys nor mouse (``started.controls``) applies them as nothing
   and says so once, with a non-fatal ``ignored_control`` error.
 - ``prompt`` and ``observe`` change the session's scene or commit a real frame; both are
-  acknowledged (``ack``).
+  acknowledged (``ack``). An observation's image is decoded on the codec pool
+  (server/offload.py), off the loop; the session is looked up again once it is decoded.
 - ``block``: pull mode's block requests, under the store's block_idx rules (next, a
   retransmit of the last, or 0 for a new epoch) and at most ``pull_queue`` outstanding
   (requested, not yet generated; ``start``'s block 0 counts). The scheduler starts them
@@ -31,10 +32,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from protocol import Ack, Action, Block, Error, ErrorCode, Observation, Prompt, ProtocolError
+from protocol import Ack, Action, Block, Error, ErrorCode, Image, Observation, Prompt, ProtocolError
 from server.engine import Engine
 from server.live import Live
 from server.metrics import Metrics
+from server.offload import CodecPool
 from server.settings import Settings
 from session.errors import SessionStateMissing
 from session.plan import encode_action
@@ -54,6 +56,7 @@ class InputMixin:
     # The service's state (set by Service.__init__ and Service.start_engine).
     settings: Settings
     metrics: Metrics
+    codecs: CodecPool
     store: SessionStore
     engine: Engine | None
     chunk_frames: int
@@ -123,17 +126,24 @@ class InputMixin:
             engine.set_scene(sid, msg.prompt)
         return Ack("prompt", msg.id)
 
-    def observe(self, sid: str, msg: Observation) -> Ack:
+    async def observe(self, sid: str, msg: Observation) -> Ack:
         self._attached(sid)
+        self._require_ready()
+        frame = await self.decode_image(msg.image, "image")
+        self._attached(sid)  # it may have ended or moved while the image was decoded
         engine = self._require_ready()
-        try:
-            frame = msg.image.decode(self.settings.max_image_pixels)
-        except ProtocolError as exc:
-            raise ProtocolError(exc.reason, f"image.{exc.field or 'data'}") from None
         self.store.get(sid).observe(frame)
         if sid in engine.scheduler:
             engine.observe(sid, frame)
         return Ack("observation", msg.id)
+
+    async def decode_image(self, image: Image, field: str) -> np.ndarray:
+        """A client's image as (H, W, 3) uint8, decoded and checked on the codec pool; a bad
+        one is a ``ProtocolError`` that names ``field`` and the image's field."""
+        try:
+            return await self.codecs.run(image.decode, self.settings.max_image_pixels)
+        except ProtocolError as exc:
+            raise ProtocolError(exc.reason, f"{field}.{exc.field or 'data'}") from None
 
     def block(self, sid: str, msg: Block) -> None:
         """Pull mode: a block request, under the store's block_idx rules."""

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from server.cluster import WorkerAgent
 from server.metrics import Metrics
+from server.offload import CodecPool
 from server.service import Service
 from server.settings import Settings
 from session.plan import Runner
@@ -29,3 +30,4 @@ SERVICE = web.AppKey("service", Service)
 CLOSABLES = web.AppKey("closables", set[Closable])
 RUNNER_FACTORY: web.AppKey[RunnerFactory] = web.AppKey("runner_factory")
 AGENT = web.AppKey("agent", WorkerAgent)  # this worker in the session directory
+CODECS = web.AppKey("codecs", CodecPool)  # frame encoding and image decoding, off the loop

@@ -65,6 +65,7 @@ from server.live import (
 )
 from server.metrics import Metrics
 from server.migration import MigrationMixin
+from server.offload import CodecPool
 from server.settings import Settings
 from session.admission import Admission
 from session.costmodel import CostModel
@@ -93,13 +94,19 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
     """Sessions of one worker; see the module docstring."""
 
     def __init__(
-        self, settings: Settings, metrics: Metrics, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        codecs: CodecPool | None = None,
     ) -> None:
         from session.store import SessionStore
 
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
+        self.codecs = codecs or CodecPool()  # images decode here, off the loop (the app opens it)
         self.store = SessionStore(
             settings.capacity,
             settings.detached_ttl_s,
@@ -205,7 +212,9 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         if self.draining:
             raise NotReady(Phase.DRAINING, 1.0)
         first = None
-        if req.observation is None and req.bucket in self.buckets:
+        if req.observation is not None and req.bucket in self.buckets:  # on the codec pool
+            first = await self.decode_image(req.observation, "observation")
+        elif req.bucket in self.buckets:
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
             # worker thread, not by the model thread while every running session waits
             loop = asyncio.get_running_loop()
@@ -229,19 +238,17 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         self, req: Start, peer: Peer, *, session_id: str | None = None, first_frame: np.ndarray | None = None,
     ) -> Started:
         """A new session from a ``start`` message, attached to ``peer`` (with the given id:
-        a router's reservation; else a fresh one). ``first_frame``: the runner's start frame
-        for a request without an observation, made beforehand off the model thread."""
+        a router's reservation; else a fresh one). ``first_frame``: the request's observation,
+        decoded beforehand off the loop, or the runner's start frame for a request without
+        one, made beforehand off the model thread."""
         engine = self._require_ready()
         if self.draining:
             raise NotReady(Phase.DRAINING, 1.0)
         if req.bucket not in self.buckets:
             raise ProtocolError(f"bucket {req.bucket} is not served; served: {list(self.buckets)}", "bucket")
         observation = first_frame
-        if req.observation is not None:
-            try:
-                observation = req.observation.decode(self.settings.max_image_pixels)
-            except ProtocolError as exc:
-                raise ProtocolError(exc.reason, f"observation.{exc.field or 'data'}") from None
+        if req.observation is not None and observation is None:
+            raise ValueError("open() takes a start's observation decoded, as first_frame")
         push = req.mode == "push"
         config = SessionConfig(
             fps=req.fps,

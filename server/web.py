@@ -51,8 +51,9 @@ async def index(request: web.Request) -> web.FileResponse:
 async def asset(request: web.Request) -> web.FileResponse:
     name = request.match_info["name"]
     path = WEB_DIR / name
-    # Only plain files directly in clients/web: no "..", no sub-folders, no dotfiles.
-    if "/" in name or name.startswith(".") or path.suffix not in _TYPES or not path.is_file():
+    # Only plain files directly in clients/web: no "..", no sub-folders, no dotfiles. Whether
+    # the file is there is FileResponse's to find out, off the loop (a missing one is a 404).
+    if "/" in name or name.startswith(".") or path.suffix not in _TYPES:
         raise web.HTTPNotFound()
     return _file(path)
 

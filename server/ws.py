@@ -7,8 +7,11 @@ the only one that sends. What waits for it is bounded, so a client that stops re
 never grows server memory: control messages in a deque (oldest dropped past
 ``control_queue``), pull and replayed blocks in an ordered deque (``send_queue``), push
 frames in a one-slot holder (latest wins; a replaced frame is counted as a drop).
-Frames are encoded only when sent, so a dropped frame costs nothing. While the client
-does not read, the writer waits in aiohttp's drain and everything else keeps running.
+Frames are encoded only when sent, so a dropped frame costs nothing, and off the loop: the
+writer hands each frame to the app's codec pool (server/offload.py) and waits for it before
+the next, so a connection's frames go out in order and its encoder (H.264 keeps state) is
+used by one call at a time. While the client does not read, the writer waits in aiohttp's
+drain and everything else keeps running.
 A ``skipped`` goes out right before the frames of the late block it is about, naming the
 block this client was last sent as the one it kept showing.
 
@@ -29,6 +32,7 @@ import time
 from collections import deque
 from contextlib import suppress
 
+import numpy as np
 from aiohttp import WSMsgType, web
 
 from protocol import (
@@ -54,6 +58,7 @@ from server.dispatch import Inbound, dispatch
 from server.encode import FrameEncoder, make_encoder
 from server.live import Chunk, NotReady, PlacementRequired
 from server.metrics import Metrics
+from server.offload import CodecPool
 from server.service import Service
 from server.settings import Settings
 from session.errors import AtCapacity, BadToken, SessionError
@@ -72,12 +77,14 @@ class Connection:
         service: Service,
         settings: Settings,
         metrics: Metrics,
+        codecs: CodecPool,
     ) -> None:
         self.ws = ws
         self.request = request
         self.service = service
         self.settings = settings
         self.metrics = metrics
+        self.codecs = codecs  # frame encoding runs here, off the loop
         self.sid: str | None = None
         self.codec = "jpeg"
         self._encoder: FrameEncoder | None = None
@@ -254,7 +261,7 @@ class Connection:
             self._need_no_session()
             await self.service.resume(msg, self)
         else:
-            dispatch(self.service, self, msg)
+            await dispatch(self.service, self, msg)
 
     def _need_no_session(self) -> None:
         if self.sid is not None:
@@ -355,11 +362,16 @@ class Connection:
                 await self.ws.send_bytes(Skipped(chunk.block_idx, self._last_block, skip.frames).encode())
         for i, frame in enumerate(chunk.frames):
             index = chunk.first_frame + i
-            t0 = time.perf_counter()
-            data, key = enc.encode(frame, index, key=self._keyframe)
-            self.metrics.encode_latency.labels(enc.codec).observe(time.perf_counter() - t0)
-            if key:
-                self._keyframe = False
+            asked, self._keyframe = self._keyframe, False  # a request made meanwhile stays
+            if enc.offload:  # on the codec pool; this task alone uses ``enc``, one frame at a time
+                data, key, seconds = await self.codecs.run(_timed_encode, enc, frame, index, asked)
+                if enc is not self._encoder or self._closing is not None:
+                    return  # re-attached or closing meanwhile: the rest of this chunk is stale
+            else:
+                data, key, seconds = _timed_encode(enc, frame, index, asked)
+            self.metrics.encode_latency.labels(enc.codec).observe(seconds)
+            if asked and not key:
+                self._keyframe = True
             h, w = frame.shape[:2]
             now = time.time()
             msg = Frame(
@@ -409,8 +421,15 @@ class Connection:
             transport.abort()
 
 
+def _timed_encode(enc: FrameEncoder, frame: np.ndarray, index: int, key: bool) -> tuple[bytes, bool, float]:
+    """``enc.encode`` and the seconds it took (on whichever thread runs it)."""
+    t0 = time.perf_counter()
+    data, is_key = enc.encode(frame, index, key=key)
+    return data, is_key, time.perf_counter() - t0
+
+
 async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
-    from server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
+    from server.keys import CLOSABLES, CODECS, METRICS, SERVICE, SETTINGS
 
     app = request.app
     settings = app[SETTINGS]
@@ -420,7 +439,7 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
         compress=False,
     )
     await ws.prepare(request)
-    conn = Connection(ws, request, app[SERVICE], settings, app[METRICS])
+    conn = Connection(ws, request, app[SERVICE], settings, app[METRICS], app[CODECS])
     app[CLOSABLES].add(conn)
     try:
         await conn.run()

@@ -117,6 +117,7 @@ class RtcPeer:
         self._queue: deque[bytes] = deque()
         self._status: bytes | None = None  # the newest status (latest wins)
         self._inbound = Inbound(settings, metrics)
+        self._control_order = asyncio.Lock()  # control messages handled one by one, in order
         self._sent_window: deque[float] = deque(maxlen=512)  # frame send times (fps)
         self._reported_seq = -1  # action_seq of the last status sent for a new action
         self._last_frame: tuple[int, int] | None = None  # (action_seq, index) last sent
@@ -196,7 +197,7 @@ class RtcPeer:
             log.info("closing unknown data channel %r", channel.label, extra={"sid": self.sid})
             channel.close()
 
-    def _on_action(self, data: bytes | str) -> None:
+    async def _on_action(self, data: bytes | str) -> None:
         msg = self._decode(data)
         if msg is None:
             return
@@ -205,12 +206,16 @@ class RtcPeer:
                 f"the actions channel carries only action messages, got {msg.TYPE!r}; "
                 "send it on the control channel", "type"))
             return
-        self._dispatch(msg)
+        await self._dispatch(msg)  # an action never waits
 
-    def _on_control(self, data: bytes | str) -> None:
+    async def _on_control(self, data: bytes | str) -> None:
+        # aiortc runs each handler call as a task, in arrival order; an observation waits
+        # for its image to decode off the loop, and the FIFO lock keeps the ones behind it
+        # behind it.
         msg = self._decode(data)
         if msg is not None:
-            self._dispatch(msg)
+            async with self._control_order:
+                await self._dispatch(msg)
 
     def _decode(self, data: bytes | str) -> ClientMessage | None:
         if not isinstance(data, bytes):
@@ -230,7 +235,7 @@ class RtcPeer:
             self._error(exc)
             return None
 
-    def _dispatch(self, msg: ClientMessage) -> None:
+    async def _dispatch(self, msg: ClientMessage) -> None:
         try:
             if isinstance(msg, Start | Resume):
                 raise ProtocolError(
@@ -241,7 +246,7 @@ class RtcPeer:
                     "WebRTC sessions are push mode; use the WebSocket for pull mode",
                     "block_idx", ErrorCode.WRONG_MODE)
             else:
-                dispatch(self.service, self, msg)
+                await dispatch(self.service, self, msg)
         except (ProtocolError, SessionError) as exc:
             self._error(exc)
         except Exception:

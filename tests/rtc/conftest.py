@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from tests.server.conftest import model_weights
+from tests.server.conftest import blockbuster, model_weights
 
-__all__ = ["model_weights"]
+__all__ = ["blockbuster", "model_weights"]

@@ -1,8 +1,27 @@
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.server.loop_guard import LoopGuard, loop_guard
+
+
+@pytest.fixture(autouse=True)
+def blockbuster(request: pytest.FixtureRequest) -> Iterator[LoopGuard | None]:
+    """Every async test runs with the loop guard on (tests/server/loop_guard.py): a
+    blocking call that the server makes on the event loop fails the test, also when the
+    server caught the ``BlockingError``."""
+    if not inspect.iscoroutinefunction(getattr(request, "function", None)):
+        yield None
+        return
+    with loop_guard() as guard:
+        yield guard
+        caught = guard.take()
+    if caught:
+        pytest.fail("blocking calls on the event loop:\n  " + "\n  ".join(caught), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -59,7 +59,7 @@ class FakeService:
         self.calls.append(("prompt", sid, msg))
         return Ack("prompt", msg.id)
 
-    def observe(self, sid: str, msg: Observation) -> Ack:
+    async def observe(self, sid: str, msg: Observation) -> Ack:
         self.calls.append(("observe", sid, msg))
         return Ack("observation", msg.id)
 
@@ -71,49 +71,49 @@ class FakeService:
         return True
 
 
-def _route(msg: Any, transport: FakeTransport | None = None) -> tuple[FakeService, FakeTransport]:
+async def _route(msg: Any, transport: FakeTransport | None = None) -> tuple[FakeService, FakeTransport]:
     svc, tr = FakeService(), transport or FakeTransport()
-    dispatch(cast(Service, svc), tr, msg)
+    await dispatch(cast(Service, svc), tr, msg)
     return svc, tr
 
 
-def test_session_messages_reach_the_service_for_the_transports_session() -> None:
-    svc, tr = _route(Action(3, ("forward",)))
+async def test_session_messages_reach_the_service_for_the_transports_session() -> None:
+    svc, tr = await _route(Action(3, ("forward",)))
     assert svc.calls == [("action", "s1", Action(3, ("forward",)))] and tr.sent == []
-    svc, tr = _route(Prompt("a desert", 7))
+    svc, tr = await _route(Prompt("a desert", 7))
     assert svc.calls[0][:2] == ("prompt", "s1") and tr.sent == [Ack("prompt", 7)]
-    svc, tr = _route(Block(4))
+    svc, tr = await _route(Block(4))
     assert svc.calls == [("block", "s1", Block(4))]
-    svc, tr = _route(Close("done"))
+    svc, tr = await _route(Close("done"))
     assert svc.calls == [("close", "s1", "client_close")]
-    svc, tr = _route(Keyframe())
+    svc, tr = await _route(Keyframe())
     assert svc.calls == [] and tr.keyframes == 1
 
 
-def test_ping_needs_no_session_and_the_others_do() -> None:
-    svc, tr = _route(Ping(5), FakeTransport(sid=None))
+async def test_ping_needs_no_session_and_the_others_do() -> None:
+    svc, tr = await _route(Ping(5), FakeTransport(sid=None))
     assert svc.calls == [] and len(tr.sent) == 1
     assert isinstance(tr.sent[0], Pong) and tr.sent[0].id == 5
     for msg in (Action(1), Prompt("x"), Block(0), Keyframe(), Close()):
         with pytest.raises(ProtocolError) as info:
-            _route(msg, FakeTransport(sid=None))
+            await _route(msg, FakeTransport(sid=None))
         assert info.value.code == ErrorCode.NOT_STARTED
 
 
-def test_start_and_resume_are_left_to_the_transport() -> None:
+async def test_start_and_resume_are_left_to_the_transport() -> None:
     for msg in (Start(), Resume("rAgB56B7Gj59qRAE", "t", 0)):
         with pytest.raises(ProtocolError, match="unhandled message") as info:
-            _route(msg)
+            await _route(msg)
         assert info.value.field == "type"
 
 
-def test_service_errors_propagate_to_the_transport() -> None:
+async def test_service_errors_propagate_to_the_transport() -> None:
     class Failing(FakeService):
         def action(self, sid: str, msg: Action) -> None:
             raise SessionError("nope")
 
     with pytest.raises(SessionError):
-        dispatch(cast(Service, Failing()), FakeTransport(), Action(1))
+        await dispatch(cast(Service, Failing()), FakeTransport(), Action(1))
 
 
 def test_inbound_drops_over_the_rate_with_one_error_a_second() -> None:
