@@ -7,56 +7,42 @@ step metrics, and sessions leaving the store.
 - ``_on_event`` (the engine's ``on_event``) keeps each session's replay ring, next block,
   presentation times and degradation level, commits pull blocks in the store, and tells
   the peer about degradations and runner errors; ``_on_step`` records step metrics.
-- ``_disposed`` (the store's ``on_dispose``) ends a session for good: it leaves the
-  engine, its peer is told ``ended`` with the reason, the directory is told (``Remote``).
 
-``EngineEventsMixin`` is a base class of ``Service`` (server/service.py) and works on the
-service's own state; the attributes it expects are declared at the top of the class.
+``EngineEvents`` is one of the parts ``Service`` (server/service.py) is made of: it works
+on the worker's ``Sessions`` and reads the engine through the ``Gate``. A session leaving
+the store is handled by ``Sessions`` (server/sessions.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
 
-from protocol import CloseCode, Degradation, Ended, Error, ErrorCode, Skipped
-from server.engine import Engine, Outbox
-from server.live import Chunk, Live, Remote
+from protocol import Degradation, Error, ErrorCode, Skipped
+from server.engine import Outbox
+from server.gate import Gate
+from server.live import Chunk, Live, Shape
 from server.metrics import Metrics
+from server.sessions import Sessions
 from session.costmodel import Drift
 from session.degrade import DegradationChanged
 from session.errors import SessionError
 from session.plan import StepOutput, StepPlan
 from session.scheduler import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError
 
-if TYPE_CHECKING:
-    from session.store import SessionStore
-
 log = logging.getLogger("worldserve.service")
 
 
-class EngineEventsMixin:
-    """Engine and store callbacks of the service; see the module docstring."""
+class EngineEvents:
+    """The engine's callbacks for the worker's sessions; see the module docstring."""
 
-    # The service's state (set by Service.__init__ and Service.start_engine).
-    metrics: Metrics
-    store: SessionStore
-    engine: Engine | None
-    remote: Remote | None
-    chunk_frames: int
-    _live: dict[str, Live]
-    _evicted_seen: int
+    def __init__(self, metrics: Metrics, sessions: Sessions, shape: Shape, gate: Gate) -> None:
+        self.metrics = metrics
+        self.sessions = sessions
+        self.shape = shape
+        self.gate = gate
 
-    if TYPE_CHECKING:
-
-        def utilisation(self) -> float: ...
-
-        def _unbind(self, live: Live) -> None: ...
-
-        def block_start(self, block_idx: int) -> int: ...
-
-    async def _pump(self, live: Live, box: Outbox) -> None:
+    async def pump(self, live: Live, box: Outbox) -> None:
         """Engine outbox -> peer, until the outbox closes or the peer goes."""
         q = box.ordered if live.pull else box.latest
         seen = 0
@@ -79,7 +65,7 @@ class EngineEventsMixin:
             log.exception("frame pump failed", extra={"sid": live.sid})
 
     def _chunk(self, live: Live, ev: ChunkReady, late: int = 0) -> Chunk:
-        first = self.block_start(ev.block_idx)
+        first = self.shape.block_start(ev.block_idx)
         step = 1e6 / live.settings.fps  # the rate it was made at (admitted, maybe degraded)
         return Chunk(
             live.sid, ev.block_idx, ev.frames, ev.action_seq, first,
@@ -99,11 +85,11 @@ class EngineEventsMixin:
         live.pts_next = (ev.block_idx + 1, pts + len(ev.frames) * step)
         return round(pts)
 
-    def _on_event(self, ev: Event) -> None:
+    def on_event(self, ev: Event) -> None:
         if isinstance(ev, Drift):
             self.metrics.cost_drift.inc()
             return
-        live = self._live.get(ev.session_id)
+        live = self.sessions.get(ev.session_id)
         if live is None:
             return
         peer = live.peer
@@ -114,7 +100,7 @@ class EngineEventsMixin:
             live.next_block = ev.block_idx + 1
             if live.pull:
                 try:
-                    self.store.commit_block(live.sid, ev.block_idx, len(ev.frames))
+                    self.sessions.store.commit_block(live.sid, ev.block_idx, len(ev.frames))
                 except SessionError as exc:
                     log.warning("store commit: %s", exc, extra={"sid": live.sid})
         elif isinstance(ev, FrameSkipped):
@@ -144,34 +130,10 @@ class EngineEventsMixin:
             if peer is not None:
                 peer.send(Error(ErrorCode.RUNNER_ERROR, ev.message[:1000]))
 
-    def _on_step(self, plan: StepPlan, out: StepOutput, seconds: float) -> None:
+    def on_step(self, plan: StepPlan, out: StepOutput, seconds: float) -> None:
         m = self.metrics
         m.plan_latency.observe(seconds)
         for t in out.timings:
             m.step_latency.labels(str(t.bucket)).observe(t.seconds)
             m.batch_size.observe(t.size)
-        m.utilisation.set(self.utilisation())
-
-    def _disposed(self, session: Any) -> None:
-        """Store hook: a session object left the store (closed, evicted, expired, new epoch)."""
-        sid = session.id
-        if sid in self.store:
-            return  # a new epoch replaced it; whoever opened the epoch handles the engine
-        live = self._live.pop(sid, None)
-        if live is None:
-            return
-        reason = live.end_reason
-        if reason is None:
-            reason = "evicted" if self.store.evicted != self._evicted_seen else "expired"
-        self._evicted_seen = self.store.evicted
-        peer = live.peer
-        self._unbind(live)
-        if self.engine is not None and sid in self.engine.scheduler:
-            self.engine.remove_session(sid)
-        if peer is not None:
-            code = CloseCode.GOING_AWAY if reason in ("shutdown", "migrated") else CloseCode.NORMAL
-            peer.end(Ended(sid, reason), code)
-        if self.remote is not None:
-            self.remote.ended(sid, reason)
-        self.metrics.sessions_ended.labels(reason).inc()
-        log.info("session ended", extra={"sid": sid, "reason": reason})
+        m.utilisation.set(self.gate.utilisation())

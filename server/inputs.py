@@ -21,28 +21,27 @@ session (store and ``Live``) and do not reach the engine: a block request stays 
 in the store, so the resume asks for it again (``resumed.requested`` tells a client on
 another worker which requests to send again).
 
-``InputMixin`` is a base class of ``Service`` (server/service.py) and works on the
-service's own state; the attributes it expects are declared at the top of the class.
+``Inputs`` is one of the parts ``Service`` (server/service.py) is made of: it works on the
+worker's ``Sessions`` and reaches the engine through the ``Gate``; a block request for
+block 0 opens a new epoch through the service's ``new_epoch``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 
 from protocol import Ack, Action, Block, Error, ErrorCode, Image, Observation, Prompt, ProtocolError
 from server.engine import Engine
-from server.live import Live
+from server.gate import Gate
+from server.live import Live, Shape
 from server.metrics import Metrics
 from server.offload import CodecPool
+from server.sessions import Sessions
 from server.settings import Settings
-from session.errors import SessionStateMissing
 from session.plan import encode_action
-
-if TYPE_CHECKING:
-    from session.store import SessionStore
 
 
 def seconds(ms: float | None) -> float | None:
@@ -50,44 +49,40 @@ def seconds(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-class InputMixin:
+class Inputs:
     """What a client sends to its attached session; see the module docstring."""
 
-    # The service's state (set by Service.__init__ and Service.start_engine).
-    settings: Settings
-    metrics: Metrics
-    codecs: CodecPool
-    store: SessionStore
-    engine: Engine | None
-    chunk_frames: int
-    controls: tuple[str, ...]
-    _live: dict[str, Live]
-
-    if TYPE_CHECKING:
-
-        def _require_ready(self) -> Engine: ...
-
-        def _new_epoch(self, engine: Engine, live: Live) -> None: ...
-
-    def _attached(self, sid: str) -> Live:
-        live = self._live.get(sid)
-        if live is None or live.peer is None:
-            raise SessionStateMissing(sid)
-        return live
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        codecs: CodecPool,
+        sessions: Sessions,
+        shape: Shape,
+        gate: Gate,
+        new_epoch: Callable[[Engine, Live], None],
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.codecs = codecs  # images decode here, off the loop
+        self.sessions = sessions
+        self.shape = shape
+        self.gate = gate
+        self._new_epoch = new_epoch
 
     def action(self, sid: str, msg: Action) -> None:
-        live = self._attached(sid)
+        live = self.sessions.attached(sid)
         if msg.seq <= live.seen_seq:
             self.metrics.actions.labels("stale").inc()
             return
         live.seen_seq = msg.seq
         vec = encode_action(frozenset(msg.keys), (msg.mouse[0], msg.mouse[1]))
-        if not live.told_ignored and vec.any() and not {"keys", "mouse"} & set(self.controls):
+        if not live.told_ignored and vec.any() and not {"keys", "mouse"} & set(self.shape.controls):
             live.told_ignored = True  # a text-only model: say so once, then apply as usual
             if live.peer is not None:
                 live.peer.send(Error(
                     ErrorCode.IGNORED_CONTROL,
-                    f"this model takes {', '.join(self.controls)}; keys and mouse are ignored",
+                    f"this model takes {', '.join(self.shape.controls)}; keys and mouse are ignored",
                     "keys",
                 ))
         if live.pending is None and live.actions.take():
@@ -102,7 +97,7 @@ class InputMixin:
 
     def _flush_action(self, live: Live) -> None:
         live.action_timer = None
-        if live.pending is None or self._live.get(live.sid) is not live:
+        if live.pending is None or self.sessions.get(live.sid) is not live:
             return
         if not live.actions.take():
             loop = asyncio.get_running_loop()
@@ -113,26 +108,27 @@ class InputMixin:
 
     def _apply_action(self, live: Live, seq: int, vec: np.ndarray) -> None:
         live.action, live.action_seq = vec, seq
-        if self.engine is not None and live.sid in self.engine.scheduler:
-            self.engine.set_action(live.sid, vec, seq)
+        engine = self.gate.scheduled(live.sid)
+        if engine is not None:
+            engine.set_action(live.sid, vec, seq)
         self.metrics.actions.labels("applied").inc()
 
     def prompt(self, sid: str, msg: Prompt) -> Ack:
-        live = self._attached(sid)
-        engine = self._require_ready()
-        self.store.get(sid).set_scene(msg.prompt)
+        live = self.sessions.attached(sid)
+        engine = self.gate.require_ready()
+        self.sessions.store.get(sid).set_scene(msg.prompt)
         live.scene = msg.prompt
         if sid in engine.scheduler:
             engine.set_scene(sid, msg.prompt)
         return Ack("prompt", msg.id)
 
     async def observe(self, sid: str, msg: Observation) -> Ack:
-        self._attached(sid)
-        self._require_ready()
+        self.sessions.attached(sid)
+        self.gate.require_ready()
         frame = await self.decode_image(msg.image, "image")
-        self._attached(sid)  # it may have ended or moved while the image was decoded
-        engine = self._require_ready()
-        self.store.get(sid).observe(frame)
+        self.sessions.attached(sid)  # it may have ended or moved while the image was decoded
+        engine = self.gate.require_ready()
+        self.sessions.store.get(sid).observe(frame)
         if sid in engine.scheduler:
             engine.observe(sid, frame)
         return Ack("observation", msg.id)
@@ -147,8 +143,8 @@ class InputMixin:
 
     def block(self, sid: str, msg: Block) -> None:
         """Pull mode: a block request, under the store's block_idx rules."""
-        live = self._attached(sid)
-        engine = self._require_ready()
+        live = self.sessions.attached(sid)
+        engine = self.gate.require_ready()
         if not live.pull:
             raise ProtocolError(
                 "block requests are for pull-mode sessions", "block_idx", ErrorCode.WRONG_MODE
@@ -157,7 +153,7 @@ class InputMixin:
         if n == 0:
             self._new_epoch(engine, live)
             return
-        session = self.store.get(sid)
+        session = self.sessions.store.get(sid)
         outstanding = session.last_block_idx + 1 - live.next_block
         if n == session.last_block_idx + 1 and outstanding >= self.settings.pull_queue:
             raise ProtocolError(
@@ -167,7 +163,7 @@ class InputMixin:
                 "block_idx",
                 ErrorCode.RATE_LIMITED,
             )
-        decision = self.store.open_block(sid, n, frames=self.chunk_frames)
+        decision = self.sessions.store.open_block(sid, n, frames=self.shape.chunk_frames)
         if decision.retransmit:
             ch = live.find(n)
             if ch is not None and live.peer is not None:

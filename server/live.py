@@ -2,7 +2,8 @@
 
 ``Live`` is the server's view of one session (the store's ``Session`` holds its
 lifetime, the engine its generation); ``Chunk`` is a generated block as transports see
-it; ``Peer`` is what a transport implements to be attached to a session.
+it; ``Peer`` is what a transport implements to be attached to a session; ``Shape`` is
+what the runner makes (block frames, frame sizes, controls).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 from session.admission import Admission
 from session.degrade import Settings as Rung
 from session.errors import AtCapacity, SessionError
-from session.plan import ModelState
+from session.plan import CONTROLS, ModelState
+from session.scheduler import RunnerInfo
 
 
 class Phase(StrEnum):
@@ -188,11 +190,51 @@ class Live:
     def pull(self) -> bool:
         return self.request.mode == "pull"
 
+    def unbind(self) -> None:
+        """Its transport is gone: forget the peer, stop sending, drop a pending action."""
+        self.peer = None
+        if self.pump is not None:
+            self.pump.cancel()
+            self.pump = None
+        if self.action_timer is not None:
+            self.action_timer.cancel()
+            self.action_timer = None
+        self.pending = None
+
     def find(self, block_idx: int) -> Chunk | None:
         for ch in reversed(self.ring):
             if ch.block_idx == block_idx:
                 return ch
         return None
+
+
+class Shape:
+    """What the runner makes (frame sizes, block frames, buckets, controls); the defaults
+    until ``set`` is called with a warmed runner's ``RunnerInfo``."""
+
+    def __init__(self) -> None:
+        self.buckets: tuple[int, ...] = ()
+        self.chunk_frames = 1
+        self.max_steps = 1
+        self.info: RunnerInfo | None = None
+        self.controls = CONTROLS  # what the model takes (``started.controls``)
+
+    def set(self, info: RunnerInfo, buckets: tuple[int, ...], chunk_frames: int, max_steps: int) -> None:
+        self.info, self.buckets = info, buckets
+        self.chunk_frames, self.max_steps = chunk_frames, max_steps
+        self.controls = info.controls
+
+    def block_frames(self, block_idx: int) -> int:
+        """Frames of block ``block_idx`` of an epoch (a latent family's block 0 holds fewer)."""
+        return self.info.frames_in_block(block_idx) if self.info is not None else self.chunk_frames
+
+    def block_start(self, block_idx: int) -> int:
+        """The epoch frame index of block ``block_idx``'s first frame."""
+        return self.info.block_start(block_idx) if self.info is not None else block_idx * self.chunk_frames
+
+    def frame_size(self, bucket: int) -> tuple[int, int]:
+        """(height, width) of the frames of ``bucket``."""
+        return self.info.frame_size(bucket) if self.info is not None else (bucket, bucket)
 
 
 def rebucket(state: ModelState, bucket: int) -> ModelState:

@@ -2,7 +2,7 @@
 
 The worker-side half of scale-out that works on the service's sessions; the directory
 side (registration, placement, the drain loop, writing handoffs) lives in
-server/cluster.py and reaches the service through ``Service.remote``.
+server/cluster.py and reaches the service through ``Service.remote`` (the ``Gate``'s).
 
 - ``checkpoint`` packages a running session for crash recovery: ``Engine.export`` reads
   its model state between two steps and the session goes on.
@@ -15,8 +15,8 @@ server/cluster.py and reaches the service through ``Service.remote``.
   that a resume point the handoff cannot serve continues with an honest gap
   (``resumed.gap_blocks``) instead of failing.
 
-``MigrationMixin`` is a base class of ``Service`` (server/service.py) and works on the
-service's own state; the attributes it expects are declared at the top of the class.
+``Migration`` is one of the parts ``Service`` (server/service.py) is made of: it works on
+the worker's ``Sessions`` and reaches the engine and the directory through the ``Gate``.
 """
 
 from __future__ import annotations
@@ -27,16 +27,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from protocol import Migrate, Resume
-from server.engine import Engine, Suspension
+from server.engine import Suspension
+from server.gate import Gate
 from server.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from server.limits import TokenBucket
-from server.live import Chunk, Live, Remote
+from server.live import Chunk, Live, Shape
 from server.metrics import Metrics
+from server.sessions import Sessions
 from server.settings import Settings
 from session.degrade import Settings as Rung
 from session.errors import BadToken, SessionStateMissing
@@ -44,64 +45,56 @@ from session.plan import ModelState
 from session.session import Session, SessionStatus
 from session.snapshot import snapshot
 
-if TYPE_CHECKING:
-    from session.store import SessionStore
-
 log = logging.getLogger("worldserve.service")
 
 
-class MigrationMixin:
-    """Checkpoints, hand-offs and adoption of the service's sessions; see the module
+class Migration:
+    """Checkpoints, hand-offs and adoption of the worker's sessions; see the module
     docstring."""
 
-    # The service's state (set by Service.__init__ and Service.start_engine).
-    settings: Settings
-    metrics: Metrics
-    clock: Callable[[], float]
-    store: SessionStore
-    engine: Engine | None
-    remote: Remote | None
-    chunk_frames: int
-    max_steps: int
-    _live: dict[str, Live]
-
-    if TYPE_CHECKING:
-
-        def close(self, sid: str, reason: str) -> bool: ...
-
-        def block_start(self, block_idx: int) -> int: ...
-
-    def sessions(self) -> list[str]:
-        """Ids of the sessions held here (attached or detached)."""
-        return list(self._live)
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        sessions: Sessions,
+        shape: Shape,
+        gate: Gate,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.sessions = sessions
+        self.shape = shape
+        self.gate = gate
 
     async def checkpoint(self, sid: str) -> Handoff | None:
         """A running session packaged for crash recovery, read between two engine steps
         (it keeps running); None if it is not running here now."""
-        live, engine = self._live.get(sid), self.engine
-        if live is None or live.handing_off or engine is None or sid not in engine.scheduler:
+        live, engine = self.sessions.get(sid), self.gate.scheduled(sid)
+        if live is None or live.handing_off or engine is None:
             return None
         try:
             susp = await engine.export(sid)
         except (KeyError, RuntimeError):  # ended or suspended meanwhile
             return None
-        if self._live.get(sid) is not live or live.handing_off:
+        if self.sessions.get(sid) is not live or live.handing_off:
             return None
-        return self._package(live, self._with_restored(live, susp), "checkpoint", 0)
+        return self._package(live, self.with_restored(live, susp), "checkpoint", 0)
 
     async def hand_off(self, sid: str) -> Handoff | None:
         """Stop generating the session at a block boundary and package it, with its last
         ``migrate_replay_blocks`` blocks, for another worker; None if it ended. Its client
         stays attached until ``migrated``. Idempotent."""
-        live = self._live.get(sid)
+        live = self.sessions.get(sid)
         if live is None:
             return None
         if live.suspending is not None:
             await asyncio.shield(live.suspending)
         if live.suspension is None:
             susp = Suspension(sid, live.next_block, None, live.level, live.settings)
-            engine = self.engine
-            if engine is not None and sid in engine.scheduler:
+            engine = self.gate.scheduled(sid)
+            if engine is not None:
                 fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 live.suspending = fut
                 try:
@@ -111,42 +104,44 @@ class MigrationMixin:
                 finally:
                     live.suspending = None
                     fut.set_result(None)
-            if self._live.get(sid) is not live:
+            if self.sessions.get(sid) is not live:
                 return None
-            live.suspension = self._with_restored(live, susp)
+            live.suspension = self.with_restored(live, susp)
             live.level, live.settings = susp.level, susp.settings
         live.handing_off = True
         return self._package(live, live.suspension, "migration", self.settings.migrate_replay_blocks)
 
     def migrated(self, sid: str, msg: Migrate) -> None:
         """Tell the session's client where it continues, then end it here."""
-        live = self._live.get(sid)
+        live = self.sessions.get(sid)
         if live is None:
             return
         if live.peer is not None:
             live.peer.send(msg)
         self.metrics.migrations.labels("handed_off").inc()
-        self.close(sid, "migrated")
+        self.sessions.close(sid, "migrated")
 
-    async def _adopt_from_directory(self, msg: Resume) -> None:
+    async def adopt_from_directory(self, msg: Resume) -> None:
         """Before a resume: a session this worker does not hold but the directory placed
         here is adopted from its handoff (nothing happens in the embedded mode, or when
         the directory has no record of it; ``Remote.fetch`` raises the other cases)."""
         sid = msg.session_id
-        if self.remote is None or sid in self._live:
+        remote = self.gate.remote
+        if remote is None or sid in self.sessions:
             return
-        handoff = await self.remote.fetch(sid)
-        if handoff is not None and sid not in self._live:
+        handoff = await remote.fetch(sid)
+        if handoff is not None and sid not in self.sessions:
             self._adopt(handoff, msg)
 
-    def _with_restored(self, live: Live, susp: Suspension) -> Suspension:
+    @staticmethod
+    def with_restored(live: Live, susp: Suspension) -> Suspension:
         """A session resumed from a state and not reopened in the runner yet still has it."""
         if susp.state is None and live.restored is not None and live.restored[0] == susp.next_block:
             return replace(susp, state=live.restored[1])
         return susp
 
     def _package(self, live: Live, susp: Suspension, kind: Kind, replay: int) -> Handoff:
-        session = self.store.peek(live.sid)
+        session = self.sessions.store.peek(live.sid)
         if session is None:
             raise SessionStateMissing(live.sid)
         state = susp.state
@@ -189,14 +184,14 @@ class MigrationMixin:
                 session.config, session.token_hash, session_id=sid, scene=session.scene,
                 epoch=session.epoch, status=SessionStatus.DETACHED, clock=self.clock,
                 controls=session.controls, log=session.log, blocks_committed=n,
-                last_block_idx=n - 1, frames_due=self.block_start(n), frames_committed=self.block_start(n),
+                last_block_idx=n - 1, frames_due=self.shape.block_start(n), frames_committed=self.shape.block_start(n),
             )
-        self.store.install(session)
+        self.sessions.store.install(session)
         s, req = self.settings, h.request
-        rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.max_steps, state.bucket)
+        rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.shape.max_steps, state.bucket)
         step_us = 1e6 / req.fps
         ring = deque(
-            (Chunk(sid, r.block_idx, r.frames, r.action_seq, self.block_start(r.block_idx), step_us, h.created)
+            (Chunk(sid, r.block_idx, r.frames, r.action_seq, self.shape.block_start(r.block_idx), step_us, h.created)
              for r in h.replay),
             maxlen=max(s.replay_blocks, len(h.replay)),
         )
@@ -208,7 +203,7 @@ class MigrationMixin:
         live.suspension = Suspension(sid, k, state, h.level, rung)
         live.next_block, live.adopted = k, k
         live.action, live.action_seq, live.seen_seq = h.action, h.action_seq, h.seen_seq
-        self._live[sid] = live
+        self.sessions.add(live)
         self.metrics.migrations.labels("adopted").inc()
         log.info("session adopted", extra={"sid": sid, "kind": h.kind, "next_block": k,
                                           "replay": len(h.replay)})

@@ -22,14 +22,23 @@ session back to the engine at block K from the exported state: no gap, no repeat
 outside that range is refused (``stale_block``), N = 0 starts a new epoch. A resume while
 another connection holds the session takes it over (the old one is told ``replaced``).
 
-The rest of ``Service`` lives in its base classes, each working on the service's state:
-client inputs (``action``, ``prompt``, ``observe``, pull-mode ``block``) in
-server/inputs.py (``InputMixin``); the engine's and the store's callbacks (chunks to the
-peer, scheduler events, step metrics, sessions ending) in server/engine_events.py
-(``EngineEventsMixin``). Scale-out (DESIGN.md §7): checkpoints, hand-offs, ``migrated``
-and the adoption of another worker's handoff on resume live in server/migration.py
-(``MigrationMixin``); the directory side lives in server/cluster.py, reached through
-``self.remote``.
+``Service`` is made of small parts, each owning its state and given what it uses:
+
+- ``Gate`` (server/gate.py): the phase, the engine once it runs, the directory
+  (``remote``) and the drain flag: whether this worker takes sessions.
+- ``Sessions`` (server/sessions.py): the store and the ``Live`` table, and how a session
+  leaves (the store's ``on_dispose``: out of the engine, ``ended`` to its peer).
+- ``Shape`` (server/live.py): what the runner makes (block frames, sizes, controls).
+- ``Inputs`` (server/inputs.py): client inputs (``action``, ``prompt``, ``observe``,
+  pull-mode ``block``).
+- ``EngineEvents`` (server/engine_events.py): the engine's callbacks (chunks to the peer,
+  scheduler events, step metrics).
+- ``Migration`` (server/migration.py): scale-out (DESIGN.md §7): checkpoints, hand-offs,
+  ``migrated`` and the adoption of another worker's handoff on resume; the directory side
+  lives in server/cluster.py, reached through ``remote``.
+
+``Service`` itself keeps the session lifecycle (start, open, resume, detach, close, new
+epochs) and the methods the transports, the app and the cluster agent call.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
@@ -46,10 +55,27 @@ from typing import Any
 
 import numpy as np
 
-from protocol import CloseCode, Ended, ProtocolError, Resume, Resumed, Start, Started
+from protocol import (
+    Ack,
+    Action,
+    Block,
+    CloseCode,
+    Ended,
+    Image,
+    Migrate,
+    Observation,
+    Prompt,
+    ProtocolError,
+    Resume,
+    Resumed,
+    Start,
+    Started,
+)
 from server.engine import Engine, Suspension
-from server.engine_events import EngineEventsMixin
-from server.inputs import InputMixin, seconds
+from server.engine_events import EngineEvents
+from server.gate import Gate
+from server.handoff import Handoff
+from server.inputs import Inputs, seconds
 from server.limits import TokenBucket
 from server.live import (
     BlockUnavailable,
@@ -61,19 +87,22 @@ from server.live import (
     Phase,
     PlacementRequired,
     Remote,
+    Shape,
     rebucket,
 )
 from server.metrics import Metrics
-from server.migration import MigrationMixin
+from server.migration import Migration
 from server.offload import CodecPool
+from server.sessions import Sessions
 from server.settings import Settings
 from session.admission import Admission
 from session.costmodel import CostModel
 from session.degrade import Settings as Rung
 from session.errors import BadToken, IllegalTransition, SessionStateMissing
-from session.plan import CONTROLS, BatchTiming, ModelState, Runner, SessionSpec
+from session.plan import BatchTiming, ModelState, Runner, SessionSpec
 from session.scheduler import Mode, RunnerInfo, Scheduler
 from session.session import Session, SessionConfig, SessionStatus, hash_token
+from session.store import SessionStore
 
 # Session types live in server/live.py; re-exported here for the transports.
 __all__ = [
@@ -90,7 +119,7 @@ __all__ = [
 log = logging.getLogger("worldserve.service")
 
 
-class Service(InputMixin, EngineEventsMixin, MigrationMixin):
+class Service:
     """Sessions of one worker; see the module docstring."""
 
     def __init__(
@@ -101,33 +130,54 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         *,
         codecs: CodecPool | None = None,
     ) -> None:
-        from session.store import SessionStore
-
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        self.codecs = codecs or CodecPool()  # images decode here, off the loop (the app opens it)
-        self.store = SessionStore(
-            settings.capacity,
-            settings.detached_ttl_s,
-            clock=clock,
-            on_dispose=self._disposed,
-            retry_after_s=settings.admission_retry_after_s,
-        )
-        self.phase = Phase.WARMING
-        self.failure: str | None = None
-        self.engine: Engine | None = None
-        self.buckets: tuple[int, ...] = ()
-        self.chunk_frames = 1
-        self.max_steps = 1
-        self.info: RunnerInfo | None = None  # the runner's shape (frame sizes, block frames, controls)
-        self.controls = CONTROLS  # what the model takes (``started.controls``)
-        self._live: dict[str, Live] = {}
-        self._evicted_seen = 0
+        codecs = codecs or CodecPool()  # images decode here, off the loop (the app opens it)
+        self.gate = gate = Gate()
+        self.table = table = Sessions(settings, metrics, clock, gate)
+        self.shape = shape = Shape()
+        self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, self._new_epoch)
+        self.events = EngineEvents(metrics, table, shape, gate)
+        self.migration = Migration(settings, metrics, clock, table, shape, gate)
         self._reaper: asyncio.Task[None] | None = None
-        self.remote: Remote | None = None  # the shared directory (server/cluster.py), if any
-        self.draining = False  # handing sessions over: no new sessions or resumes here
-        metrics.track_sessions(self.counts)
+        metrics.track_sessions(table.counts)
+
+    # --- the parts' state, as the app, the transports and the cluster agent read it ---
+
+    @property
+    def store(self) -> SessionStore:
+        return self.table.store
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.gate.engine
+
+    @property
+    def phase(self) -> Phase:
+        return self.gate.phase
+
+    @property
+    def failure(self) -> str | None:
+        return self.gate.failure
+
+    @property
+    def remote(self) -> Remote | None:
+        """The shared directory (server/cluster.py), if any."""
+        return self.gate.remote
+
+    @remote.setter
+    def remote(self, remote: Remote | None) -> None:
+        self.gate.remote = remote
+
+    @property
+    def draining(self) -> bool:
+        """Handing sessions over: no new sessions or resumes here."""
+        return self.gate.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.gate.draining = value
 
     # --- lifecycle ---
 
@@ -136,34 +186,31 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
     ) -> None:
         """Build the scheduler and engine from a warmed runner and start serving."""
         s = self.settings
-        self.buckets = buckets
-        self.chunk_frames = runner.frames_per_chunk
-        self.max_steps = runner.max_steps
-        self.info = info = RunnerInfo.of(runner, s.warmup_batch_sizes, buckets)
-        self.controls = info.controls
+        info = RunnerInfo.of(runner, s.warmup_batch_sizes, buckets)
+        self.shape.set(info, buckets, runner.frames_per_chunk, runner.max_steps)
         scheduler = Scheduler(info, CostModel(timings), self.clock, s.scheduler_options())
-        self.engine = Engine(
+        engine = Engine(
             scheduler,
             runner,
             executor=executor,
             batching=s.batching,
-            on_event=self._on_event,
-            on_step=self._on_step,
+            on_event=self.events.on_event,
+            on_step=self.events.on_step,
         )
-        await self.engine.start()
+        self.gate.engine = engine
+        await engine.start()
         self._reaper = asyncio.create_task(self._reap_loop(), name="worldserve-reaper")
-        self.phase = Phase.READY
+        self.gate.phase = Phase.READY
         log.info("ready", extra={"buckets": list(buckets), "capacity": s.capacity})
 
     def fail(self, reason: str) -> None:
-        self.phase = Phase.FAILED
-        self.failure = reason
+        self.gate.fail(reason)
 
     def begin_shutdown(self) -> None:
         """Stop admitting and end every session (their peers are told ``shutdown``)."""
         if self.phase is not Phase.FAILED:
-            self.phase = Phase.DRAINING
-        for live in list(self._live.values()):
+            self.gate.phase = Phase.DRAINING
+        for live in self.table:
             live.end_reason = "shutdown"
         self.store.clear()
 
@@ -179,7 +226,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
 
     @property
     def ready(self) -> bool:
-        return self.phase is Phase.READY and self.engine is not None and self.engine.running
+        return self.gate.ready
 
     def readiness(self) -> tuple[bool, str]:
         """(ready for a new session, why not)."""
@@ -196,25 +243,17 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             return False, "full"
         return True, "ready"
 
-    def _require_ready(self) -> Engine:
-        if not self.ready or self.engine is None:
-            phase = Phase.FAILED if self.phase is Phase.READY else self.phase
-            raise NotReady(phase, 1.0 if phase is Phase.WARMING else 5.0)
-        return self.engine
-
     # --- session start, resume, detach, end ---
 
     async def start(self, req: Start, peer: Peer) -> Started:
         """``open`` behind the directory: in multi-worker mode the ``start`` must carry a
         reservation the router made on this worker (refused otherwise, and refused while
         the directory cannot be reached rather than serving a session nobody can find)."""
-        engine = self._require_ready()
-        if self.draining:
-            raise NotReady(Phase.DRAINING, 1.0)
+        engine = self.gate.require_admitting(1.0)
         first = None
-        if req.observation is not None and req.bucket in self.buckets:  # on the codec pool
+        if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
             first = await self.decode_image(req.observation, "observation")
-        elif req.bucket in self.buckets:
+        elif req.bucket in self.shape.buckets:
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
             # worker thread, not by the model thread while every running session waits
             loop = asyncio.get_running_loop()
@@ -228,7 +267,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         try:
             started = self.open(req, peer, session_id=req.session_id, first_frame=first)
         except BaseException:
-            if req.session_id is not None and req.session_id not in self._live:
+            if req.session_id is not None and req.session_id not in self.table:
                 self.remote.ended(req.session_id, "refused")  # give the reservation back
             raise
         self.remote.opened(started.session_id, started.epoch)
@@ -241,11 +280,10 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         a router's reservation; else a fresh one). ``first_frame``: the request's observation,
         decoded beforehand off the loop, or the runner's start frame for a request without
         one, made beforehand off the model thread."""
-        engine = self._require_ready()
-        if self.draining:
-            raise NotReady(Phase.DRAINING, 1.0)
-        if req.bucket not in self.buckets:
-            raise ProtocolError(f"bucket {req.bucket} is not served; served: {list(self.buckets)}", "bucket")
+        engine = self.gate.require_admitting(1.0)
+        buckets = self.shape.buckets
+        if req.bucket not in buckets:
+            raise ProtocolError(f"bucket {req.bucket} is not served; served: {list(buckets)}", "bucket")
         observation = first_frame
         if req.observation is not None and observation is None:
             raise ValueError("open() takes a start's observation decoded, as first_frame")
@@ -253,7 +291,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         config = SessionConfig(
             fps=req.fps,
             bucket=req.bucket,
-            steps=self.max_steps,
+            steps=self.shape.max_steps,
             lookahead=req.lookahead if push else 0,
             mode=req.mode,
             seed=req.seed,
@@ -278,14 +316,14 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             epoch,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             deque(maxlen=s.replay_blocks),
-            Rung(req.fps, config.lookahead, self.max_steps, req.bucket),
+            Rung(req.fps, config.lookahead, self.shape.max_steps, req.bucket),
             self.clock(),
         )
         verdict = self._schedule(engine, live, 0, observation=observation)
         if not verdict.admitted:
-            self.store.close(sid)  # not in _live yet: nothing else to undo
+            self.store.close(sid)  # not in the table yet: nothing else to undo
             raise self._model_full(verdict)
-        self._live[sid] = live
+        self.table.add(live)
         height, width = self.frame_size(live.settings.bucket)
         started = Started(
             sid,
@@ -297,14 +335,14 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             live.settings.bucket,
             width,
             height,
-            self.chunk_frames,
+            self.shape.chunk_frames,
             live.level,
             live.settings.steps,
             live.settings.lookahead,
             live.epoch,
-            self.buckets,
+            buckets,
             self.block_frames(0),
-            self.controls,
+            self.shape.controls,
         )
         self._attach(engine, live, peer, started, [])
         if live.pull:
@@ -319,11 +357,9 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
 
     async def resume(self, msg: Resume, peer: Peer) -> Resumed:
         """Re-attach a detached session at the client's next block (see the docstring)."""
-        self._require_ready()
-        if self.draining:  # the router knows where its sessions go next
-            raise NotReady(Phase.DRAINING, 0.5)
+        self.gate.require_admitting(0.5)  # draining: the router knows where sessions go next
         sid = msg.session_id
-        await self._adopt_from_directory(msg)
+        await self.migration.adopt_from_directory(msg)
         live = self._checked(sid, msg)
         if live.peer is not None and live.peer is not peer:  # take over from a stale connection
             old = live.peer
@@ -331,7 +367,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             await self.disconnected(sid, old)
         if live.suspending is not None:
             await asyncio.shield(live.suspending)
-        engine = self._require_ready()
+        engine = self.gate.require_ready()
         live = self._checked(sid, msg)  # it may have ended while we waited
         if live.peer is not None:
             raise IllegalTransition(sid, "attached", "resume")
@@ -381,7 +417,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
 
     def _checked(self, sid: str, msg: Resume) -> Live:
         session = self.store.peek(sid)
-        live = self._live.get(sid)
+        live = self.table.get(sid)
         if session is None or live is None:
             self.metrics.resumes.labels("missing").inc()
             raise SessionStateMissing(sid, msg.block_idx)
@@ -401,16 +437,16 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         height, width = self.frame_size(live.settings.bucket)
         return Resumed(
             live.sid, block_idx, live.epoch, requested, replayed, r.mode, r.codec, live.settings.fps,
-            width, height, self.chunk_frames, live.level, restored_from, gap,
-            self.block_frames(0), self.controls,
+            width, height, self.shape.chunk_frames, live.level, restored_from, gap,
+            self.block_frames(0), self.shape.controls,
         )
 
     async def disconnected(self, sid: str, peer: Peer) -> None:
         """The peer's connection is gone: detach and suspend (resumable until the TTL)."""
-        live = self._live.get(sid)
+        live = self.table.get(sid)
         if live is None or live.peer is not peer:
             return
-        self._unbind(live)
+        live.unbind()
         if self.phase is not Phase.READY:
             self.close(sid, "shutdown")
             return
@@ -425,54 +461,70 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         live.suspending = fut
         susp = Suspension(sid, live.next_block, None, live.level, live.settings)
         try:
-            if self.engine is not None and sid in self.engine.scheduler:
-                susp = await self.engine.suspend(sid)
+            engine = self.gate.scheduled(sid)
+            if engine is not None:
+                susp = await engine.suspend(sid)
         except (KeyError, RuntimeError) as exc:  # ended meanwhile, or the engine stopped
-            if self._live.get(sid) is live:
+            if self.table.get(sid) is live:
                 log.warning("suspend failed: %s", exc, extra={"sid": sid})
         finally:
             live.suspending = None
             fut.set_result(None)
-        if susp.state is None and live.restored is not None and live.restored[0] == susp.next_block:
-            susp = replace(susp, state=live.restored[1])  # never reopened: the old state holds
-        live.suspension = susp
+        live.suspension = susp = Migration.with_restored(live, susp)  # never reopened: the old state holds
         live.level, live.settings = susp.level, susp.settings
         log.info("session detached", extra={"sid": sid, "next_block": susp.next_block})
 
     def close(self, sid: str, reason: str) -> bool:
         """End a session for good; its peer (if any) is told ``ended``. False if unknown."""
-        live = self._live.get(sid)
-        if live is not None and live.end_reason is None:
-            live.end_reason = reason
-        return self.store.close(sid)
+        return self.table.close(sid, reason)
+
+    # --- client inputs (server/inputs.py) ---
+
+    def action(self, sid: str, msg: Action) -> None:
+        self.inputs.action(sid, msg)
+
+    def prompt(self, sid: str, msg: Prompt) -> Ack:
+        return self.inputs.prompt(sid, msg)
+
+    async def observe(self, sid: str, msg: Observation) -> Ack:
+        return await self.inputs.observe(sid, msg)
+
+    def block(self, sid: str, msg: Block) -> None:
+        self.inputs.block(sid, msg)
+
+    async def decode_image(self, image: Image, field: str) -> np.ndarray:
+        return await self.inputs.decode_image(image, field)
+
+    # --- scale-out (server/migration.py) ---
+
+    def sessions(self) -> list[str]:
+        """Ids of the sessions held here (attached or detached)."""
+        return self.table.ids()
+
+    async def checkpoint(self, sid: str) -> Handoff | None:
+        return await self.migration.checkpoint(sid)
+
+    async def hand_off(self, sid: str) -> Handoff | None:
+        return await self.migration.hand_off(sid)
+
+    def migrated(self, sid: str, msg: Migrate) -> None:
+        self.migration.migrated(sid, msg)
 
     # --- queries ---
 
     def block_frames(self, block_idx: int) -> int:
         """Frames of block ``block_idx`` of an epoch (a latent family's block 0 holds fewer)."""
-        return self.info.frames_in_block(block_idx) if self.info is not None else self.chunk_frames
-
-    def block_start(self, block_idx: int) -> int:
-        """The epoch frame index of block ``block_idx``'s first frame."""
-        return self.info.block_start(block_idx) if self.info is not None else block_idx * self.chunk_frames
+        return self.shape.block_frames(block_idx)
 
     def frame_size(self, bucket: int) -> tuple[int, int]:
         """(height, width) of the frames of ``bucket``."""
-        return self.info.frame_size(bucket) if self.info is not None else (bucket, bucket)
+        return self.shape.frame_size(bucket)
 
     def live(self, sid: str) -> Live | None:
-        return self._live.get(sid)
+        return self.table.get(sid)
 
     def utilisation(self) -> float:
-        return self.engine.scheduler.utilisation() if self.engine is not None else 0.0
-
-    def counts(self) -> tuple[dict[str, int], dict[int, int]]:
-        by_state = {
-            "active": self.store.active_count,
-            "detached": self.store.detached_count,
-        }
-        by_level = Counter(live.level for live in self._live.values() if live.peer is not None)
-        return by_state, dict(by_level)
+        return self.gate.utilisation()
 
     def load(self) -> dict[str, Any]:
         ok, why = self.readiness()
@@ -487,7 +539,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             "capacity": cap,
             "free": max(0, cap - self.store.active_count),
             "utilisation": round(self.utilisation(), 4),
-            "buckets": list(self.buckets),
+            "buckets": list(self.shape.buckets),
         }
 
     # --- internals ---
@@ -544,7 +596,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
             self.close(sid, "refused")
             raise self._model_full(verdict)
         if live.peer is not None:
-            live.pump = asyncio.create_task(self._pump(live, engine.outbox(sid)))
+            live.pump = asyncio.create_task(self.events.pump(live, engine.outbox(sid)))
         if live.pull:
             engine.request_block(sid, 0)
         log.info("new epoch", extra={"sid": sid, "epoch": live.epoch})
@@ -562,17 +614,7 @@ class Service(InputMixin, EngineEventsMixin, MigrationMixin):
         for ch in replay:
             peer.chunk(ch, ordered=True)
         if live.pump is None or live.pump.done():
-            live.pump = asyncio.create_task(self._pump(live, engine.outbox(live.sid)))
-
-    def _unbind(self, live: Live) -> None:
-        live.peer = None
-        if live.pump is not None:
-            live.pump.cancel()
-            live.pump = None
-        if live.action_timer is not None:
-            live.action_timer.cancel()
-            live.action_timer = None
-        live.pending = None
+            live.pump = asyncio.create_task(self.events.pump(live, engine.outbox(live.sid)))
 
     async def _reap_loop(self) -> None:
         period = min(1.0, self.settings.detached_ttl_s / 2)
