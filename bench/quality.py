@@ -45,10 +45,22 @@ actions. Prints per bucket:
   term, ``training/texture.py``; 0: made of the same; beside ``texture_late_renderer``, the
   renderer's late frames against its own from the first fifth).
 
+What a person sees, at 2, 10 and 60 s of steering (``bench.realism``, smallest bucket; 32
+held-out worlds of its own, 16 with ``--quick``): a classifier two-sample test per moment
+(``c2st_<moment>``, 0.5: the model's frames cannot be told from the renderer's) with its
+controls (``c2st_control``: the renderer against its 4x blur, which must reach 0.95 or the
+run is VOID; ``c2st_null``: the renderer against itself elsewhere, near 0.5), the Frechet
+distance in a scene-attribute network's features (``fd_<moment>``) beside the renderer's own
+(``fd_floor``), and patch realism (``patch_ratio_<moment>``, 1.0: made of the world's
+materials). ``--weights`` other than the committed ones are measured there beside the
+committed weights (``--beside``), on the same worlds.
+
 Writes sample strips (renderer row above model row) as PNG under ``--out``: ``strip_<bucket>``
-for the first 32 frames, ``long_<bucket>`` for the long rollout at eight moments. Last line:
-``quality psnr_h8=.. psnr_h8_repeat=.. psnr_h32=.. psnr_h32_repeat=.. control_acc=.. sharpness_late=.. scene_ok=0|1 long_ok=0|1``
-(smallest bucket).
+for the first 32 frames, ``long_<bucket>`` for the long rollout at eight moments,
+``realism_<moment>_<bucket>`` per moment of ``bench.realism``. Last line (smallest bucket):
+``quality psnr_h8=.. psnr_h8_repeat=.. psnr_h32=.. psnr_h32_repeat=.. control_acc=.. sharpness_late=..
+c2st_2s=.. c2st_10s=.. c2st_60s=.. c2st_control=.. fd_60s=.. fd_floor=.. patch_ratio_60s=..
+scene_ok=0|1 long_ok=0|1``, with ``VOID`` at its end when the two-sample test's control failed.
 """
 
 from __future__ import annotations
@@ -62,6 +74,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from bench import realism
 from bench._driver import Driver, make_worlds
 from bench._frame_measures import (
     COLOUR_BINS,
@@ -463,6 +476,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Model rollouts against the renderer on held-out worlds.")
     ap.add_argument("--quick", action="store_true", help="fewer episodes and a 1,000-frame long rollout")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    ap.add_argument("--beside", type=Path, nargs="*", default=None,
+                    help="weights the realism measures take beside --weights on the same worlds "
+                         "(default: the committed weights, when --weights names others)")
     ap.add_argument("--out", type=Path, default=Path("docs/quality"))
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--seed", type=int, default=1234)
@@ -541,12 +557,22 @@ def main(argv: list[str] | None = None) -> None:
             print("\n".join(long_lines))
         if not summary:  # the smallest bucket asked for
             summary = res
-    s = summary
+    paths = [args.weights, *realism.beside_weights(args.weights, args.beside)]
+    labels = realism.label_weights(paths)
+    runners = {labels[0]: runner} | {
+        label: ModelRunner.from_pretrained(p, max_sessions=32, dtype=pick_dtype(args.dtype), sampler=sampler)
+        for label, p in zip(labels[1:], paths[1:], strict=True)
+    }
+    lines: list[str] = []
+    real = realism.measure(runners, asked[0], realism.worlds_for(args.quick), args.seed, args.out, lines=lines)
+    print("\n".join(lines))
+    s, r = summary, real[labels[0]]
     print(
         f"quality psnr_h8={s['psnr_h8']:.2f} psnr_h8_repeat={s['psnr_h8_repeat']:.2f} "
         f"psnr_h32={s['psnr_h32']:.2f} psnr_h32_repeat={s['psnr_h32_repeat']:.2f} "
         f"control_acc={s['control_acc']:.3f} sharpness_late={s['sharpness_late']:.3f} "
-        f"scene_ok={int(s['scene_ok'])} long_ok={int(s['long_ok'])}"
+        f"{realism.summary_fields(r)} scene_ok={int(s['scene_ok'])} long_ok={int(s['long_ok'])}"
+        + (" VOID" if r["void"] else "")
     )
 
 

@@ -23,11 +23,13 @@ world, the renderer's and each model's, are compared three ways:
   (``bench._scene_features``, cached in ``bench/data``); ``fd_floor``: the same distance
   between the renderer's frames at 60 s and its own at 10 s (two disjoint sets of the world's
   frames, same scenes: what a model earns that draws the world, only not the same places);
-- ``patch_ratio``: the mean RMS distance of every 8x8 patch of the model's frames (every 4th
-  of the window) to its nearest patch (any place, stride 2) among the renderer's frames of the
-  same world and scene at the other two moments, over the same for the renderer's own frames
-  at this moment. 1.0: made of the world's materials; a 16-pixel block in averaged colours
-  finds no near patch in the world.
+- ``patch_ratio``: the mean distance of every 8x8 patch of the model's frames (every 4th of
+  the window) to its nearest patch (any place) among ``BANK_VIEWS`` renderer frames of the
+  same world and scene at random places, over the same for the renderer's own frames at this
+  moment. Patches are compared by what they are made of (mean colour, contrast per channel,
+  edge strength: ``patch_descriptors``), not pixel by pixel, which rewards flat patches.
+  1.0: made of the world's materials; a 16-pixel block in averaged colours finds no near
+  patch in the world.
 
 Writes ``realism_<moment>_<bucket>.png`` under ``--out`` per moment: the frame at the moment of
 the first 8 worlds, the renderer's row above each model's row. Prints a table; the last line
@@ -69,6 +71,7 @@ WINDOW = 32  # frames per world at a moment: t - 15 ... t + 16
 FIRST_WORLD = 500  # HELD_OUT_SEEDS[500:]: the other parts of bench.quality use 0 ... 423
 CONTROL_GOAL = 0.95  # c2st_control below this: the run is VOID
 PATCH_EVERY = 4  # patch realism: every 4th frame of a window
+BANK_VIEWS = 48  # patch realism: each world's frames at random places, the patches to match
 STRIP_WORLDS = 8
 
 
@@ -97,12 +100,22 @@ def window_frames(moments: list[Moment]) -> dict[int, tuple[Moment, int]]:
     return {t: (m, k) for m in moments for k, t in enumerate(window(m.frame, m.truth.shape[1]))}
 
 
+@dataclass
+class Steering:
+    """The renderer's side of a run."""
+
+    anchors: np.ndarray  # (E, H, W, 3) each world's first frame
+    prompts: list[str]  # each world's scene
+    actions: np.ndarray  # (E, T, A) the steering scripts
+    moments: list[Moment]  # the renderer's windows, no model frames yet
+    bank: np.ndarray  # (E, BANK_VIEWS, H, W, 3) each world's frames at random places, same scene
+
+
 def steer_worlds(
     bucket: int, n: int, rng: np.random.Generator, moments: tuple[tuple[str, int], ...] = MOMENTS, size: int = WINDOW,
-) -> tuple[np.ndarray, list[str], np.ndarray, list[Moment]]:
-    """The renderer's side: ``n`` held-out worlds steered by ``mixed_policy`` through the last
-    moment's window of ``size`` frames. Returns (anchors (E, H, W, 3), prompts, actions
-    (E, T, A), moments with the renderer's windows and no model frames yet)."""
+) -> Steering:
+    """``n`` held-out worlds steered by ``mixed_policy`` through the last moment's window of
+    ``size`` frames, then seen at ``BANK_VIEWS`` random places (the bank of patch realism)."""
     if size < 2 or any(t - size // 2 + 1 < 1 for _, t in moments):
         raise ValueError(f"every moment's window of {size} frames must start after frame 0: {moments}")
     worlds = make_worlds(n, bucket, rng, FIRST_WORLD)
@@ -117,7 +130,15 @@ def steer_worlds(
             if t in at:
                 m, k = at[t]
                 m.truth[i, k] = w.render(bucket)
-    return anchors, [w.scene.to_prompt() for w in worlds], actions, steps
+    bank = np.zeros((n, BANK_VIEWS, bucket, bucket, 3), np.uint8)
+    still = np.zeros(actions.shape[-1], np.float32)
+    for i, w in enumerate(worlds):
+        for k in range(BANK_VIEWS):
+            w.reset(w.random_position(rng))
+            for _ in range(int(rng.integers(0, 24))):  # weather and animals at another phase
+                w.step(still)
+            bank[i, k] = w.render(bucket)
+    return Steering(anchors, [w.scene.to_prompt() for w in worlds], actions, steps, bank)
 
 
 def drive(runner: ModelRunner, bucket: int, anchors: np.ndarray, prompts: list[str], actions: np.ndarray,
@@ -138,15 +159,14 @@ def drive(runner: ModelRunner, bucket: int, anchors: np.ndarray, prompts: list[s
     drv.close()
 
 
-def patch_ratio(moments: list[Moment], index: int, label: str) -> tuple[float, list[float], list[float]]:
-    """Patch realism of ``label``'s frames at ``moments[index]``: (ratio, per world the model's
-    mean nearest-patch distance, per world the renderer's own)."""
-    m = moments[index]
+def patch_ratio(m: Moment, bank: np.ndarray, label: str) -> tuple[float, list[float], list[float]]:
+    """Patch realism of ``label``'s frames at moment ``m`` against ``bank`` (E, V, H, W, 3),
+    each world's own frames elsewhere: (ratio, per world the model's mean nearest-patch
+    distance, per world the renderer's own at the moment)."""
     d_model, d_truth = [], []
     for e in range(m.truth.shape[0]):
-        bank = np.concatenate([o.truth[e, ::PATCH_EVERY] for j, o in enumerate(moments) if j != index])
-        d_model.append(patch_distance(m.model[label][e, ::PATCH_EVERY], bank))
-        d_truth.append(patch_distance(m.truth[e, ::PATCH_EVERY], bank))
+        d_model.append(patch_distance(m.model[label][e, ::PATCH_EVERY], bank[e]))
+        d_truth.append(patch_distance(m.truth[e, ::PATCH_EVERY], bank[e]))
     return float(np.mean(d_model) / max(np.mean(d_truth), 1e-9)), d_model, d_truth
 
 
@@ -176,12 +196,13 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
     log = lines if lines is not None else []
     c2st = c2st or C2STConfig()
     t0 = time.perf_counter()
-    anchors, prompts, actions, steps = steer_worlds(bucket, worlds, np.random.default_rng([seed, bucket, 50]), moments, size)
+    run = steer_worlds(bucket, worlds, np.random.default_rng([seed, bucket, 50]), moments, size)
+    steps, prompts, actions = run.moments, run.prompts, run.actions
     log.append(f"realism, bucket {bucket}: {worlds} held-out worlds (HELD_OUT_SEEDS[{FIRST_WORLD}:{FIRST_WORLD + worlds}]), "
                f"{size} frames a moment each, renderer {time.perf_counter() - t0:.0f} s")
     for label, runner in runners.items():
         t1 = time.perf_counter()
-        drive(runner, bucket, anchors, prompts, actions, steps, label)
+        drive(runner, bucket, run.anchors, prompts, actions, steps, label)
         log.append(f"  {label}: {actions.shape[1]} frames x {worlds} worlds in {time.perf_counter() - t1:.0f} s")
     if out is not None:
         log.append("  strips: " + " ".join(str(p) for p in save_moment_strips(steps, out, bucket)))
@@ -209,11 +230,11 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
     for label in runners:
         r = dict(shared)
         per_world: list[str] = []
-        for i, m in enumerate(steps):
+        for m in steps:
             frames = m.flat(m.model[label])
             r[f"c2st_{m.name}"] = c2st_accuracy(m.flat(m.truth), frames, m.groups, m.groups, c2st)
             r[f"fd_{m.name}"] = frechet_distance(scene_features(net, frames), feats[m.name])
-            r[f"patch_ratio_{m.name}"], d_model, d_truth = patch_ratio(steps, i, label)
+            r[f"patch_ratio_{m.name}"], d_model, d_truth = patch_ratio(m, run.bank, label)
             log.append(f"  {label[:28]:<28} {m.name:>6} {r[f'c2st_{m.name}']:6.3f} {r[f'fd_{m.name}']:8.2f} "
                        f"{r[f'patch_ratio_{m.name}']:11.3f}")
             if m is last:

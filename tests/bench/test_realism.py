@@ -5,6 +5,7 @@ names the scenes of worlds it never saw; a tiny run of the whole measure writes 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+import bench._realism_measures as bench_measures
 from bench._realism_measures import (
     C2STConfig,
     blocky,
@@ -19,7 +21,7 @@ from bench._realism_measures import (
     c2st_accuracy,
     frechet_distance,
     patch_distance,
-    split_by_group,
+    world_folds,
 )
 from bench._scene_features import (
     DEFAULT_PATH,
@@ -50,12 +52,28 @@ def textures(
     return frames, np.repeat(np.arange(worlds), per_world)
 
 
-def test_split_by_group_keeps_every_group_on_one_side() -> None:
-    groups = np.repeat(np.arange(8), 5)
-    test = split_by_group(groups)
-    assert test.sum() == 10 and set(groups[test]) == {6, 7}
-    with pytest.raises(ValueError, match="at least 2 groups"):
-        split_by_group(np.zeros(4, int))
+def test_world_folds_keep_every_world_in_one_fold() -> None:
+    groups = np.repeat(np.array([3, 1, 4, 1, 5, 9, 2, 6]), 5)
+    fold = world_folds(groups, 2)
+    for g in np.unique(groups):
+        assert len(set(fold[groups == g])) == 1
+    assert sorted(np.bincount(fold)) == [15, 25]  # 7 distinct worlds: 3 and 4 of them
+    with pytest.raises(ValueError, match="folds"):
+        world_folds(np.zeros(4, int), 2)
+
+
+def test_c2st_judges_every_world_with_a_classifier_that_never_saw_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real = bench_measures.train_classifier
+
+    def spy(x, y, cfg):
+        seen.append(len(x))
+        return real(x, y, cfg)
+
+    monkeypatch.setattr(bench_measures, "train_classifier", spy)
+    a, groups = textures(np.random.default_rng(9), 6, 4)
+    c2st_accuracy(a, blur4(a), groups, groups, replace(TINY, epochs=1), folds=3)
+    assert seen == [32, 32, 32]  # 4 of the 6 worlds, both sets, for each of 3 folds
 
 
 def test_c2st_cannot_tell_a_distribution_from_itself() -> None:
@@ -130,11 +148,10 @@ def test_patch_ratio_compares_the_model_with_the_renderer_at_the_same_moment(
 ) -> None:
     monkeypatch.setattr("bench.realism.PATCH_EVERY", 1)  # every frame of these short windows
     bank, held, other = one_world
-    moments = [Moment(n, t, f[None], {}) for n, t, f in (("2s", 10, bank[:4]), ("10s", 20, bank[4:]), ("60s", 30, held))]
-    moments[2].model["world"] = other[None]
-    moments[2].model["blocks"] = blocky(other)[None]
-    assert 0.7 <= patch_ratio(moments, 2, "world")[0] <= 1.4
-    assert patch_ratio(moments, 2, "blocks")[0] > 1.5
+    moment = Moment("60s", 30, held[None], {"world": other[None], "blocks": blocky(other)[None]})
+    ratio, d_model, d_truth = patch_ratio(moment, bank[None], "world")
+    assert 0.7 <= ratio <= 1.4 and len(d_model) == len(d_truth) == 1
+    assert patch_ratio(moment, bank[None], "blocks")[0] > 1.5
 
 
 def test_scene_net_shapes_and_labels() -> None:
