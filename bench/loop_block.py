@@ -276,7 +276,7 @@ def gil_table() -> None:
         print(f"{kind:>16} {ms:>8.3f} {two / one:>11.2f} {np.percentile(lates, 99):>11.3f} {lates.max():>11.3f}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 8, 16, 32])
     p.add_argument("--seconds", type=float, default=5.0)
@@ -285,7 +285,7 @@ def main() -> None:
     p.add_argument("--frames-per-chunk", type=int, default=1)
     p.add_argument("--uvloop", action="store_true", help="run the server on uvloop (as the CLI does when present)")
     p.add_argument("--gil", action="store_true", help="only the table of codec calls and the GIL")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.gil:
         gil_table()
         return
