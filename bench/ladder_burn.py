@@ -44,7 +44,7 @@ from server.engine import Engine, model_executor
 from session.admission import AdmissionOptions
 from session.costmodel import CostModel
 from session.degrade import DegradationChanged, DegradeOptions
-from session.events import DeadlineMiss, Event, FrameSkipped
+from session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped
 from session.plan import ACTION_DIM, BatchTiming, SessionSpec
 from session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
 from session.warmup import warm_up
@@ -110,6 +110,8 @@ async def run_burn(
             misses.append(time.monotonic())
         elif isinstance(e, DegradationChanged):
             moves.append((time.monotonic(), e.session_id, e.old_level, e.new_level, e.changes))
+        elif isinstance(e, ChunkReady) and e.display_time is not None:  # shown at its display time
+            asyncio.get_running_loop().call_later(max(0.0, e.display_time - time.monotonic()), shown, e.session_id)
 
     engine = Engine(scheduler, runner, executor=model_executor(), on_event=on_event)
     ids = [f"burn{i}" for i in range(sessions)]
@@ -117,12 +119,8 @@ async def run_burn(
     counts = dict.fromkeys(ids, 0)
     stop = asyncio.Event()
 
-    async def consume(sid: str) -> None:
-        box = engine.outbox(sid)
-        while not stop.is_set():
-            item = await box.latest.get()
-            if item is None:
-                return
+    def shown(sid: str) -> None:
+        if not stop.is_set():
             counts[sid] += 1
             delivered.append(time.monotonic())
 
@@ -151,7 +149,7 @@ async def run_burn(
                                          fps=24.0, lookahead=1, mode=Mode.PUSH)
             if not verdict.admitted:
                 raise RuntimeError(f"{sid} refused: {verdict}")
-        tasks = [asyncio.create_task(consume(s)) for s in ids] + [asyncio.create_task(steer())]
+        tasks = [asyncio.create_task(steer())]
         t_join = time.monotonic()
         while min(counts.values()) == 0 and time.monotonic() - t_join < 30.0:
             await asyncio.sleep(0.01)

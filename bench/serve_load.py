@@ -47,7 +47,7 @@ from server.engine import Engine, model_executor
 from session.admission import AdmissionOptions
 from session.costmodel import CostModel
 from session.degrade import DegradationChanged, DegradeOptions
-from session.events import SessionStats
+from session.events import ChunkReady, Event, SessionStats
 from session.plan import ACTION_DIM, BatchTiming, ChunkWork, SessionSpec, StepPlan
 from session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
 from session.warmup import warm_up
@@ -98,22 +98,23 @@ async def run_load(
             for b in plan.batches:
                 batches[(len(b.items), b.steps)] += 1
 
+    def on_event(e: Event) -> None:
+        if isinstance(e, DegradationChanged):
+            changes.append(e)
+        elif isinstance(e, ChunkReady) and e.display_time is not None:  # shown at its display time
+            asyncio.get_running_loop().call_later(max(0.0, e.display_time - time.monotonic()), shown, e.session_id)
+
     engine = Engine(  # a fresh model thread per run; stop() shuts it down
         scheduler, runner, executor=model_executor(), batching=batching,
-        on_event=lambda e: changes.append(e) if isinstance(e, DegradationChanged) else None,
-        on_step=on_step,
+        on_event=on_event, on_step=on_step,
     )
     ids = [f"load{i}" for i in range(sessions)]
     counts = dict.fromkeys(ids, 0)
     levels: Counter[int] = Counter()
     stop = asyncio.Event()
 
-    async def consume(sid: str) -> None:
-        box = engine.outbox(sid)
-        while not stop.is_set():
-            item = await box.latest.get()
-            if item is None:
-                return
+    def shown(sid: str) -> None:
+        if not stop.is_set():
             counts[sid] += 1
 
     async def steer() -> None:
@@ -141,7 +142,7 @@ async def run_load(
                                          lookahead=1, mode=Mode.PUSH)
             if not verdict.admitted:
                 raise RuntimeError(f"{sid} refused: {verdict}")
-        tasks = [asyncio.create_task(consume(s)) for s in ids] + [asyncio.create_task(steer())]
+        tasks = [asyncio.create_task(steer())]
         # measure from the moment every session has its first frame: opening a session
         # (rendering its start frame, filling its cache) is not the steady load
         t_joined = time.monotonic()

@@ -2,10 +2,10 @@
 
 One asyncio task runs the loop; one dedicated executor thread owns the model, so model work
 never blocks the event loop. The loop sleeps until the scheduler's next wake-up or until new
-work arrives (``wake``: every session call that adds work does it). Finished chunks go to
-each session's ``Outbox``: push chunks into a one-slot ``LatestFrame`` at their display time
-(a chunk generated ahead is held on a timer until then), pull chunks into an ordered bounded
-queue. Every event also goes to ``on_event`` (metrics, transports, logs).
+work arrives (``wake``: every session call that adds work does it). The engine emits
+results: every event of a step, finished chunks (``ChunkReady``) included, goes to
+``on_event`` as soon as the step is done. Where a chunk goes from there (the replay ring,
+the transport, held until its display time) is the service's (server/engine_events.py).
 
 ``suspend(id)`` takes a session out of the schedule between two steps, so nothing of it
 is in flight: it returns the next block_idx and the runner's ``ModelState`` (exported on
@@ -25,83 +25,19 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 import numpy as np
 
 from session.admission import Admission
 from session.degrade import Settings
 from session.plan import ModelState, Runner, SessionSpec, StepOutput, StepPlan
-from session.scheduler import ChunkReady, Event, Mode, Scheduler
+from session.scheduler import Event, Mode, Scheduler
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-class FrameQueue(Generic[T]):
-    """A bounded buffer between the engine and one sender: when full, the oldest item is
-    dropped (and counted), never the producer blocked. ``await get()`` returns None once
-    closed and drained."""
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity!r}")
-        self._items: deque[T] = deque()
-        self._capacity = capacity
-        self._ready = asyncio.Event()
-        self._closed = False
-        self.drops = 0
-
-    def put(self, item: T) -> None:
-        if self._closed:
-            return
-        if len(self._items) >= self._capacity:
-            self._items.popleft()
-            self.drops += 1
-        self._items.append(item)
-        self._ready.set()
-
-    async def get(self) -> T | None:
-        while not self._items:
-            if self._closed:
-                return None
-            self._ready.clear()
-            await self._ready.wait()
-        return self._items.popleft()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def close(self) -> None:
-        self._closed = True
-        self._ready.set()
-
-
-class LatestFrame(FrameQueue[T]):
-    """One-slot holder: ``put`` replaces an unsent item (counted in ``drops``)."""
-
-    def __init__(self) -> None:
-        super().__init__(1)
-
-
-class Outbox:
-    """Where one session's finished chunks wait for its transport."""
-
-    def __init__(self, session_id: str, ordered_capacity: int) -> None:
-        self.session_id = session_id
-        self.latest: LatestFrame[ChunkReady] = LatestFrame()  # push mode
-        self.ordered: FrameQueue[ChunkReady] = FrameQueue(ordered_capacity)  # pull mode
-
-    def close(self) -> None:
-        self.latest.close()
-        self.ordered.close()
-
 
 @dataclass(frozen=True, slots=True)
 class Suspension:
@@ -133,23 +69,17 @@ class Engine:
         clock: Callable[[], float] | None = None,
         executor: ThreadPoolExecutor | None = None,
         batching: bool = True,
-        pace: bool = True,
-        ordered_capacity: int = 8,
         on_event: Callable[[Event], None] | None = None,
         on_step: StepHook | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.runner = runner
-        self._clock = clock or scheduler.clock  # one clock for deadlines and pacing
+        self._clock = clock or scheduler.clock  # one clock for deadlines
         self._executor = executor  # shut down by stop(), whoever made it
-        self._pace = pace  # False: push chunks go to LatestFrame as soon as they are ready
-        self._ordered_capacity = ordered_capacity
         self._on_event = on_event
         self._on_step = on_step
         self._suspends: dict[str, asyncio.Future[Suspension]] = {}
         self._exports: dict[str, asyncio.Future[Suspension]] = {}
-        self._outboxes: dict[str, Outbox] = {}
-        self._timers: set[asyncio.TimerHandle] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._started = False
@@ -171,7 +101,7 @@ class Engine:
         priority: int = 0,
         first_block: int = 0,
     ) -> Admission:
-        """Admit (see ``Scheduler.add_session``); an admitted session gets an ``Outbox``."""
+        """Admit (see ``Scheduler.add_session``)."""
         verdict = self.scheduler.add_session(
             session_id,
             spec,
@@ -184,20 +114,16 @@ class Engine:
             first_block=first_block,
         )
         if verdict.admitted:
-            self._outboxes[session_id] = Outbox(session_id, self._ordered_capacity)
             self.wake()
         return verdict
 
     def remove_session(self, session_id: str) -> None:
         self.scheduler.remove_session(session_id)
-        box = self._outboxes.pop(session_id, None)
-        if box is not None:
-            box.close()
         self.wake()
 
     async def suspend(self, session_id: str) -> Suspension:
         """Take a session out of the schedule between two steps and export its model
-        state; KeyError if it is not scheduled. Its outbox closes."""
+        state; KeyError if it is not scheduled."""
         if session_id not in self.scheduler:
             raise KeyError(f"session {session_id!r} is not scheduled")
         if not self.running:  # no step in flight: nothing to wait for (no state to export)
@@ -222,9 +148,6 @@ class Engine:
             fut.add_done_callback(_retrieve)
             self.wake()
         return await asyncio.shield(fut)
-
-    def outbox(self, session_id: str) -> Outbox:
-        return self._outboxes[session_id]
 
     def set_action(self, session_id: str, action: np.ndarray, seq: int) -> bool:
         return self.scheduler.set_action(session_id, action, seq)
@@ -303,9 +226,7 @@ class Engine:
             pass
         except Exception as exc:
             self.failure = exc
-            log.exception(
-                "engine loop failed; sessions %s stop getting frames", sorted(self._outboxes)
-            )
+            log.exception("engine loop failed; its sessions stop getting frames")
         finally:
             self._cleanup()
 
@@ -388,19 +309,7 @@ class Engine:
             await asyncio.wait_for(self._wake.wait(), max(delay, 0.0005))
 
     def _dispatch(self, events: list[Event]) -> None:
-        if not events:
-            return
-        loop = asyncio.get_running_loop()
-        now = self._clock()
         for ev in events:
-            box = self._outboxes.get(ev.session_id) if isinstance(ev, ChunkReady) else None
-            if box is not None and isinstance(ev, ChunkReady):
-                if ev.display_time is None:  # pull: in order, the client asked for each
-                    box.ordered.put(ev)
-                elif self._pace and ev.display_time > now:  # push, ahead: hold until shown
-                    self._hold(loop, ev.display_time - now, box.latest, ev)
-                else:
-                    box.latest.put(ev)
             if self._on_event is not None:
                 try:
                     self._on_event(ev)
@@ -411,33 +320,12 @@ class Engine:
                         getattr(ev, "session_id", None),
                     )
 
-    def _hold(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        delay: float,
-        holder: LatestFrame[ChunkReady],
-        ev: ChunkReady,
-    ) -> None:
-        """Put ``ev`` into ``holder`` after ``delay`` seconds (its display time)."""
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            holder.put(ev)
-
-        handle = loop.call_later(delay, fire)
-        self._timers.add(handle)
-
     def _cleanup(self) -> None:
         pending, self._suspends = self._suspends, {}
         exports, self._exports = self._exports, {}
         for fut in (*pending.values(), *exports.values()):
             if not fut.done():
                 fut.set_exception(RuntimeError("engine stopped while suspending"))
-        for handle in self._timers:
-            handle.cancel()
-        self._timers.clear()
-        for box in self._outboxes.values():
-            box.close()
 
 
 def _retrieve(fut: asyncio.Future[Suspension]) -> None:

@@ -1,12 +1,20 @@
-"""What comes back from the engine and the store: chunks to the peer, scheduler events,
-step metrics, and sessions leaving the store.
+"""What comes back from the engine: chunks on their one way out, scheduler events, step
+metrics.
 
-- ``_pump`` (one task per attached session) moves chunks from the engine's outbox to the
-  peer: in order in pull mode, the newest one in push mode (dropped ones are counted). A
-  push block that comes late is preceded by one ``skipped`` (the display frames it missed).
-- ``_on_event`` (the engine's ``on_event``) keeps each session's replay ring, next block,
-  presentation times and degradation level, commits pull blocks in the store, and tells
-  the peer about degradations and runner errors; ``_on_step`` records step metrics.
+One output path. The engine emits each finished chunk once (``ChunkReady``, through
+``on_event``); here it becomes a ``Chunk`` (presentation times, the display frames it was
+late by) that goes into the session's replay ring, the blocks a resume re-sends, and on
+to the attached peer. A pull chunk goes at once, in order. A push chunk is paced here and
+only here: one generated ahead of its display time is held on a timer until then (on the
+scheduler's clock, the one the frame clock runs on), then handed over. A push block that
+comes late is preceded by one ``skipped`` (the display frames it missed). The peer's
+one-slot holder is the only latest-wins holder on the way (server/ws.py,
+server/rtc/track.py): it counts the frames it replaces, once, as ``slow_client`` drops.
+Held chunks are forgotten when the peer goes or a new epoch starts (they stay in the ring).
+
+``on_event`` also keeps each session's next block, presentation times and degradation
+level, commits pull blocks in the store, and tells the peer about degradations and runner
+errors; ``on_step`` records step metrics.
 
 ``EngineEvents`` is one of the parts ``Service`` (server/service.py) is made of: it works
 on the worker's ``Sessions`` and reads the engine through the ``Gate``. A session leaving
@@ -15,11 +23,12 @@ the store is handled by ``Sessions`` (server/sessions.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from protocol import Degradation, Error, ErrorCode, Skipped
-from server.engine import Outbox
 from server.gate import Gate
 from server.live import Chunk, Live, Shape
 from server.metrics import Metrics
@@ -36,33 +45,39 @@ log = logging.getLogger("worldserve.service")
 class EngineEvents:
     """The engine's callbacks for the worker's sessions; see the module docstring."""
 
-    def __init__(self, metrics: Metrics, sessions: Sessions, shape: Shape, gate: Gate) -> None:
+    def __init__(
+        self, metrics: Metrics, clock: Callable[[], float], sessions: Sessions, shape: Shape, gate: Gate
+    ) -> None:
         self.metrics = metrics
+        self.clock = clock  # the scheduler's: display times are on it
         self.sessions = sessions
         self.shape = shape
         self.gate = gate
 
-    async def pump(self, live: Live, box: Outbox) -> None:
-        """Engine outbox -> peer, until the outbox closes or the peer goes."""
-        q = box.ordered if live.pull else box.latest
-        seen = 0
-        shown = live.next_block - 1  # the newest block the peer has (a resume replays up to it)
-        try:
-            while (ev := await q.get()) is not None:
-                if q.drops != seen:
-                    self.metrics.drops.labels("outbox").inc(q.drops - seen)
-                    live.outbox_drops += q.drops - seen
-                    seen = q.drops
-                peer = live.peer
-                if peer is None:
-                    return
-                ch = live.find(ev.block_idx) or self._chunk(live, ev)
-                if ch.late_frames and not live.pull:  # said right before the late block itself
-                    peer.send(Skipped(ch.block_idx, shown, ch.late_frames))
-                peer.chunk(ch, ordered=live.pull)
-                shown = ch.block_idx
-        except Exception:
-            log.exception("frame pump failed", extra={"sid": live.sid})
+    def _deliver(self, live: Live, ch: Chunk, display_time: float | None) -> None:
+        """A new chunk to the peer: pull at once; push at its display time."""
+        if live.peer is None:
+            return  # detached: the ring has it for the resume
+        delay = 0.0 if display_time is None else display_time - self.clock()
+        if delay <= 0:
+            self._show(live, ch)
+            return
+
+        def fire() -> None:
+            live.held.discard(handle)
+            self._show(live, ch)
+
+        handle = asyncio.get_running_loop().call_later(delay, fire)
+        live.held.add(handle)
+
+    def _show(self, live: Live, ch: Chunk) -> None:
+        peer = live.peer
+        if peer is None or self.sessions.get(live.sid) is not live:
+            return
+        if ch.late_frames and not live.pull:  # said right before the late block itself
+            peer.send(Skipped(ch.block_idx, live.shown, ch.late_frames))
+        peer.chunk(ch, ordered=live.pull)
+        live.shown = ch.block_idx
 
     def _chunk(self, live: Live, ev: ChunkReady, late: int = 0) -> Chunk:
         first = self.shape.block_start(ev.block_idx)
@@ -96,17 +111,19 @@ class EngineEvents:
         if isinstance(ev, ChunkReady):
             late = live.late[1] if live.late is not None and live.late[0] == ev.block_idx else 0
             live.late = None
-            live.ring.append(self._chunk(live, ev, late))
+            ch = self._chunk(live, ev, late)
+            live.ring.append(ch)
             live.next_block = ev.block_idx + 1
             if live.pull:
                 try:
                     self.sessions.store.commit_block(live.sid, ev.block_idx, len(ev.frames))
                 except SessionError as exc:
                     log.warning("store commit: %s", exc, extra={"sid": live.sid})
+            self._deliver(live, ch, ev.display_time)
         elif isinstance(ev, FrameSkipped):
             live.skipped += ev.frames
             self.metrics.drops.labels("skipped").inc(ev.frames)
-            # told with the late block itself (``_pump``), so the client hears of it once,
+            # told with the late block itself (``_show``), so the client hears of it once,
             # after the block it keeps showing and right before the one that comes late
             before = live.late[1] if live.late is not None and live.late[0] == ev.block_idx else 0
             live.late = (ev.block_idx, before + ev.frames)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -169,7 +169,8 @@ class Live:
     suspension: Suspension | None = None  # set while detached
     restored: tuple[int, ModelState] | None = None  # (first_block, state) it was resumed from
     suspending: asyncio.Future[None] | None = None
-    pump: asyncio.Task[None] | None = None
+    held: set[asyncio.TimerHandle] = field(default_factory=set)  # push chunks before their display time
+    shown: int = -1  # the newest block handed to the peer (what its client shows)
     action: np.ndarray | None = None  # the last applied action and its seq
     action_seq: int = 0
     seen_seq: int = 0
@@ -177,7 +178,6 @@ class Live:
     action_timer: asyncio.TimerHandle | None = None
     skipped: int = 0
     misses: int = 0
-    outbox_drops: int = 0
     late: tuple[int, int] | None = None  # push: (next block, display frames skipped before it)
     pts_origin: float | None = None  # push: scheduler-clock time of pts 0 in this epoch
     pts_next: tuple[int, float] | None = None  # pull: (next block, its pts in microseconds)
@@ -193,13 +193,17 @@ class Live:
     def unbind(self) -> None:
         """Its transport is gone: forget the peer, stop sending, drop a pending action."""
         self.peer = None
-        if self.pump is not None:
-            self.pump.cancel()
-            self.pump = None
+        self.drop_held()
         if self.action_timer is not None:
             self.action_timer.cancel()
             self.action_timer = None
         self.pending = None
+
+    def drop_held(self) -> None:
+        """Forget the push chunks waiting for their display time (they stay in the ring)."""
+        for handle in self.held:
+            handle.cancel()
+        self.held.clear()
 
     def find(self, block_idx: int) -> Chunk | None:
         for ch in reversed(self.ring):

@@ -92,7 +92,7 @@ class Metrics:
         self.drops = Counter(
             "worldserve_frames_dropped",
             "Frames not shown, by reason: skipped (not generated in time), slow_client "
-            "(replaced before it was sent), outbox (replaced before the transport took it)",
+            "(replaced in the transport's holder before it was sent)",
             ["reason"], registry=r,
         )
         self.frames_sent = Counter(

@@ -138,7 +138,7 @@ class Service:
         self.table = table = Sessions(settings, metrics, clock, gate)
         self.shape = shape = Shape()
         self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, self._new_epoch)
-        self.events = EngineEvents(metrics, table, shape, gate)
+        self.events = EngineEvents(metrics, clock, table, shape, gate)
         self.migration = Migration(settings, metrics, clock, table, shape, gate)
         self._reaper: asyncio.Task[None] | None = None
         metrics.track_sessions(table.counts)
@@ -344,7 +344,7 @@ class Service:
             self.block_frames(0),
             self.shape.controls,
         )
-        self._attach(engine, live, peer, started, [])
+        self._attach(live, peer, started, [])
         if live.pull:
             engine.request_block(sid, 0, seconds(req.deadline_ms))
         self.metrics.sessions_started.labels(req.mode).inc()
@@ -378,7 +378,7 @@ class Service:
             live.suspension = None
             self._new_epoch(engine, live)
             reply = self._resumed(live, 0, 0)
-            self._attach(engine, live, peer, reply, [])
+            self._attach(live, peer, reply, [])
             self.metrics.resumes.labels("new_epoch").inc()
             return reply
         replay = [ch for ch in live.ring if n <= ch.block_idx < k]
@@ -406,7 +406,7 @@ class Service:
                 engine.request_block(sid, b)
         restored_from, live.adopted = (-1 if live.adopted is None else live.adopted), None
         reply = self._resumed(live, k if gap else n, len(replay), restored_from, gap)
-        self._attach(engine, live, peer, reply, replay)
+        self._attach(live, peer, reply, replay)
         self.metrics.resumes.labels("ok" if restored_from < 0 else "restored").inc()
         if restored_from >= 0 and self.remote is not None:
             self.remote.resumed(sid, live.epoch, k)
@@ -584,9 +584,7 @@ class Service:
         decision = self.store.open_block(sid, 0, frames=self.block_frames(0))
         if sid in engine.scheduler:
             engine.remove_session(sid)
-        if live.pump is not None:
-            live.pump.cancel()
-            live.pump = None
+        live.drop_held()
         live.epoch = decision.epoch
         live.ring.clear()
         live.next_block = 0
@@ -595,15 +593,13 @@ class Service:
         if not verdict.admitted:
             self.close(sid, "refused")
             raise self._model_full(verdict)
-        if live.peer is not None:
-            live.pump = asyncio.create_task(self.events.pump(live, engine.outbox(sid)))
+        live.shown = -1
         if live.pull:
             engine.request_block(sid, 0)
         log.info("new epoch", extra={"sid": sid, "epoch": live.epoch})
 
     def _attach(
         self,
-        engine: Engine,
         live: Live,
         peer: Peer,
         reply: Started | Resumed,
@@ -613,8 +609,7 @@ class Service:
         peer.attached(reply, live.request.quality or self.settings.jpeg_quality)
         for ch in replay:
             peer.chunk(ch, ordered=True)
-        if live.pump is None or live.pump.done():
-            live.pump = asyncio.create_task(self.events.pump(live, engine.outbox(live.sid)))
+        live.shown = live.next_block - 1  # the newest block the peer has (replayed up to it)
 
     async def _reap_loop(self) -> None:
         period = min(1.0, self.settings.detached_ttl_s / 2)

@@ -6,7 +6,9 @@ here); a bad message gets an ``error`` and the session goes on. A writer task is
 the only one that sends. What waits for it is bounded, so a client that stops reading
 never grows server memory: control messages in a deque (oldest dropped past
 ``control_queue``), pull and replayed blocks in an ordered deque (``send_queue``), push
-frames in a one-slot holder (latest wins; a replaced frame is counted as a drop).
+frames in a one-slot holder, the only latest-wins holder on a frame's way out (its frames
+are counted as ``slow_client`` drops; push chunks reach it already paced, at their display
+time: server/engine_events.py).
 Frames are encoded only when sent, so a dropped frame costs nothing, and off the loop: the
 writer hands each frame to the app's codec pool (server/offload.py) and waits for it before
 the next, so a connection's frames go out in order and its encoder (H.264 keeps state) is
@@ -101,7 +103,7 @@ class Connection:
         self._inbound = Inbound(settings, metrics)
         self._start_at: float | None = None  # monotonic time of the start message (TTFF)
         self._sent_window: deque[float] = deque(maxlen=512)  # send times, for the fps figure
-        self.drops = 0  # push frames replaced before they were sent (slow client)
+        self.drops = 0  # frames replaced or pushed out before they were sent (slow client)
         self.control_drops = 0
         self.frames_sent = 0
 
@@ -130,12 +132,11 @@ class Connection:
             return
         if ordered:
             if len(self._ordered) >= max(self.settings.send_queue, self.settings.replay_blocks):
-                self._ordered.popleft()
-                self._count_drop()
+                self._count_drop(self._ordered.popleft())
             self._ordered.append(chunk)
         else:
             if self._latest is not None:
-                self._count_drop()
+                self._count_drop(self._latest)
             self._latest = chunk
         self._wake.set()
 
@@ -306,9 +307,10 @@ class Connection:
         self._control.append(data)
         self._wake.set()
 
-    def _count_drop(self) -> None:
-        self.drops += 1
-        self.metrics.drops.labels("slow_client").inc()
+    def _count_drop(self, chunk: Chunk) -> None:
+        """The frames of ``chunk``, replaced or pushed out before they were sent."""
+        self.drops += len(chunk.frames)
+        self.metrics.drops.labels("slow_client").inc(len(chunk.frames))
 
     def _begin_close(self, code: int, reason: str) -> None:
         if self._closing is None:
@@ -410,7 +412,7 @@ class Connection:
         sent = sum(1 for t in self._sent_window if now - t <= interval)
         s = live.settings
         return Status(
-            live.level, sent / interval, s.fps, self.queued, self.drops + live.outbox_drops,
+            live.level, sent / interval, s.fps, self.queued, self.drops,
             live.skipped, live.misses, s.bucket, s.steps, s.lookahead,
             round(self.service.utilisation(), 4),
         )

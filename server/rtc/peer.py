@@ -131,6 +131,7 @@ class RtcPeer:
         self.control_drops = 0
         rtc_metrics.peers.inc()
         track.on_frame = self._frame_sent
+        track.on_drop = metrics.drops.labels("slow_client").inc
         pc.on("datachannel", self._on_datachannel)
         pc.on("connectionstatechange", self._on_state)
 
@@ -342,7 +343,7 @@ class RtcPeer:
         s = live.settings
         return Status(
             live.level, sent / interval, s.fps, self.track.queued,
-            self.track.dropped + live.outbox_drops, live.skipped, live.misses, s.bucket,
+            self.track.dropped, live.skipped, live.misses, s.bucket,
             s.steps, s.lookahead, round(self.service.utilisation(), 4),
         )
 

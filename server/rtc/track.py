@@ -1,13 +1,14 @@
 """The server's video track: a session's frames as an aiortc ``MediaStreamTrack``.
 
-The transport (``RtcPeer.chunk``) puts each finished chunk into a one-slot ``LatestFrame``
-holder (a newer chunk replaces one not yet taken, and the replaced one is counted as a
-drop; nothing queues). ``recv()`` is aiortc's pull: it awaits the holder, never does model
-work, and paces on ``time.monotonic()``: the frames of one chunk go out one frame period
-apart, and a chunk that arrives right behind the last frame (a catch-up burst) waits at
-least half a period, so the receiver's jitter buffer sees a steady stream. A newer chunk
-that arrives while the frames of an older one are still going out wins: the rest of
-the older one is dropped.
+The transport (``RtcPeer.chunk``) puts each finished chunk into a one-slot holder, the
+only latest-wins holder on the way out (a newer chunk replaces one not yet taken, and the
+replaced frames are counted as drops, ``on_drop``; nothing queues). ``recv()`` is
+aiortc's pull: it awaits the holder and never does model work. Chunks are paced in one
+place, before they get here: the service hands a push chunk over at its display time
+(server/engine_events.py). The track sends a chunk's first frame as soon as it arrives
+and its next ones one frame period apart on ``time.monotonic()`` (frame i of a chunk is
+displayed i periods after its first). A newer chunk that arrives while the frames of an
+older one are still going out wins: the rest of the older one is dropped.
 
 Timestamps: ``pts`` count the frame index on a 90 kHz clock (``time_base`` 1/90000):
 the first frame's pts is ``round(index * 90000 / fps)`` and each next one adds
@@ -29,11 +30,41 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
-from server.engine import LatestFrame
-from server.service import Chunk
+from server.live import Chunk
 
 VIDEO_CLOCK_RATE = 90_000
 TIME_BASE = Fraction(1, VIDEO_CLOCK_RATE)
+
+
+class _Slot:
+    """A one-slot holder: ``put`` replaces what is there; ``await get()`` returns None
+    once closed."""
+
+    def __init__(self) -> None:
+        self.item: Chunk | None = None
+        self._ready = asyncio.Event()
+        self._closed = False
+
+    def put(self, item: Chunk) -> None:
+        if not self._closed:
+            self.item = item
+            self._ready.set()
+
+    async def get(self) -> Chunk | None:
+        while self.item is None:
+            if self._closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        item, self.item = self.item, None
+        return item
+
+    def __len__(self) -> int:
+        return self.item is not None
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
 
 
 class SessionVideoTrack(MediaStreamTrack):
@@ -48,6 +79,7 @@ class SessionVideoTrack(MediaStreamTrack):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_frame: Callable[[Chunk, int], None] | None = None,
+        on_drop: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
         if not fps > 0:
@@ -56,7 +88,8 @@ class SessionVideoTrack(MediaStreamTrack):
         self._clock = clock
         self._sleep = sleep
         self.on_frame = on_frame  # (chunk, frame index) just before it is returned
-        self._holder: LatestFrame[Chunk] = LatestFrame()
+        self.on_drop = on_drop  # (frames) replaced by a newer chunk before they were sent
+        self._holder = _Slot()
         self._chunk: Chunk | None = None
         self._next = 0  # index into self._chunk.frames of the next frame to send
         self._last_sent: float | None = None  # monotonic time of the last frame returned
@@ -71,7 +104,7 @@ class SessionVideoTrack(MediaStreamTrack):
     def put(self, chunk: Chunk) -> None:
         """Hand over a finished chunk (latest wins)."""
         if len(self._holder):  # replaced before recv() took it
-            self.dropped += self._held_frames
+            self._drop(self._held_frames)
         self._held_frames = len(chunk.frames)
         self._holder.put(chunk)
 
@@ -130,13 +163,13 @@ class SessionVideoTrack(MediaStreamTrack):
                 due = (self._last_sent or self._clock()) + period  # the rest of this chunk
             else:
                 if self._chunk is not None and self._next < len(self._chunk.frames):
-                    self.dropped += len(self._chunk.frames) - self._next  # a newer one is here
+                    self._drop(len(self._chunk.frames) - self._next)  # a newer one is here
                 chunk = await self._holder.get()
                 if chunk is None:
                     raise MediaStreamError
                 self._held_frames = 0
                 self._chunk, self._next = chunk, 0
-                due = self._clock() if self._last_sent is None else self._last_sent + period / 2
+                due = self._clock()  # handed over at its display time: show it now
             wait = due - self._clock()
             if wait > 0:
                 await self._sleep(wait)
@@ -149,3 +182,8 @@ class SessionVideoTrack(MediaStreamTrack):
             self._next += 1
             self._last_sent = max(self._clock(), due)
             return self._chunk, i
+
+    def _drop(self, frames: int) -> None:
+        self.dropped += frames
+        if self.on_drop is not None and frames:
+            self.on_drop(frames)
