@@ -53,7 +53,7 @@ def to_input(frames: np.ndarray) -> torch.Tensor:
 @dataclass(frozen=True)
 class C2STConfig:
     widths: tuple[int, ...] = (16, 32, 64, 64)  # channels per conv; every one after the first halves H, W
-    crop: int = 48  # training crops (px, random place); the test sees whole frames
+    crop: int = 32  # training crops (px, random place); the test sees whole frames
     epochs: int = 16  # passes over the training frames
     batch: int = 32
     lr: float = 2e-3  # Adam, cosine decay to 0
@@ -143,7 +143,7 @@ def train_classifier(x: torch.Tensor, y: torch.Tensor, cfg: C2STConfig) -> Frame
 
 def c2st_accuracy(
     a: np.ndarray, b: np.ndarray, groups_a: np.ndarray, groups_b: np.ndarray,
-    cfg: C2STConfig = C2STConfig(), folds: int = 2,
+    cfg: C2STConfig = C2STConfig(), folds: int = 4,
 ) -> float:
     """Held-out accuracy of classifiers trained to tell frames ``a`` from frames ``b``.
 

@@ -9,10 +9,11 @@ every model is anchored on the renderer's first frame and driven by the same scr
 moment (2, 10 and 60 s at 24 fps: frames 48, 240, 1440) the frames t-15 ... t+16 of every
 world, the renderer's and each model's, are compared three ways:
 
-- ``c2st``: a classifier two-sample test (``bench._realism_measures``): a small convolutional
-  network trained afresh (fixed seed) to tell the model's frames from the renderer's frames of
-  the same places and prompts, its accuracy on the worlds it did not train on (a quarter of
-  them: no place is on both sides). 0.5: indistinguishable; 1.0: always told apart. Beside it,
+- ``c2st``: a classifier two-sample test (``bench._realism_measures``): small convolutional
+  networks trained afresh (fixed seed) to tell the model's frames from the renderer's frames of
+  the same places and prompts, their accuracy on worlds they did not train on (four folds of
+  worlds, each judged by a network trained on the other three: no place is on both sides).
+  0.5: indistinguishable; 1.0: always told apart. Beside it,
   the same recipe on the same counts of frames: ``c2st_control``, the renderer's frames at
   60 s against a 4x-blurred copy of them (4x4 averages, bilinearly enlarged), which must reach
   ``CONTROL_GOAL`` or the run is VOID (the test could not see); ``c2st_null``, the renderer's
