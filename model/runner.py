@@ -36,6 +36,7 @@ from model.dit import WorldModel
 from model.dtype import pick_dtype
 from model.kv_cache import KVCachePool
 from model.memory import tune_malloc
+from model.plan_errors import guarded, session_state
 from model.prompt import parse_prompt
 from model.weights import DEFAULT_WEIGHTS, load_model
 from session.plan import (
@@ -165,9 +166,9 @@ class ModelRunner:
         for sid in plan.freed:
             self.free(sid)
         for spec in plan.new_sessions:
-            self._guard(out, spec.session_id, self._open, spec)
+            guarded(out, spec.session_id, self._open, spec)
         for upd in plan.updates:
-            self._guard(out, upd.session_id, self._update, upd)
+            guarded(out, upd.session_id, self._update, upd)
         for batch in plan.batches:
             items = [it for it in batch.items if self._runnable(out, it, batch)]
             if not items:
@@ -559,17 +560,7 @@ class ModelRunner:
     # --- helpers ---
 
     def _get(self, session_id: str) -> SessionSlot:
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            raise KeyError(f"runner has no state for session {session_id!r}") from None
-
-    def _guard(self, out: StepOutput, sid: str, fn: Callable[..., None], arg: object) -> None:
-        try:
-            fn(arg)
-        except Exception as exc:  # one session's bad input never fails the plan
-            log.warning("session %s: %s", sid, exc)
-            out.errors[sid] = str(exc)
+        return session_state(self.sessions, session_id)
 
     def _runnable(self, out: StepOutput, it: ChunkWork, batch: Batch) -> bool:
         s = self.sessions.get(it.session_id)

@@ -56,7 +56,7 @@ from model.wan.clip import ImageEncoder
 from model.wan.config import COND_MASK_CHANNELS
 from model.wan.config import MATRIX_GAME_RECIPE as RECIPE
 from model.wan.layout import check_image_layout
-from model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession
+from model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession, load_backbone
 from model.wan.vae_stream import StreamingDecoder
 from session.plan import ActionTrace, ModelState, SessionSpec, SessionUpdate
 
@@ -113,15 +113,9 @@ class MatrixGameRunner(WanRunner):
         device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
     ) -> MatrixGameRunner:
         """Load a ``--weights`` directory (model/wan/layout.py, ``check_image_layout``)."""
-        from model.dtype import pick_dtype
-        from model.wan.weights import load_model
-
-        if threads is not None:
-            torch.set_num_threads(threads)
-        dt = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
         files, cfg = check_image_layout(path, **RECIPE)
-        model = load_model(files.checkpoint, cfg, dtype=dt, device=device)
-        decoder = StreamingDecoder.load(files.vae, device=device, dtype=dt)
+        model, decoder, dt = load_backbone(files.checkpoint, files.vae, cfg, threads=threads, dtype=dtype,
+                                           device=device)
         assert files.image_encoder is not None
         clip = ImageEncoder.load(files.image_encoder, device=device, dtype=dt)
         start = None

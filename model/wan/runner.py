@@ -37,7 +37,6 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from model.plan_errors import guarded, session_state
 from model.wan.cache import ChunkContext, WanKVCache
 from model.wan.causal import CausalWanModel, TextKV
 from model.wan.config import WanConfig
@@ -84,6 +84,21 @@ class WanSession:
     stream: VaeStream
     sinks: list[torch.Tensor] = field(default_factory=list)  # (C, h, w) clean latents, frames 0..S-1
     recent: deque[torch.Tensor] = field(default_factory=deque)  # the latest clean latents after the sinks
+
+
+def load_backbone(
+    checkpoint: Path, vae: Path, cfg: WanConfig, *, threads: int | None, dtype: str | torch.dtype, device: str,
+) -> tuple[CausalWanModel, StreamingDecoder, torch.dtype]:
+    """The transformer and the streaming VAE of a checked ``--weights`` directory, in the float
+    type ``dtype`` names (``auto``: the device's pick), and that type."""
+    from model.dtype import pick_dtype
+    from model.wan.weights import load_model
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    dt = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
+    model = load_model(checkpoint, cfg, dtype=dt, device=device)
+    return model, StreamingDecoder.load(vae, device=device, dtype=dt), dt
 
 
 class WanRunner:
@@ -139,15 +154,9 @@ class WanRunner:
         device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
     ) -> WanRunner:
         """Load a ``--weights`` directory (model/wan/layout.py), all from local files."""
-        from model.dtype import pick_dtype
-        from model.wan.weights import load_model
-
-        if threads is not None:
-            torch.set_num_threads(threads)
-        dt = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
         files, cfg = check_layout(path)
-        model = load_model(files.checkpoint, cfg, dtype=dt, device=device)
-        decoder = StreamingDecoder.load(files.vae, device=device, dtype=dt)
+        model, decoder, dt = load_backbone(files.checkpoint, files.vae, cfg, threads=threads, dtype=dtype,
+                                           device=device)
         text = PromptEncoder.load(files.text_encoder, files.tokenizer, device=device, dtype=dt, text_len=cfg.text_len)
         return cls(model, decoder, text, sizes=sizes or DEFAULT_SIZES, max_sessions=max_sessions, dtype=dt,
                    device=device)
@@ -179,9 +188,9 @@ class WanRunner:
         for sid in plan.freed:
             self.free(sid)
         for spec in plan.new_sessions:
-            self._guard(out, spec.session_id, self._open, spec)
+            guarded(out, spec.session_id, self._open, spec)
         for upd in plan.updates:
-            self._guard(out, upd.session_id, self._update, upd)
+            guarded(out, upd.session_id, self._update, upd)
         for batch in plan.batches:
             states = [self._runnable(out, it.session_id, batch) for it in batch.items]
             items = [it for it, s in zip(batch.items, states, strict=True) if s is not None]
@@ -420,17 +429,7 @@ class WanRunner:
             raise ValueError(f"bucket {bucket} is not served; buckets: {list(self.sizes)}") from None
 
     def _get(self, session_id: str) -> WanSession:
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            raise KeyError(f"runner has no state for session {session_id!r}") from None
-
-    def _guard(self, out: StepOutput, sid: str, fn: Callable[..., None], arg: object) -> None:
-        try:
-            fn(arg)
-        except Exception as exc:  # one session's bad input never fails the plan
-            log.warning("session %s: %s", sid, exc)
-            out.errors[sid] = str(exc)
+        return session_state(self.sessions, session_id)
 
     def _runnable(self, out: StepOutput, sid: str, batch: Batch) -> WanSession | None:
         s = self.sessions.get(sid)
