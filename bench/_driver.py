@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.runner import ModelRunner
-from session.plan import Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
-from training.train import HELD_OUT_SEEDS
-from world import World, sample_scene
+from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
+from worldserve.training.train import HELD_OUT_SEEDS
+from worldserve.world import World, sample_scene
 
 
 class Driver:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from training.texture import TextureLoss
+from worldserve.training.texture import TextureLoss
 
 
 def contrast(frame: np.ndarray) -> float:

@@ -16,15 +16,15 @@ import os
 import queue
 from pathlib import Path
 
-from model.dtype import DTYPES
-from model.weights import DEFAULT_WEIGHTS
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.model.dtype import DTYPES
 
 
 def _worker(weights: str, threads: int, batch: int, seconds: float, dtype: str, out: mp.Queue) -> None:
     import torch
 
-    from bench.serve_load import runner_alone_seconds
-    from model.runner import ModelRunner
+    from worldserve.bench.serve_load import runner_alone_seconds
+    from worldserve.model.default.runner import ModelRunner
 
     torch.set_num_threads(threads)
     runner = ModelRunner.from_pretrained(weights, max_sessions=batch, dtype=dtype)

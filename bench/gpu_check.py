@@ -11,7 +11,7 @@ Checks (fp32 without TF32 unless named):
   in 8-bit levels;
 - ``cpu_vs_gpu``: one denoising forward on the same inputs on both, largest difference;
 - ``bf16_rel``: the bf16 forward against fp32, ‖bf16 − fp32‖ / ‖fp32‖.
-- ``graph_vs_eager``: the runner's chunks replayed as CUDA graphs (``model/chunk_graph.py``)
+- ``graph_vs_eager``: the runner's chunks replayed as CUDA graphs (``model/default/chunk_graph.py``)
   against the eager path, same sessions, largest frame difference.
 Speed (bf16): ms per denoising forward, eager against the replay of a captured CUDA graph
 (the forward is a few hundred small kernels: launches, not arithmetic, set its time); ms
@@ -30,14 +30,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench import model_step
-from model.attention import flash_available
-from model.consistency import cached_vs_full
-from model.dit import WorldModel
-from model.kv_cache import KVCachePool
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS
-from session.plan import Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.bench import model_step
+from worldserve.model.attention import flash_available
+from worldserve.model.default.consistency import cached_vs_full
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.model.kv_cache import KVCachePool
+from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan
 
 
 def frames_of(runner: ModelRunner, ids: list[str], batched: bool, chunks: int) -> dict[str, np.ndarray]:
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="the checks and the whole-chunk table only")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        sys.exit("bench.gpu_check needs a CUDA GPU")
+        sys.exit("worldserve.bench.gpu_check needs a CUDA GPU")
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

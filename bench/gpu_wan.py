@@ -51,12 +51,17 @@ import numpy as np
 import torch
 from diffusers import AutoencoderKLWan
 
-from model.wan.action import ActionKVCache
-from model.wan.cache import ChunkContext, WanKVCache
-from model.wan.causal import CausalWanModel, TextKV
-from model.wan.config import MATRIX_GAME_RECIPE, WanConfig
-from model.wan.sampler import generate_chunk
-from model.wan.vae_stream import WAN21_VAE_CONFIG, StreamingDecoder, VaeStream, feature_cache_bytes
+from worldserve.model.wan.action import ActionKVCache
+from worldserve.model.wan.cache import ChunkContext, WanKVCache
+from worldserve.model.wan.causal import CausalWanModel, TextKV
+from worldserve.model.wan.config import MATRIX_GAME_RECIPE, WanConfig
+from worldserve.model.wan.sampler import generate_chunk
+from worldserve.model.wan.vae_stream import (
+    WAN21_VAE_CONFIG,
+    StreamingDecoder,
+    VaeStream,
+    feature_cache_bytes,
+)
 
 MODELS = ("wan-causal", "matrix-game-2")
 TARGET_FPS = 16.0
@@ -164,7 +169,7 @@ class Bench:
     def __init__(self, setup: Setup) -> None:
         from transformers import CLIPVisionConfig, CLIPVisionModel, UMT5Config, UMT5EncoderModel
 
-        from model.wan.clip import ImageEncoder
+        from worldserve.model.wan.clip import ImageEncoder
 
         self.s = setup
         dev, dt = setup.device, setup.dtype
@@ -199,7 +204,7 @@ class Bench:
     def image_context(self, n: int) -> tuple[TextKV, torch.Tensor]:
         """The anchor images of ``n`` new sessions: CLIP tokens through img_emb, and their VAE
         condition (N, cond_dim, chunk_frames, h, w), as a session's first chunk reads it."""
-        from model.wan.matrix_game import image_condition
+        from worldserve.model.wan.matrix_game import image_condition
 
         tokens, conds = [], []
         for _ in range(n):
@@ -338,7 +343,7 @@ def make_setup(args: argparse.Namespace) -> Setup:
         vae = dict(TINY_VAE, z_dim=cfg.in_dim, latents_mean=[0.0] * cfg.in_dim, latents_std=[1.0] * cfg.in_dim)
         return Setup(cfg, vae, text, args.height or 32, args.width or 48, torch.device("cpu"), torch.float32)
     if not torch.cuda.is_available():
-        raise SystemExit("bench.gpu_wan needs a CUDA GPU at the real sizes; --tiny runs it on the CPU")
+        raise SystemExit("worldserve.bench.gpu_wan needs a CUDA GPU at the real sizes; --tiny runs it on the CPU")
     dtype = getattr(torch, args.dtype)
     return Setup(WanConfig.wan_1_3b(), dict(WAN21_VAE_CONFIG), dict(UMT5_XXL), args.height or 480,
                  args.width or 832, torch.device("cuda"), dtype)
@@ -353,7 +358,7 @@ def make_mg_setup(args: argparse.Namespace) -> Setup:
         vae = dict(TINY_VAE, z_dim=cfg.out_dim, latents_mean=[0.0] * cfg.out_dim, latents_std=[1.0] * cfg.out_dim)
         return Setup(cfg, vae, clip, args.height or 32, args.width or 48, torch.device("cpu"), torch.float32)
     if not torch.cuda.is_available():
-        raise SystemExit("bench.gpu_wan needs a CUDA GPU at the real sizes; --tiny runs it on the CPU")
+        raise SystemExit("worldserve.bench.gpu_wan needs a CUDA GPU at the real sizes; --tiny runs it on the CPU")
     return Setup(WanConfig.matrix_game_2(**MATRIX_GAME_RECIPE), dict(WAN21_VAE_CONFIG), dict(CLIP_VIT_H),
                  args.height or 352, args.width or 640, torch.device("cuda"), getattr(torch, args.dtype))
 

@@ -37,17 +37,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.dtype import DTYPES
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS
-from server.engine import Engine, model_executor
-from session.admission import AdmissionOptions
-from session.costmodel import CostModel
-from session.degrade import DegradationChanged, DegradeOptions
-from session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped
-from session.plan import ACTION_DIM, BatchTiming, SessionSpec
-from session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
-from session.warmup import warm_up
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.model.dtype import DTYPES
+from worldserve.server.engine import Engine, model_executor
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.costmodel import CostModel
+from worldserve.session.degrade import DegradationChanged, DegradeOptions
+from worldserve.session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped
+from worldserve.session.plan import ACTION_DIM, BatchTiming, SessionSpec
+from worldserve.session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
+from worldserve.session.warmup import warm_up
 
 BATCH_SIZES = (1, 2, 4, 8)
 SAMPLE_S = 0.05

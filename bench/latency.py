@@ -28,15 +28,15 @@ from pathlib import Path
 import numpy as np
 from aiohttp import web
 
-from clients.sdk import FrameEvent, WorldClient
-from protocol import Status
-from server.app import create_app
-from server.encode import measure
-from server.keys import SERVICE
-from server.logs import configure
-from server.rtc.client import RtcClient
-from server.rtc.encoder import measure as rtc_measure
-from server.settings import Settings
+from worldserve.clients.sdk import FrameEvent, WorldClient
+from worldserve.protocol import Status
+from worldserve.server.app import create_app
+from worldserve.server.encode import measure
+from worldserve.server.keys import SERVICE
+from worldserve.server.logs import configure
+from worldserve.server.rtc.client import RtcClient
+from worldserve.server.rtc.encoder import measure as rtc_measure
+from worldserve.server.settings import Settings
 
 
 def free_port() -> int:

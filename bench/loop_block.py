@@ -39,12 +39,12 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
-from protocol import Frame, Start, decode_server
-from server.app import create_app
-from server.keys import METRICS, SERVICE
-from server.settings import Settings
-from session.fake_runner import FakeRunner, LinearCost
-from session.plan import StepOutput, StepPlan
+from worldserve.protocol import Frame, Start, decode_server
+from worldserve.server.app import create_app
+from worldserve.server.keys import METRICS, SERVICE
+from worldserve.server.settings import Settings
+from worldserve.session.fake_runner import FakeRunner, LinearCost
+from worldserve.session.plan import StepOutput, StepPlan
 
 TICK_S = 0.005
 
@@ -212,8 +212,8 @@ async def run_level(args: argparse.Namespace, sessions: int) -> Level:
 
 
 def _gil_work(kind: str) -> Any:
-    from protocol import Image
-    from server.encode import make_encoder
+    from worldserve.protocol import Image
+    from worldserve.server.encode import make_encoder
 
     rng = np.random.default_rng(0)
     base = np.kron(rng.integers(0, 256, (132, 132, 3), dtype=np.uint8), np.ones((4, 4, 1), np.uint8))

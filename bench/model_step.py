@@ -22,13 +22,13 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from model.config import ModelConfig
-from model.consistency import cached_vs_full
-from model.dit import WorldModel
-from model.dtype import DTYPES, matmul_gflops, pick_dtype
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS, load_model
-from session.plan import KEYS, ChunkWork, SessionSpec, StepPlan
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.consistency import cached_vs_full
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
+from worldserve.model.dtype import DTYPES, matmul_gflops, pick_dtype
+from worldserve.session.plan import KEYS, ChunkWork, SessionSpec, StepPlan
 
 BATCHES = (1, 2, 4, 8, 16)
 CPU = torch.device("cpu")

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import model.dit as dit
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS
-from session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, StepPlan
-from training.train import HELD_OUT_SEEDS
-from world import World, expected_shift, sample_scene
+import worldserve.model.default.dit as dit
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.training.train import HELD_OUT_SEEDS
+from worldserve.world import World, expected_shift, sample_scene
 
 ACTIONS = {  # name -> {action index: value}
     "idle": {},

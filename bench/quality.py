@@ -74,9 +74,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bench import realism
-from bench._driver import Driver, make_worlds
-from bench._frame_measures import (
+from worldserve.bench import realism
+from worldserve.bench._driver import Driver, make_worlds
+from worldserve.bench._frame_measures import (
     COLOUR_BINS,
     anisotropy,
     colour_hist,
@@ -87,11 +87,11 @@ from bench._frame_measures import (
     texture_distance,
     texture_stats,
 )
-from model.dtype import DTYPES, pick_dtype
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS
-from session.plan import ACTION_DIM
-from world import World, expected_shift, global_shift, mixed_policy, sample_scene
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.model.dtype import DTYPES, pick_dtype
+from worldserve.session.plan import ACTION_DIM
+from worldserve.world import World, expected_shift, global_shift, mixed_policy, sample_scene
 
 HORIZONS = (1, 8, 32)
 

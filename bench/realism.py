@@ -51,20 +51,20 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bench._driver import Driver, make_worlds
-from bench._realism_measures import (
+from worldserve.bench._driver import Driver, make_worlds
+from worldserve.bench._realism_measures import (
     C2STConfig,
     blur4,
     c2st_accuracy,
     frechet_distance,
     patch_distance,
 )
-from bench._scene_features import DEFAULT_PATH as SCENE_NET_PATH
-from bench._scene_features import load_scene_net, scene_features
-from model.dtype import DTYPES, pick_dtype
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS
-from world import mixed_policy
+from worldserve.bench._scene_features import DEFAULT_PATH as SCENE_NET_PATH
+from worldserve.bench._scene_features import load_scene_net, scene_features
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.model.dtype import DTYPES, pick_dtype
+from worldserve.world import mixed_policy
 
 FPS = 24
 MOMENTS: tuple[tuple[str, int], ...] = (("2s", 2 * FPS), ("10s", 10 * FPS), ("60s", 60 * FPS))

@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bench._driver import Driver, make_worlds
-from bench._frame_measures import contrast
-from bench.quality import psnr
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS
-from world import World, expected_shift, median_filter, mixed_policy
+from worldserve.bench._driver import Driver, make_worlds
+from worldserve.bench._frame_measures import contrast
+from worldserve.bench.quality import psnr
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.world import World, expected_shift, median_filter, mixed_policy
 
 MIN_KNOWN = 200  # pixels of the first frame's ground in view for a known-region PSNR
 

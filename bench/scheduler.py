@@ -15,12 +15,12 @@ import argparse
 import random
 import time
 
-from session.admission import AdmissionOptions
-from session.clock import ManualClock
-from session.costmodel import CostModel
-from session.fake_runner import FakeRunner, LinearCost
-from session.plan import SessionSpec
-from session.scheduler import RunnerInfo, Scheduler, SchedulerOptions
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.clock import ManualClock
+from worldserve.session.costmodel import CostModel
+from worldserve.session.fake_runner import FakeRunner, LinearCost
+from worldserve.session.plan import SessionSpec
+from worldserve.session.scheduler import RunnerInfo, Scheduler, SchedulerOptions
 
 SIZES = (1, 2, 4, 8, 16)
 

@@ -17,8 +17,8 @@ import random
 import statistics
 import time
 
-from session.session import SessionConfig
-from session.store import SessionStore
+from worldserve.session.session import SessionConfig
+from worldserve.session.store import SessionStore
 
 
 def _rounds(sessions: int, rounds: int) -> dict[str, list[float]]:

@@ -47,9 +47,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from clients.local import LocalCluster
-from clients.probe import Probe, percentile
-from clients.sdk import WorldClient
+from worldserve.clients.local import LocalCluster
+from worldserve.clients.probe import Probe, percentile
+from worldserve.clients.sdk import WorldClient
 
 PROMPT = "a green forest"
 BUCKET = 64
@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def resolve_weights(weights: Path | None, workdir: Path) -> tuple[Path, str]:
     """The weights to serve and what they are (shipped, given, or random-init)."""
-    from model.weights import DEFAULT_WEIGHTS, config_path
+    from worldserve.model.default.weights import DEFAULT_WEIGHTS, config_path
 
     if weights is not None:
         return weights, str(weights)
@@ -91,9 +91,9 @@ def resolve_weights(weights: Path | None, workdir: Path) -> tuple[Path, str]:
         return DEFAULT_WEIGHTS, "shipped"
     import torch
 
-    from model.config import ModelConfig
-    from model.dit import WorldModel
-    from model.weights import save_model
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.weights import save_model
 
     torch.manual_seed(0)
     model = WorldModel(ModelConfig())
@@ -108,12 +108,12 @@ class Reference:
     """The same sessions generated alone, in this process, with no migration."""
 
     def __init__(self, weights: Path, dtype: str = "float32") -> None:
-        from model.runner import ModelRunner
+        from worldserve.model.default.runner import ModelRunner
 
         self.runner = ModelRunner.from_pretrained(weights, threads=1, max_sessions=2, dtype=dtype)
 
     def frames(self, seed: int, prompt: str, actions: list[np.ndarray]) -> list[np.ndarray]:
-        from session.plan import Batch, ChunkWork, SessionSpec, StepPlan
+        from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan
 
         r = self.runner
         r.execute(StepPlan(new_sessions=[SessionSpec("ref", BUCKET, seed, prompt)]))
@@ -199,7 +199,9 @@ async def run_drill(args: argparse.Namespace) -> dict[str, Any]:
     cluster = LocalCluster(workdir / "logs", weights, redis_url=args.redis, fps=args.fps,
                            capacity=max(8, n), batch_sizes="1" if args.deterministic else "1,2,4,8",
                            extra_worker_args=["--dtype", dtype])
-    from model.dtype import pick_dtype  # the server's pick for "auto": bf16 where the CPU has it
+    from worldserve.model.dtype import (
+        pick_dtype,  # the server's pick for "auto": bf16 where the CPU has it
+    )
 
     report: dict[str, Any] = {"sessions": n, "fps": args.fps, "weights": weights_note,
                               "workdir": str(workdir),

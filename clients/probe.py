@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from clients.sdk import FrameEvent, SessionEnded, WorldClient
-from protocol import ACTION_DIM, Error, Migrate, Resumed, Skipped, Status, encode_action
+from worldserve.clients.sdk import FrameEvent, SessionEnded, WorldClient
+from worldserve.protocol import ACTION_DIM, Error, Migrate, Resumed, Skipped, Status, encode_action
 
 _KEYS: tuple[tuple[str, ...], ...] = (
     ("forward",), ("forward", "left"), ("right",), (), ("back",), ("forward", "right"), ("left",),

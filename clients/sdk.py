@@ -45,7 +45,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from protocol import (
+from worldserve.protocol import (
     Ack,
     Action,
     Block,

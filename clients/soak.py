@@ -31,9 +31,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from clients.plot import Panel, Series, draw
-from clients.probe import Probe, percentile
-from clients.sdk import SessionEnded, WorldClient
+from worldserve.clients.plot import Panel, Series, draw
+from worldserve.clients.probe import Probe, percentile
+from worldserve.clients.sdk import SessionEnded, WorldClient
 
 _RSS = re.compile(rb"^process_resident_memory_bytes\s+([0-9.eE+]+)\s*$", re.M)
 

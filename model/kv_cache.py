@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.config import ModelConfig
-from model.dit import ChunkContext
-from model.rope import Rope, RopeTables
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import ChunkContext
+from worldserve.model.rope import Rope, RopeTables
 
 
 class CacheFull(RuntimeError):
@@ -86,7 +86,7 @@ class KVCachePool:
         ``chunk_starts`` (B,) epoch frame indices, into buffers with room at the end for the
         chunk's own keys/values. Built once per chunk, reused by every denoising step and
         the commit pass. ``out``: buffers (L, >= B, Nc + Tq, H, D) to fill (their first B
-        rows) instead of new ones, as a captured chunk (``model/chunk_graph.py``) needs."""
+        rows) instead of new ones, as a captured chunk (``model/default/chunk_graph.py``) needs."""
         cfg, t = self.cfg, self.cfg.tokens_per_frame(self.bucket)
         b, fc = len(slots), cfg.frames_per_chunk
         idx = torch.as_tensor(slots, device=self.k.device)

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from session.plan import StepOutput
+from worldserve.session.plan import StepOutput
 
 log = logging.getLogger(__name__)
 

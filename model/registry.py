@@ -1,7 +1,7 @@
 """Model families by name: ``worldserve serve --model NAME`` gets its runner here.
 
-``default``     the embedded model (model/runner.py). ``--weights``: a ``.safetensors`` with its
-                ``.json`` beside it; without it, the shipped ``model/weights/default``.
+``default``     the embedded model (model/default/runner.py). ``--weights``: a ``.safetensors`` with its
+                ``.json`` beside it; without it, the shipped ``model/default/weights/default``.
 ``wan-causal``  the Wan2.1 causal family (model/wan/runner.py): Self-Forcing, CausVid, LongLive,
                 Rolling Forcing. ``--weights DIR``, all local (nothing is fetched)::
 
@@ -61,8 +61,8 @@ def _check_default(weights: Path | None) -> None:
 
 
 def _load_default(o: LoadOptions) -> Any:
-    from model.runner import ModelRunner
-    from model.weights import DEFAULT_WEIGHTS
+    from worldserve.model.default.runner import ModelRunner
+    from worldserve.model.default.weights import DEFAULT_WEIGHTS
 
     return ModelRunner.from_pretrained(
         o.weights or DEFAULT_WEIGHTS, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype,
@@ -71,8 +71,8 @@ def _load_default(o: LoadOptions) -> Any:
 
 
 def _check_matrix_game(weights: Path | None) -> None:
-    from model.wan.config import MATRIX_GAME_RECIPE
-    from model.wan.layout import check_image_layout  # torch-free
+    from worldserve.model.wan.config import MATRIX_GAME_RECIPE
+    from worldserve.model.wan.layout import check_image_layout  # torch-free
 
     if weights is None:
         raise ValueError("--model matrix-game-2 needs --weights DIR (see docs/models.md for its layout)")
@@ -80,7 +80,7 @@ def _check_matrix_game(weights: Path | None) -> None:
 
 
 def _load_matrix_game(o: LoadOptions) -> Any:
-    from model.wan.matrix_game import MatrixGameRunner
+    from worldserve.model.wan.matrix_game import MatrixGameRunner
 
     assert o.weights is not None
     return MatrixGameRunner.from_dir(
@@ -89,7 +89,7 @@ def _load_matrix_game(o: LoadOptions) -> Any:
 
 
 def _check_wan(weights: Path | None) -> None:
-    from model.wan.layout import check_layout  # torch-free
+    from worldserve.model.wan.layout import check_layout  # torch-free
 
     if weights is None:
         raise ValueError("--model wan-causal needs --weights DIR (see docs/models.md for its layout)")
@@ -97,7 +97,7 @@ def _check_wan(weights: Path | None) -> None:
 
 
 def _load_wan(o: LoadOptions) -> Any:
-    from model.wan.runner import WanRunner
+    from worldserve.model.wan.runner import WanRunner
 
     assert o.weights is not None
     return WanRunner.from_dir(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model.config import ModelConfig
+from worldserve.model.default.config import ModelConfig
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ the action keys, controls and identifier forms the session layer builds on too.
 It needs msgpack and numpy only (Pillow when an image is encoded or decoded), never
 torch or the server, so a client installs without them::
 
-    from protocol import Start, decode_server
+    from worldserve.protocol import Start, decode_server
 """
 
 from .codec import decode_client, decode_server, error_from, from_wire

@@ -21,4 +21,10 @@ if [ ! -f "$stamp" ]; then
     rm -f "$ROOT"/.venv/.worldserve-*
     touch "$stamp"
 fi
+# mypy cannot follow setuptools' editable import hook: it reads the `worldserve` namespace
+# from these links instead (pyproject.toml's mypy_path).
+mkdir -p "$ROOT/.venv/typecheck/worldserve"
+for pkg in protocol session server model clients bench training world; do
+    ln -sfn "$ROOT/$pkg" "$ROOT/.venv/typecheck/worldserve/$pkg"
+done
 export ROOT PY

@@ -28,12 +28,12 @@ from contextlib import suppress
 
 from aiohttp import web
 
-from protocol import CloseCode
-from server.cluster import WorkerAgent
-from server.directory import Directory, open_directory
-from server.engine import model_executor
-from server.http_api import add_routes
-from server.keys import (
+from worldserve.protocol import CloseCode
+from worldserve.server.cluster import WorkerAgent
+from worldserve.server.directory import Directory, open_directory
+from worldserve.server.engine import model_executor
+from worldserve.server.http_api import add_routes
+from worldserve.server.keys import (
     AGENT,
     CLOSABLES,
     CODECS,
@@ -44,14 +44,14 @@ from server.keys import (
     Closable,
     RunnerFactory,
 )
-from server.metrics import Metrics
-from server.offload import CodecPool
-from server.rtc import setup_rtc
-from server.service import Service
-from server.settings import Settings
-from server.ws import websocket_handler
-from session.plan import Runner
-from session.warmup import ladder_steps, warm_up, warmup_shapes
+from worldserve.server.metrics import Metrics
+from worldserve.server.offload import CodecPool
+from worldserve.server.rtc import setup_rtc
+from worldserve.server.service import Service
+from worldserve.server.settings import Settings
+from worldserve.server.ws import websocket_handler
+from worldserve.session.plan import Runner
+from worldserve.session.warmup import ladder_steps, warm_up, warmup_shapes
 
 log = logging.getLogger("worldserve.app")
 
@@ -60,7 +60,7 @@ def load_model_runner(settings: Settings) -> Runner:
     """The runner of ``settings.model`` from the model registry (model/registry.py). torch is
     imported only there, and by name: server/ depends on the ``Runner`` protocol, not on
     model/ (which mypy does not check)."""
-    registry = importlib.import_module("model.registry")
+    registry = importlib.import_module("worldserve.model.registry")
     slots = max(settings.capacity, max(settings.warmup_batch_sizes)) + 1
     options = registry.LoadOptions(
         weights=settings.weights, threads=settings.threads, dtype=settings.dtype, device=settings.device,

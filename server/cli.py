@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from server.settings import Settings
+    from worldserve.server.settings import Settings
 
 # What `pip install "worldserve[server]"` adds: without them only the client is installed.
 SERVER_EXTRA = frozenset({"torch", "safetensors", "aiortc", "aioice", "av", "uvloop",
@@ -32,23 +32,23 @@ SERVER_EXTRA = frozenset({"torch", "safetensors", "aiortc", "aioice", "av", "uvl
 def serve_parser(ap: argparse.ArgumentParser) -> None:
     """One flag per ``Settings`` field (server/flags.py): ``--worker-ttl-s`` sets
     ``worker_ttl_s``, as ``WORLDSERVE_WORKER_TTL_S`` does."""
-    from server.flags import add_flags
-    from server.settings import Settings
+    from worldserve.server.flags import add_flags
+    from worldserve.server.settings import Settings
 
     add_flags(ap, Settings)
 
 
 def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
     """Settings from the flags, then the ``WORLDSERVE_*`` variables, then the defaults."""
-    from server.flags import build
-    from server.settings import Settings
+    from worldserve.server.flags import build
+    from worldserve.server.settings import Settings
 
     return build(Settings, args, os.environ if env is None else env)
 
 
 def router_parser(ap: argparse.ArgumentParser) -> None:
-    from server.flags import add_flags
-    from server.router import RouterSettings
+    from worldserve.server.flags import add_flags
+    from worldserve.server.router import RouterSettings
 
     add_flags(ap, RouterSettings)
 
@@ -92,12 +92,12 @@ async def _run_site(
 
 
 def serve(settings: Settings) -> None:
-    from server.app import create_app
-    from server.keys import AGENT
-    from server.logs import configure
+    from worldserve.server.app import create_app
+    from worldserve.server.keys import AGENT
+    from worldserve.server.logs import configure
 
     try:  # the files, before anything heavy loads: a missing one stops the server here
-        importlib.import_module("model.registry").check(settings.model, settings.weights)
+        importlib.import_module("worldserve.model.registry").check(settings.model, settings.weights)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"worldserve serve: {exc}") from None
     configure(settings.log_format, settings.log_level)
@@ -117,9 +117,9 @@ def serve(settings: Settings) -> None:
 
 
 def route(args: argparse.Namespace) -> None:
-    from server.flags import build
-    from server.logs import configure
-    from server.router import RouterSettings, create_router
+    from worldserve.server.flags import build
+    from worldserve.server.logs import configure
+    from worldserve.server.router import RouterSettings, create_router
 
     settings = build(RouterSettings, args, os.environ)
     configure(settings.log_format, settings.log_level)
@@ -134,7 +134,7 @@ def route(args: argparse.Namespace) -> None:
 
 
 # Subcommands whose options belong to another module: everything after the name is theirs.
-_DELEGATED = {"train": "training.train", "soak": "clients.soak", "drill": "clients.drill"}
+_DELEGATED = {"train": "worldserve.training.train", "soak": "worldserve.clients.soak", "drill": "worldserve.clients.drill"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -180,7 +180,7 @@ def _run(argv: list[str]) -> None:
         route(args)
     elif args.command == "convert":
         try:
-            importlib.import_module("model.wan.weights").convert(args.src, args.dst)
+            importlib.import_module("worldserve.model.wan.weights").convert(args.src, args.dst)
         except (OSError, ValueError, KeyError) as exc:
             raise SystemExit(f"worldserve convert: {exc}") from None
         print(f"wrote {args.dst}")

@@ -39,8 +39,8 @@ from contextlib import suppress
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from protocol import Migrate
-from server.directory import (
+from worldserve.protocol import Migrate
+from worldserve.server.directory import (
     Directory,
     DirectoryError,
     DirectoryUnavailable,
@@ -52,12 +52,12 @@ from server.directory import (
     WorkerInfo,
     WorkerState,
 )
-from server.handoff import Handoff, HandoffError, decode
-from server.live import PlacementRequired, SessionMoved
-from server.metrics import Metrics
-from server.service import Service
-from server.settings import Settings
-from session.errors import SessionStateMissing
+from worldserve.server.handoff import Handoff, HandoffError, decode
+from worldserve.server.live import PlacementRequired, SessionMoved
+from worldserve.server.metrics import Metrics
+from worldserve.server.service import Service
+from worldserve.server.settings import Settings
+from worldserve.session.errors import SessionStateMissing
 
 log = logging.getLogger("worldserve.cluster")
 

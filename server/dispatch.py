@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from protocol import (
+from worldserve.protocol import (
     Action,
     Block,
     ClientMessage,
@@ -41,10 +41,10 @@ from protocol import (
     ServerMessage,
     decode_client,
 )
-from server.limits import TokenBucket
-from server.metrics import Metrics
-from server.service import Service
-from server.settings import Settings
+from worldserve.server.limits import TokenBucket
+from worldserve.server.metrics import Metrics
+from worldserve.server.service import Service
+from worldserve.server.settings import Settings
 
 # Over the message rate, messages up to this size are still read for an action (an action
 # is well under 100 bytes); bigger ones are dropped unread.

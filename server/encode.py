@@ -23,7 +23,7 @@ import numpy as np
 from av.video.frame import PictureType
 from PIL import Image
 
-from protocol import Codec
+from worldserve.protocol import Codec
 
 
 class FrameEncoder(Protocol):

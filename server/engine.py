@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from session.admission import Admission
-from session.degrade import Settings
-from session.plan import ModelState, Runner, SessionSpec, StepOutput, StepPlan
-from session.scheduler import Event, Mode, Scheduler
+from worldserve.session.admission import Admission
+from worldserve.session.degrade import Settings
+from worldserve.session.plan import ModelState, Runner, SessionSpec, StepOutput, StepPlan
+from worldserve.session.scheduler import Event, Mode, Scheduler
 
 log = logging.getLogger(__name__)
 

@@ -28,16 +28,16 @@ import logging
 import time
 from collections.abc import Callable
 
-from protocol import Degradation, Error, ErrorCode, Skipped
-from server.gate import Gate
-from server.live import Chunk, Live, Shape
-from server.metrics import Metrics
-from server.sessions import Sessions
-from session.costmodel import Drift
-from session.degrade import DegradationChanged
-from session.errors import SessionError
-from session.plan import StepOutput, StepPlan
-from session.scheduler import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError
+from worldserve.protocol import Degradation, Error, ErrorCode, Skipped
+from worldserve.server.gate import Gate
+from worldserve.server.live import Chunk, Live, Shape
+from worldserve.server.metrics import Metrics
+from worldserve.server.sessions import Sessions
+from worldserve.session.costmodel import Drift
+from worldserve.session.degrade import DegradationChanged
+from worldserve.session.errors import SessionError
+from worldserve.session.plan import StepOutput, StepPlan
+from worldserve.session.scheduler import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError
 
 log = logging.getLogger("worldserve.service")
 

@@ -26,7 +26,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
-from server.settings import IceServer
+from worldserve.server.settings import IceServer
 
 PREFIX = "WORLDSERVE_"
 TRUE = ("1", "true", "yes", "on")

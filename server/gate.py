@@ -8,8 +8,8 @@ drain flag (no new sessions or resumes while handing sessions over).
 
 from __future__ import annotations
 
-from server.engine import Engine
-from server.live import NotReady, Phase, Remote
+from worldserve.server.engine import Engine
+from worldserve.server.live import NotReady, Phase, Remote
 
 
 class Gate:

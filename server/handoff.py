@@ -29,13 +29,13 @@ from typing import Any, Literal
 import msgpack
 import numpy as np
 
-from protocol import ProtocolError, Start, from_wire
-from protocol.vocab import SESSION_ID_RE
-from session.errors import SnapshotError
-from session.plan import ACTION_DIM, ModelState
-from session.session import Clock, Session
-from session.snapshot import MAX_SNAPSHOT_BYTES
-from session.snapshot import restore as restore_snapshot
+from worldserve.protocol import ProtocolError, Start, from_wire
+from worldserve.protocol.vocab import SESSION_ID_RE
+from worldserve.session.errors import SnapshotError
+from worldserve.session.plan import ACTION_DIM, ModelState
+from worldserve.session.session import Clock, Session
+from worldserve.session.snapshot import MAX_SNAPSHOT_BYTES
+from worldserve.session.snapshot import restore as restore_snapshot
 
 FORMAT = "worldserve/handoff"
 VERSION = 1

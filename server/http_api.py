@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from server.auth import authorized, bearer_key, key_ok
-from server.keys import AGENT, METRICS, SERVICE, SETTINGS
-from server.metrics import CONTENT_TYPE_LATEST
-from server.web import CORS, preflight
+from worldserve.server.auth import authorized, bearer_key, key_ok
+from worldserve.server.keys import AGENT, METRICS, SERVICE, SETTINGS
+from worldserve.server.metrics import CONTENT_TYPE_LATEST
+from worldserve.server.web import CORS, preflight
 
 
 async def healthz(request: web.Request) -> web.Response:

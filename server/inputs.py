@@ -33,15 +33,25 @@ from collections.abc import Callable
 
 import numpy as np
 
-from protocol import Ack, Action, Block, Error, ErrorCode, Image, Observation, Prompt, ProtocolError
-from server.engine import Engine
-from server.gate import Gate
-from server.live import Live, Shape
-from server.metrics import Metrics
-from server.offload import CodecPool
-from server.sessions import Sessions
-from server.settings import Settings
-from session.plan import encode_action
+from worldserve.protocol import (
+    Ack,
+    Action,
+    Block,
+    Error,
+    ErrorCode,
+    Image,
+    Observation,
+    Prompt,
+    ProtocolError,
+)
+from worldserve.server.engine import Engine
+from worldserve.server.gate import Gate
+from worldserve.server.live import Live, Shape
+from worldserve.server.metrics import Metrics
+from worldserve.server.offload import CodecPool
+from worldserve.server.sessions import Sessions
+from worldserve.server.settings import Settings
+from worldserve.session.plan import encode_action
 
 
 def seconds(ms: float | None) -> float | None:

@@ -7,12 +7,12 @@ from typing import Protocol
 
 from aiohttp import web
 
-from server.cluster import WorkerAgent
-from server.metrics import Metrics
-from server.offload import CodecPool
-from server.service import Service
-from server.settings import Settings
-from session.plan import Runner
+from worldserve.server.cluster import WorkerAgent
+from worldserve.server.metrics import Metrics
+from worldserve.server.offload import CodecPool
+from worldserve.server.service import Service
+from worldserve.server.settings import Settings
+from worldserve.session.plan import Runner
 
 
 class Closable(Protocol):

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from protocol import Ended, ErrorCode, Resumed, ServerMessage, Start, Started
-from server.engine import Suspension
-from server.limits import TokenBucket
+from worldserve.protocol import Ended, ErrorCode, Resumed, ServerMessage, Start, Started
+from worldserve.server.engine import Suspension
+from worldserve.server.limits import TokenBucket
 
 if TYPE_CHECKING:
-    from server.handoff import Handoff
-from session.admission import Admission
-from session.degrade import Settings as Rung
-from session.errors import AtCapacity, SessionError
-from session.plan import CONTROLS, ModelState
-from session.scheduler import RunnerInfo
+    from worldserve.server.handoff import Handoff
+from worldserve.session.admission import Admission
+from worldserve.session.degrade import Settings as Rung
+from worldserve.session.errors import AtCapacity, SessionError
+from worldserve.session.plan import CONTROLS, ModelState
+from worldserve.session.scheduler import RunnerInfo
 
 
 class Phase(StrEnum):

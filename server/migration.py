@@ -30,20 +30,20 @@ from dataclasses import replace
 
 import numpy as np
 
-from protocol import Migrate, Resume
-from server.engine import Suspension
-from server.gate import Gate
-from server.handoff import Handoff, HandoffError, Kind, ReplayBlock
-from server.limits import TokenBucket
-from server.live import Chunk, Live, Shape
-from server.metrics import Metrics
-from server.sessions import Sessions
-from server.settings import Settings
-from session.degrade import Settings as Rung
-from session.errors import BadToken, SessionStateMissing
-from session.plan import ModelState
-from session.session import Session, SessionStatus
-from session.snapshot import snapshot
+from worldserve.protocol import Migrate, Resume
+from worldserve.server.engine import Suspension
+from worldserve.server.gate import Gate
+from worldserve.server.handoff import Handoff, HandoffError, Kind, ReplayBlock
+from worldserve.server.limits import TokenBucket
+from worldserve.server.live import Chunk, Live, Shape
+from worldserve.server.metrics import Metrics
+from worldserve.server.sessions import Sessions
+from worldserve.server.settings import Settings
+from worldserve.session.degrade import Settings as Rung
+from worldserve.session.errors import BadToken, SessionStateMissing
+from worldserve.session.plan import ModelState
+from worldserve.session.session import Session, SessionStatus
+from worldserve.session.snapshot import snapshot
 
 log = logging.getLogger("worldserve.service")
 

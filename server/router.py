@@ -49,10 +49,10 @@ from typing import Any
 
 from aiohttp import web
 
-from protocol.vocab import SESSION_ID_RE
-from server.auth import authorized
-from server.cluster import ws_url
-from server.directory import (
+from worldserve.protocol.vocab import SESSION_ID_RE
+from worldserve.server.auth import authorized
+from worldserve.server.cluster import ws_url
+from worldserve.server.directory import (
     HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Directory,
@@ -66,9 +66,9 @@ from server.directory import (
     WorkerState,
     open_directory,
 )
-from server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
-from server.settings import setting
-from server.web import CORS, add_web_routes, preflight
+from worldserve.server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
+from worldserve.server.settings import setting
+from worldserve.server.web import CORS, add_web_routes, preflight
 
 log = logging.getLogger("worldserve.router")
 

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from protocol import (
+from worldserve.protocol import (
     Ack,
     Action,
     Block,
@@ -71,13 +71,13 @@ from protocol import (
     Start,
     Started,
 )
-from server.engine import Engine, Suspension
-from server.engine_events import EngineEvents
-from server.gate import Gate
-from server.handoff import Handoff
-from server.inputs import Inputs, seconds
-from server.limits import TokenBucket
-from server.live import (
+from worldserve.server.engine import Engine, Suspension
+from worldserve.server.engine_events import EngineEvents
+from worldserve.server.gate import Gate
+from worldserve.server.handoff import Handoff
+from worldserve.server.inputs import Inputs, seconds
+from worldserve.server.limits import TokenBucket
+from worldserve.server.live import (
     BlockUnavailable,
     Chunk,
     Live,
@@ -90,19 +90,19 @@ from server.live import (
     Shape,
     rebucket,
 )
-from server.metrics import Metrics
-from server.migration import Migration
-from server.offload import CodecPool
-from server.sessions import Sessions
-from server.settings import Settings
-from session.admission import Admission
-from session.costmodel import CostModel
-from session.degrade import Settings as Rung
-from session.errors import BadToken, IllegalTransition, SessionStateMissing
-from session.plan import BatchTiming, ModelState, Runner, SessionSpec
-from session.scheduler import Mode, RunnerInfo, Scheduler
-from session.session import Session, SessionConfig, SessionStatus, hash_token
-from session.store import SessionStore
+from worldserve.server.metrics import Metrics
+from worldserve.server.migration import Migration
+from worldserve.server.offload import CodecPool
+from worldserve.server.sessions import Sessions
+from worldserve.server.settings import Settings
+from worldserve.session.admission import Admission
+from worldserve.session.costmodel import CostModel
+from worldserve.session.degrade import Settings as Rung
+from worldserve.session.errors import BadToken, IllegalTransition, SessionStateMissing
+from worldserve.session.plan import BatchTiming, ModelState, Runner, SessionSpec
+from worldserve.session.scheduler import Mode, RunnerInfo, Scheduler
+from worldserve.session.session import Session, SessionConfig, SessionStatus, hash_token
+from worldserve.session.store import SessionStore
 
 # Session types live in server/live.py; re-exported here for the transports.
 __all__ = [

@@ -18,13 +18,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from protocol import CloseCode, Ended
-from server.gate import Gate
-from server.live import Live
-from server.metrics import Metrics
-from server.settings import Settings
-from session.errors import SessionStateMissing
-from session.store import SessionStore
+from worldserve.protocol import CloseCode, Ended
+from worldserve.server.gate import Gate
+from worldserve.server.live import Live
+from worldserve.server.metrics import Metrics
+from worldserve.server.settings import Settings
+from worldserve.session.errors import SessionStateMissing
+from worldserve.session.store import SessionStore
 
 log = logging.getLogger("worldserve.service")
 

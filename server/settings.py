@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from server.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S
-from session.admission import AdmissionOptions
-from session.options import SchedulerOptions
+from worldserve.server.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.options import SchedulerOptions
 
 DTYPES = ("float32", "bfloat16", "auto")  # model/dtype.py
 

@@ -37,7 +37,7 @@ from contextlib import suppress
 import numpy as np
 from aiohttp import WSMsgType, web
 
-from protocol import (
+from worldserve.protocol import (
     ClientMessage,
     CloseCode,
     Ended,
@@ -54,16 +54,16 @@ from protocol import (
     Status,
     error_from,
 )
-from server.auth import authorized
-from server.directory import DirectoryUnavailable
-from server.dispatch import Inbound, dispatch
-from server.encode import FrameEncoder, make_encoder
-from server.live import Chunk, NotReady, PlacementRequired
-from server.metrics import Metrics
-from server.offload import CodecPool
-from server.service import Service
-from server.settings import Settings
-from session.errors import AtCapacity, BadToken, SessionError
+from worldserve.server.auth import authorized
+from worldserve.server.directory import DirectoryUnavailable
+from worldserve.server.dispatch import Inbound, dispatch
+from worldserve.server.encode import FrameEncoder, make_encoder
+from worldserve.server.live import Chunk, NotReady, PlacementRequired
+from worldserve.server.metrics import Metrics
+from worldserve.server.offload import CodecPool
+from worldserve.server.service import Service
+from worldserve.server.settings import Settings
+from worldserve.session.errors import AtCapacity, BadToken, SessionError
 
 log = logging.getLogger("worldserve.ws")
 
@@ -431,7 +431,7 @@ def _timed_encode(enc: FrameEncoder, frame: np.ndarray, index: int, key: bool) -
 
 
 async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
-    from server.keys import CLOSABLES, CODECS, METRICS, SERVICE, SETTINGS
+    from worldserve.server.keys import CLOSABLES, CODECS, METRICS, SERVICE, SETTINGS
 
     app = request.app
     settings = app[SETTINGS]

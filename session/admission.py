@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from session.costmodel import Load
-from session.degrade import DemandOf, Settings
+from worldserve.session.costmodel import Load
+from worldserve.session.degrade import DemandOf, Settings
 
 
 class Verdict(StrEnum):

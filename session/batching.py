@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from session.plan import Batch
+from worldserve.session.plan import Batch
 
 Key = tuple[int, int]  # (bucket, steps): chunks with equal keys can share a batch
 R = TypeVar("R")

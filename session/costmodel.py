@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from session.plan import BatchTiming
+from worldserve.session.plan import BatchTiming
 
 Key = tuple[int, int]  # (bucket, steps)
 

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from session.costmodel import Demand, Load
+from worldserve.session.costmodel import Demand, Load
 
 
 @dataclass(frozen=True, slots=True)

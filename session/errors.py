@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from protocol.messages import ErrorCode
+from worldserve.protocol.messages import ErrorCode
 
 
 class SessionError(Exception):

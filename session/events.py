@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from session.costmodel import Drift
-from session.degrade import DegradationChanged, Settings
-from session.options import Mode
+from worldserve.session.costmodel import Drift
+from worldserve.session.degrade import DegradationChanged, Settings
+from worldserve.session.options import Mode
 
 __all__ = [
     "ChunkReady",

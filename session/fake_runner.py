@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from session.plan import (
+from worldserve.session.plan import (
     CONTROLS,
     BatchTiming,
     ChunkResult,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from session.admission import AdmissionOptions
-from session.degrade import DegradeOptions
-from session.plan import CONTROLS, Runner
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.degrade import DegradeOptions
+from worldserve.session.plan import CONTROLS, Runner
 
 
 class Mode(StrEnum):

@@ -44,11 +44,11 @@ import numpy as np
 # The action vocabulary is the wire's, defined in protocol/vocab.py and part of this
 # contract too: keys in the order of the multi-hot action vector
 # ``[*keys, mouse_dx, mouse_dy]`` (ACTION_DIM floats a frame), the controls a family takes.
-from protocol.vocab import ACTION_DIM as ACTION_DIM
-from protocol.vocab import CONTROLS as CONTROLS
-from protocol.vocab import KEYS as KEYS
-from protocol.vocab import MOUSE_DIMS as MOUSE_DIMS
-from protocol.vocab import encode_action as encode_action
+from worldserve.protocol.vocab import ACTION_DIM as ACTION_DIM
+from worldserve.protocol.vocab import CONTROLS as CONTROLS
+from worldserve.protocol.vocab import KEYS as KEYS
+from worldserve.protocol.vocab import MOUSE_DIMS as MOUSE_DIMS
+from worldserve.protocol.vocab import encode_action as encode_action
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ class Continuation:
     ``kv``: (2, L, N, T, H, D) keys (rotated in space) and values of the N cached frames in
     ``ModelState.frames`` order (sinks first, then the window oldest first), L layers, T
     tokens a frame, H heads of D. ``prev``: the last clean frame (C, H, W). The anchor
-    reference (``anchor_warp`` models, model/anchor.py): ``anchor`` (C, H, W) or None,
+    reference (``anchor_warp`` models, model/default/anchor.py): ``anchor`` (C, H, W) or None,
     ``anchor_offset`` (2,) the camera shift summed since it, ``anchor_wait`` frames still to
     wait before re-anchoring when there is none, ``anchor_age`` frames since it.
     """

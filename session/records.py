@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from session.batching import Item
-from session.clock import FrameClock
-from session.degrade import LadderState
-from session.plan import SessionSpec
+from worldserve.session.batching import Item
+from worldserve.session.clock import FrameClock
+from worldserve.session.degrade import LadderState
+from worldserve.session.plan import SessionSpec
 
 
 @dataclass(slots=True, eq=False)

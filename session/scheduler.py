@@ -55,11 +55,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from session.admission import Admission, decide
-from session.batching import Item, Key, form_batches
-from session.clock import FrameClock, pull_due
-from session.costmodel import CostModel, Demand, Load
-from session.degrade import (
+from worldserve.session.admission import Admission, decide
+from worldserve.session.batching import Item, Key, form_batches
+from worldserve.session.clock import FrameClock, pull_due
+from worldserve.session.costmodel import CostModel, Demand, Load
+from worldserve.session.degrade import (
     DegradationChanged,
     DegradeController,
     LadderState,
@@ -67,9 +67,16 @@ from session.degrade import (
     build_ladder,
     describe_change,
 )
-from session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped, RunnerError, SessionStats
-from session.options import Mode, RunnerInfo, SchedulerOptions
-from session.plan import (
+from worldserve.session.events import (
+    ChunkReady,
+    DeadlineMiss,
+    Event,
+    FrameSkipped,
+    RunnerError,
+    SessionStats,
+)
+from worldserve.session.options import Mode, RunnerInfo, SchedulerOptions
+from worldserve.session.plan import (
     ACTION_DIM,
     Batch,
     ChunkWork,
@@ -78,7 +85,7 @@ from session.plan import (
     StepOutput,
     StepPlan,
 )
-from session.records import Record, edf
+from worldserve.session.records import Record, edf
 
 __all__ = [
     "ChunkReady",

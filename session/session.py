@@ -31,9 +31,9 @@ from typing import Literal
 
 import numpy as np
 
-from protocol.vocab import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
-from session.errors import IllegalTransition, StaleBlock
-from session.eventlog import (
+from worldserve.protocol.vocab import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
+from worldserve.session.errors import IllegalTransition, StaleBlock
+from worldserve.session.eventlog import (
     DEFAULT_CAPACITY,
     ActionEvent,
     EpochStart,
@@ -42,7 +42,7 @@ from session.eventlog import (
     SceneEvent,
     SettingsEvent,
 )
-from session.plan import ACTION_DIM, KEYS
+from worldserve.session.plan import ACTION_DIM, KEYS
 
 Clock = Callable[[], float]
 Mode = Literal["push", "pull"]

@@ -63,8 +63,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from session.errors import SnapshotError
-from session.eventlog import (
+from worldserve.session.errors import SnapshotError
+from worldserve.session.eventlog import (
     MAX_CAPACITY,
     ActionEvent,
     EpochStart,
@@ -74,8 +74,8 @@ from session.eventlog import (
     SceneEvent,
     SettingsEvent,
 )
-from session.plan import ACTION_DIM, ActionTrace, Continuation, ModelState
-from session.session import (
+from worldserve.session.plan import ACTION_DIM, ActionTrace, Continuation, ModelState
+from worldserve.session.session import (
     MAX_BUCKET,
     MAX_SCENE_CHARS,
     Clock,

@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from session.errors import AtCapacity, BadToken, IllegalTransition, SessionStateMissing
-from session.eventlog import DEFAULT_CAPACITY
-from session.session import Clock, Session, SessionConfig, SessionStatus
+from worldserve.session.errors import AtCapacity, BadToken, IllegalTransition, SessionStateMissing
+from worldserve.session.eventlog import DEFAULT_CAPACITY
+from worldserve.session.session import Clock, Session, SessionConfig, SessionStatus
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from session.plan import ACTION_DIM, Batch, BatchTiming, ChunkWork, Runner, SessionSpec, StepPlan
+from worldserve.session.plan import (
+    ACTION_DIM,
+    Batch,
+    BatchTiming,
+    ChunkWork,
+    Runner,
+    SessionSpec,
+    StepPlan,
+)
 
 
 def warmup_shapes(

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.dit import WorldModel
-from model.runner import ModelRunner
-from session.plan import Batch, ChunkWork, SessionSpec, StepPlan
-from world import World, mixed_policy, sample_scene
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.world import World, mixed_policy, sample_scene
 
 BANK_SEED_BASE = 900_000  # worlds of the bank; training's pool and the bench's seeds lie elsewhere
 

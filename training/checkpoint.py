@@ -19,12 +19,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.config import ModelConfig
-from model.dit import WorldModel
-from model.weights import load_state, save_model
-from training.critic import Adversary
-from training.optim_state import load_optimizer_tensors, optimizer_tensors
-from training.targets import fit_shift_head
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.weights import load_state, save_model
+from worldserve.training.critic import Adversary
+from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
+from worldserve.training.targets import fit_shift_head
 
 # may be missing from older checkpoints: they start from their initial values
 NEW_MODULES = ("motion_prior.", "anchor_stems.", "anchor_heads.", "shift_head.")

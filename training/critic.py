@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
 
-from training.optim_state import load_optimizer_tensors, optimizer_tensors
-from training.targets import sampled_guesses
+from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
+from worldserve.training.targets import sampled_guesses
 
 
 class FrameCritic(nn.Module):

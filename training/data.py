@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from world import World, record_episode, sample_scene
+from worldserve.world import World, record_episode, sample_scene
 
 TRAIN_SEED_BASE = 10_000  # training worlds; the quality bench holds out seeds below 1000
 

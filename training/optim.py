@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from model.dit import WorldModel
+from worldserve.model.default.dit import WorldModel
 
 if TYPE_CHECKING:
-    from training.train import TrainConfig
+    from worldserve.training.train import TrainConfig
 
 
 def lr_at(step: int, tc: TrainConfig, total: int, start: int = 0) -> float:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.targets import sampled_guesses
+from worldserve.training.targets import sampled_guesses
 
 WIDTHS = (24, 48, 48, 48)
 

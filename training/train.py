@@ -1,6 +1,6 @@
 """Train the world model on the procedural world (``world/``).
 
-    python -m training.train --minutes 60 --out runs/default [--resume] [--export model/weights/default]
+    python -m training.train --minutes 60 --out runs/default [--resume] [--export model/default/weights/default]
 
 What one step does (teacher forcing in one pass, as CausVid / diffusion forcing):
 - sample sequences of ``seq_frames`` frames from episodes of the world (mixed random and
@@ -32,7 +32,7 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
   context is the newest frames of long-running sessions of the serving path, and only
   what the model already drew (moved by the camera) and the critic are targets;
 - with ``anchor_warp`` models, every frame also gets its anchor reference
-  (``model/anchor.py``): the sequence's first frame (after a far sink, the first frame that
+  (``model/default/anchor.py``): the sequence's first frame (after a far sink, the first frame that
   follows it; on self-rollout steps the rollout's own) moved by the commanded camera shift
   summed since, invalid before it and from a prompt change on; and the model's shift head
   learns the shift per action that serving sums instead (``SHIFT_WEIGHT``).
@@ -56,19 +56,19 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from model.anchor import anchor_reference, sequence_references
-from model.config import ModelConfig
-from model.dit import WorldModel
-from model.flow import next_noisy, noised
-from model.kv_cache import KVCachePool
-from model.memory import tune_malloc
-from model.weights import save_model
-from training.bank import RolloutBank
-from training.checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
-from training.critic import Adversary
-from training.data import BatchSource, DataSpec
-from training.optim import adv_ramp, freeze_except, hold_at_ema, lr_at, make_optimizer
-from training.targets import (
+from worldserve.model.default.anchor import anchor_reference, sequence_references
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.flow import next_noisy, noised
+from worldserve.model.default.weights import save_model
+from worldserve.model.kv_cache import KVCachePool
+from worldserve.model.memory import tune_malloc
+from worldserve.training.bank import RolloutBank
+from worldserve.training.checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
+from worldserve.training.critic import Adversary
+from worldserve.training.data import BatchSource, DataSpec
+from worldserve.training.optim import adv_ramp, freeze_except, hold_at_ema, lr_at, make_optimizer
+from worldserve.training.targets import (
     anchor_offsets,
     camera_shifts,
     carry_mask,
@@ -84,8 +84,8 @@ from training.targets import (
     shift_targets,
     weather_mask,
 )
-from training.texture import TextureLoss
-from world import DEFAULT_MAP_SIZE
+from worldserve.training.texture import TextureLoss
+from worldserve.world import DEFAULT_MAP_SIZE
 
 HELD_OUT_SEEDS = range(0, 1000)  # world seeds the quality bench uses; training never sees them
 # the shift head's own term, small: Adam moves its 14 weights at the same pace whatever the

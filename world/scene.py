@@ -1,4 +1,4 @@
-"""Scenes of the world: the prompt vocabulary and attributes (``model/prompt.py``, shared
+"""Scenes of the world: the prompt vocabulary and attributes (``model/default/prompt.py``, shared
 with serving, which parses prompts without the world) and random scenes for training.
 """
 
@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from model.prompt import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt
+from worldserve.model.default.prompt import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt
 
 __all__ = ["ATTRIBUTES", "SCENE_DIM", "VOCAB", "SceneAttrs", "parse_prompt", "sample_scene"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from clients.sdk import WorldClient
+from worldserve.clients.sdk import WorldClient
 
 # (keys, mouse, frames to hold them)
 SCRIPT: list[tuple[tuple[str, ...], tuple[float, float], int]] = [

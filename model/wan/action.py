@@ -36,10 +36,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.attention import attend
-from model.wan.cache import ChunkContext, WanKVCache, rotate
-from model.wan.config import ActionConfig, WanConfig
-from session.plan import KEYS
+from worldserve.model.attention import attend
+from worldserve.model.wan.cache import ChunkContext, WanKVCache, rotate
+from worldserve.model.wan.config import ActionConfig, WanConfig
+from worldserve.session.plan import KEYS
 
 # ---------------------------------------------------------------------------- the module
 
@@ -62,7 +62,7 @@ class ActionModule(nn.Module):
 
     def __init__(self, a: ActionConfig):
         super().__init__()
-        from model.wan.causal import LayerNorm
+        from worldserve.model.wan.causal import LayerNorm
 
         self.cfg = a
         w = a.window_pixel_frames

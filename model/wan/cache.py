@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.wan.config import WanConfig
+from worldserve.model.wan.config import WanConfig
 
 
 class CacheFull(RuntimeError):

@@ -45,10 +45,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.attention import attend
-from model.wan.action import ActionContext, ActionModule
-from model.wan.cache import ChunkContext, WanKVCache, rotate, space_rotation
-from model.wan.config import WanConfig
+from worldserve.model.attention import attend
+from worldserve.model.wan.action import ActionContext, ActionModule
+from worldserve.model.wan.cache import ChunkContext, WanKVCache, rotate, space_rotation
+from worldserve.model.wan.config import WanConfig
 
 
 @dataclass(slots=True)

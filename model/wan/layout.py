@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model.wan.config import WanConfig
+from worldserve.model.wan.config import WanConfig
 
 TRANSFORMER_DIR = "transformer"
 CONFIG_FILE = "config.json"

@@ -49,16 +49,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.wan.action import ActionHistory, ActionKVCache, map_actions, pixel_frames_of, variant_of
-from model.wan.cache import ChunkContext
-from model.wan.causal import CausalWanModel
-from model.wan.clip import ImageEncoder
-from model.wan.config import COND_MASK_CHANNELS
-from model.wan.config import MATRIX_GAME_RECIPE as RECIPE
-from model.wan.layout import check_image_layout
-from model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession, load_backbone
-from model.wan.vae_stream import StreamingDecoder
-from session.plan import ActionTrace, ModelState, SessionSpec, SessionUpdate
+from worldserve.model.wan.action import (
+    ActionHistory,
+    ActionKVCache,
+    map_actions,
+    pixel_frames_of,
+    variant_of,
+)
+from worldserve.model.wan.cache import ChunkContext
+from worldserve.model.wan.causal import CausalWanModel
+from worldserve.model.wan.clip import ImageEncoder
+from worldserve.model.wan.config import COND_MASK_CHANNELS
+from worldserve.model.wan.config import MATRIX_GAME_RECIPE as RECIPE
+from worldserve.model.wan.layout import check_image_layout
+from worldserve.model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession, load_backbone
+from worldserve.model.wan.vae_stream import StreamingDecoder
+from worldserve.session.plan import ActionTrace, ModelState, SessionSpec, SessionUpdate
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +140,7 @@ class MatrixGameRunner(WanRunner):
         h, w = self._size(bucket)
         if self.start_image is not None:
             return fit_frame(self.start_image, h, w)
-        from world.start import start_frame
+        from worldserve.world.start import start_frame
 
         return fit_frame(start_frame(scene, seed, 64), h, w)
 

@@ -44,14 +44,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.plan_errors import guarded, session_state
-from model.wan.cache import ChunkContext, WanKVCache
-from model.wan.causal import CausalWanModel, TextKV
-from model.wan.config import WanConfig
-from model.wan.layout import check_layout
-from model.wan.text import PromptEncoder
-from model.wan.vae_stream import StreamingDecoder, VaeStream, pixel_frames_for
-from session.plan import (
+from worldserve.model.plan_errors import guarded, session_state
+from worldserve.model.wan.cache import ChunkContext, WanKVCache
+from worldserve.model.wan.causal import CausalWanModel, TextKV
+from worldserve.model.wan.config import WanConfig
+from worldserve.model.wan.layout import check_layout
+from worldserve.model.wan.text import PromptEncoder
+from worldserve.model.wan.vae_stream import StreamingDecoder, VaeStream, pixel_frames_for
+from worldserve.session.plan import (
     Batch,
     BatchTiming,
     ChunkResult,
@@ -61,7 +61,7 @@ from session.plan import (
     StepOutput,
     StepPlan,
 )
-from session.warmup import warm_up
+from worldserve.session.warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,8 @@ def load_backbone(
 ) -> tuple[CausalWanModel, StreamingDecoder, torch.dtype]:
     """The transformer and the streaming VAE of a checked ``--weights`` directory, in the float
     type ``dtype`` names (``auto``: the device's pick), and that type."""
-    from model.dtype import pick_dtype
-    from model.wan.weights import load_model
+    from worldserve.model.dtype import pick_dtype
+    from worldserve.model.wan.weights import load_model
 
     if threads is not None:
         torch.set_num_threads(threads)

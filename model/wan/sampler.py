@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from model.wan.action import ActionContext
-from model.wan.cache import ChunkContext
-from model.wan.causal import CausalWanModel, TextKV
+from worldserve.model.wan.action import ActionContext
+from worldserve.model.wan.cache import ChunkContext
+from worldserve.model.wan.causal import CausalWanModel, TextKV
 
 
 def to_x0(x_t: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor | float) -> torch.Tensor:

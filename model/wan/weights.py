@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.wan.causal import CausalWanModel
-from model.wan.config import WanConfig
+from worldserve.model.wan.causal import CausalWanModel
+from worldserve.model.wan.config import WanConfig
 
 CHECKPOINT_KEYS = ("generator_ema", "generator")  # where the authors' .pt files keep the weights
 WRAPPER_PREFIX = "model."  # the authors' training wrapper holds the transformer as .model

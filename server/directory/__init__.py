@@ -4,7 +4,7 @@
 is shared through Redis. See ``base`` for the contract both keep.
 """
 
-from server.directory.base import (
+from worldserve.server.directory.base import (
     HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Directory,
@@ -18,8 +18,8 @@ from server.directory.base import (
     WorkerInfo,
     WorkerState,
 )
-from server.directory.factory import open_directory
-from server.directory.memory import MemoryDirectory
+from worldserve.server.directory.factory import open_directory
+from worldserve.server.directory.memory import MemoryDirectory
 
 __all__ = [
     "HANDOVER_TTL_S",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from urllib.parse import urlsplit
 
-from server.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S, Clock, Directory
-from server.directory.memory import MemoryDirectory
+from worldserve.server.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S, Clock, Directory
+from worldserve.server.directory.memory import MemoryDirectory
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -32,7 +32,9 @@ def open_directory(
                                handover_ttl_s=handover_ttl_s)
     scheme = urlsplit(url).scheme
     if scheme in REDIS_SCHEMES:
-        from server.directory.redis import RedisDirectory  # only Redis deployments pay for it
+        from worldserve.server.directory.redis import (
+            RedisDirectory,  # only Redis deployments pay for it
+        )
 
         return RedisDirectory(url, prefix, clock=clock, orphan_ttl_s=orphan_ttl_s,
                               handover_ttl_s=handover_ttl_s)

@@ -21,13 +21,13 @@ import asyncio
 
 from aiohttp import web
 
-from server.keys import METRICS
-from server.rtc.keys import RTC_METRICS, RTC_PEERS, RTC_SETTINGS
-from server.rtc.metrics import RtcMetrics
-from server.rtc.offer import offer_handler, offer_preflight
-from server.rtc.peer import RtcPeer
-from server.settings import IceServer, RtcSettings
-from server.web import add_web_routes
+from worldserve.server.keys import METRICS
+from worldserve.server.rtc.keys import RTC_METRICS, RTC_PEERS, RTC_SETTINGS
+from worldserve.server.rtc.metrics import RtcMetrics
+from worldserve.server.rtc.offer import offer_handler, offer_preflight
+from worldserve.server.rtc.peer import RtcPeer
+from worldserve.server.settings import IceServer, RtcSettings
+from worldserve.server.web import add_web_routes
 
 __all__ = ["IceServer", "RtcSettings", "setup_rtc"]
 

@@ -38,7 +38,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError
 
-from protocol import (
+from worldserve.protocol import (
     Ack,
     Action,
     ClientMessage,
@@ -49,8 +49,8 @@ from protocol import (
     ServerMessage,
     decode_server,
 )
-from server.rtc.ice import add_loopback_candidates, wants_loopback
-from server.settings import Loopback
+from worldserve.server.rtc.ice import add_loopback_candidates, wants_loopback
+from worldserve.server.settings import Loopback
 
 
 class OfferRefused(Exception):

@@ -44,7 +44,7 @@ from aiortc.mediastreams import VIDEO_TIME_BASE, convert_timebase
 from aiortc.rtcrtpparameters import RTCRtpCodecCapability
 from av.video.frame import PictureType
 
-from server.settings import RtcSettings, VideoCodecName
+from worldserve.server.settings import RtcSettings, VideoCodecName
 
 log = logging.getLogger("worldserve.rtc")
 

@@ -20,7 +20,7 @@ from typing import Any
 import ifaddr
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
 
-from server.settings import Loopback, RtcSettings
+from worldserve.server.settings import Loopback, RtcSettings
 
 log = logging.getLogger("worldserve.rtc")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from server.rtc.metrics import RtcMetrics
-from server.rtc.peer import RtcPeer
-from server.settings import RtcSettings
+from worldserve.server.rtc.metrics import RtcMetrics
+from worldserve.server.rtc.peer import RtcPeer
+from worldserve.server.settings import RtcSettings
 
 RTC_SETTINGS = web.AppKey("rtc_settings", RtcSettings)
 RTC_METRICS = web.AppKey("rtc_metrics", RtcMetrics)

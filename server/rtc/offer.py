@@ -61,7 +61,7 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription
 
-from protocol import (
+from worldserve.protocol import (
     MAX_BLOCK_IDX,
     ErrorCode,
     ProtocolError,
@@ -71,24 +71,24 @@ from protocol import (
     Started,
     from_wire,
 )
-from server.auth import authorized
-from server.directory import DirectoryUnavailable
-from server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
-from server.live import PlacementRequired
-from server.rtc.encoder import (
+from worldserve.server.auth import authorized
+from worldserve.server.directory import DirectoryUnavailable
+from worldserve.server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
+from worldserve.server.live import PlacementRequired
+from worldserve.server.rtc.encoder import (
     BitratePolicy,
     LatencyEncoder,
     codec_name,
     codec_preferences,
     install_encoder,
 )
-from server.rtc.ice import add_loopback_candidates, rtc_configuration, wants_loopback
-from server.rtc.keys import RTC_METRICS, RTC_PEERS, RTC_SETTINGS
-from server.rtc.peer import RtcPeer
-from server.rtc.track import SessionVideoTrack
-from server.service import NotReady, Service
-from server.settings import VideoCodecName
-from session.errors import AtCapacity, BadToken, SessionError, SessionStateMissing
+from worldserve.server.rtc.ice import add_loopback_candidates, rtc_configuration, wants_loopback
+from worldserve.server.rtc.keys import RTC_METRICS, RTC_PEERS, RTC_SETTINGS
+from worldserve.server.rtc.peer import RtcPeer
+from worldserve.server.rtc.track import SessionVideoTrack
+from worldserve.server.service import NotReady, Service
+from worldserve.server.settings import VideoCodecName
+from worldserve.session.errors import AtCapacity, BadToken, SessionError, SessionStateMissing
 
 log = logging.getLogger("worldserve.rtc")
 

@@ -52,7 +52,7 @@ from typing import Any
 import msgpack
 from aiortc import RTCDataChannel, RTCPeerConnection
 
-from protocol import (
+from worldserve.protocol import (
     Action,
     Block,
     ClientMessage,
@@ -70,14 +70,14 @@ from protocol import (
     Status,
     error_from,
 )
-from server.dispatch import Inbound, dispatch
-from server.metrics import Metrics
-from server.rtc.encoder import LatencyEncoder
-from server.rtc.metrics import RtcMetrics
-from server.rtc.track import SessionVideoTrack
-from server.service import Chunk, Service
-from server.settings import RtcSettings, Settings
-from session.errors import SessionError
+from worldserve.server.dispatch import Inbound, dispatch
+from worldserve.server.metrics import Metrics
+from worldserve.server.rtc.encoder import LatencyEncoder
+from worldserve.server.rtc.metrics import RtcMetrics
+from worldserve.server.rtc.track import SessionVideoTrack
+from worldserve.server.service import Chunk, Service
+from worldserve.server.settings import RtcSettings, Settings
+from worldserve.session.errors import SessionError
 
 log = logging.getLogger("worldserve.rtc")
 

@@ -30,7 +30,7 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
-from server.live import Chunk
+from worldserve.server.live import Chunk
 
 VIDEO_CLOCK_RATE = 90_000
 TIME_BASE = Fraction(1, VIDEO_CLOCK_RATE)

@@ -8,7 +8,7 @@ import pkgutil
 
 import pytest
 
-import bench
+import worldserve.bench as bench
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))  # _x: helpers
 
@@ -19,7 +19,7 @@ def test_there_are_benchmarks() -> None:
 
 @pytest.mark.parametrize("name", MODULES)
 def test_bench_module_imports_and_answers_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    module = importlib.import_module(f"bench.{name}")
+    module = importlib.import_module(f"worldserve.bench.{name}")
     assert callable(module.main), f"bench.{name} has no main()"
     with pytest.raises(SystemExit) as exc:
         module.main(["--help"])

@@ -1,11 +1,11 @@
-"""bench.ladder_burn's figures from a level timeline: how far the ladder fell and how long
+"""worldserve.bench.ladder_burn's figures from a level timeline: how far the ladder fell and how long
 after the burn's end every session was back at level 0 for good."""
 
 from __future__ import annotations
 
 import math
 
-from bench.ladder_burn import BurnRun
+from worldserve.bench.ladder_burn import BurnRun
 
 
 def run(levels: list[tuple[float, int]]) -> BurnRun:

@@ -1,4 +1,4 @@
-"""bench.model_step times the weights it is given: a path with or without the suffix, and
+"""worldserve.bench.model_step times the weights it is given: a path with or without the suffix, and
 named weights that are missing are an error, never a silently random model."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.model_step import main, weights_or_init
-from model.weights import DEFAULT_WEIGHTS
+from worldserve.bench.model_step import main, weights_or_init
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
 
 
 def test_weights_load_with_or_without_the_suffix() -> None:

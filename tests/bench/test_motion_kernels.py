@@ -1,4 +1,4 @@
-"""bench.motion_kernels on the committed weights: each action's kernel peaks at the shift the
+"""worldserve.bench.motion_kernels on the committed weights: each action's kernel peaks at the shift the
 camera commands, and the summary line reports the mass there."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from bench import motion_kernels
+from worldserve.bench import motion_kernels
 
 
 def test_each_kernel_peaks_at_the_commanded_shift(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,6 @@
 import numpy as np
 
-from bench.quality import (
+from worldserve.bench.quality import (
     Rollouts,
     best_aligned,
     control_by_weather,
@@ -12,8 +12,8 @@ from bench.quality import (
     shift_oracle,
     shifted,
 )
-from session.plan import ACTION_DIM, KEYS
-from world import expected_shift
+from worldserve.session.plan import ACTION_DIM, KEYS
+from worldserve.world import expected_shift
 
 
 def test_pooled_psnr_is_the_psnr_of_the_mean_error() -> None:
@@ -129,8 +129,8 @@ def test_control_by_weather_pools_the_steps_of_each_weather() -> None:
 def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
     from PIL import Image
 
-    from bench.quality import long_rollout, save_long_strip
     from tests.model.conftest import make_runner, tiny_config
+    from worldserve.bench.quality import long_rollout, save_long_strip
 
     runner = make_runner(tiny_config(buckets=(64,), base_bucket=64), max_sessions=4)
     frames: list = []
@@ -149,8 +149,8 @@ def test_the_long_rollout_keeps_frames_for_a_strip(tmp_path) -> None:
 
 
 def test_stripes_score_as_anisotropic_and_the_worlds_ground_does_not() -> None:
-    from bench._frame_measures import anisotropy
-    from world import World
+    from worldserve.bench._frame_measures import anisotropy
+    from worldserve.world import World
 
     stripes = np.zeros((64, 64, 3), np.uint8)
     stripes[::4] = 200  # horizontal streaks: all the gradient runs along y
@@ -161,7 +161,7 @@ def test_stripes_score_as_anisotropic_and_the_worlds_ground_does_not() -> None:
 
 
 def test_colour_overlap_is_one_for_the_same_colours_and_falls_for_others() -> None:
-    from bench._frame_measures import colour_hist, hist_intersection
+    from worldserve.bench._frame_measures import colour_hist, hist_intersection
 
     rng = np.random.default_rng(0)
     frame = rng.integers(0, 256, (32, 32, 3)).astype(np.uint8)
@@ -173,8 +173,8 @@ def test_colour_overlap_is_one_for_the_same_colours_and_falls_for_others() -> No
 
 
 def test_blocks_drawn_per_token_show_as_seams_and_the_worlds_ground_does_not() -> None:
-    from bench._frame_measures import seams
-    from world import World
+    from worldserve.bench._frame_measures import seams
+    from worldserve.world import World
 
     rng = np.random.default_rng(0)
     blocks = np.kron(rng.integers(0, 256, (4, 4, 3)), np.ones((16, 16, 1))).astype(np.uint8)

@@ -1,4 +1,4 @@
-"""bench.realism's measures: the two-sample test cannot tell a distribution from itself and
+"""worldserve.bench.realism's measures: the two-sample test cannot tell a distribution from itself and
 can tell a blur; the Frechet distance of a set with itself is 0 and follows the formula; the
 world's own frames are made of the world's patches and blocks are not; the scene network
 names the scenes of worlds it never saw; a tiny run of the whole measure writes its strips."""
@@ -13,8 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
-import bench._realism_measures as bench_measures
-from bench._realism_measures import (
+import worldserve.bench._realism_measures as bench_measures
+from tests.model.conftest import make_runner, tiny_config
+from worldserve.bench._realism_measures import (
     C2STConfig,
     blocky,
     blur4,
@@ -23,7 +24,7 @@ from bench._realism_measures import (
     patch_distance,
     world_folds,
 )
-from bench._scene_features import (
+from worldserve.bench._scene_features import (
     DEFAULT_PATH,
     HEADS,
     SceneNet,
@@ -31,11 +32,10 @@ from bench._scene_features import (
     load_scene_net,
     scene_features,
 )
-from bench.realism import Moment, beside_weights, measure, patch_ratio, summary_fields
-from model.prompt import ATTRIBUTES, SceneAttrs
-from model.weights import DEFAULT_WEIGHTS
-from tests.model.conftest import make_runner, tiny_config
-from world import World
+from worldserve.bench.realism import Moment, beside_weights, measure, patch_ratio, summary_fields
+from worldserve.model.default.prompt import ATTRIBUTES, SceneAttrs
+from worldserve.model.default.weights import DEFAULT_WEIGHTS
+from worldserve.world import World
 
 TINY = C2STConfig(widths=(8, 16), crop=24, epochs=6, batch=16)
 
@@ -146,7 +146,7 @@ def test_the_worlds_own_frames_are_made_of_its_patches_and_blocks_are_not(one_wo
 def test_patch_ratio_compares_the_model_with_the_renderer_at_the_same_moment(
     one_world, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("bench.realism.PATCH_EVERY", 1)  # every frame of these short windows
+    monkeypatch.setattr("worldserve.bench.realism.PATCH_EVERY", 1)  # every frame of these short windows
     bank, held, other = one_world
     moment = Moment("60s", 30, held[None], {"world": other[None], "blocks": blocky(other)[None]})
     ratio, d_model, d_truth = patch_ratio(moment, bank[None], "world")

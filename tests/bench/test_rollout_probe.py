@@ -1,4 +1,4 @@
-"""bench.rollout_probe: the known region follows the camera, the median leaves the ground and
+"""worldserve.bench.rollout_probe: the known region follows the camera, the median leaves the ground and
 removes the flakes, and a short probe of the default weights prints its lines and writes the
 strip."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.rollout_probe import known_mask, main, median3
+from worldserve.bench.rollout_probe import known_mask, main, median3
 
 
 def test_known_region_follows_the_summed_shift() -> None:

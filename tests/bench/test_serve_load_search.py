@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.serve_load import largest_held
+from worldserve.bench.serve_load import largest_held
 
 
 @pytest.mark.parametrize("capacity", [0, 1, 2, 3, 5, 8, 12, 13, 100, 255, 256, 1000])

@@ -36,7 +36,7 @@ async def shoot(weights: Path, out: Path, prompt: str, seed: int, bucket: int) -
 
 
 def main() -> None:
-    from model.weights import DEFAULT_WEIGHTS
+    from worldserve.model.default.weights import DEFAULT_WEIGHTS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)

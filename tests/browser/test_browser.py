@@ -18,13 +18,13 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from server.keys import SERVICE
-from server.rtc import RtcSettings
-from server.rtc.client import RtcClient
-from server.rtc.keys import RTC_PEERS
 from tests.browser.browser import chromium
 from tests.rtc.harness import model_settings, serve_rtc
 from tests.server.test_e2e_model import smallest_bucket
+from worldserve.server.keys import SERVICE
+from worldserve.server.rtc import RtcSettings
+from worldserve.server.rtc.client import RtcClient
+from worldserve.server.rtc.keys import RTC_PEERS
 
 PIXELS = """(id) => {
   const src = document.getElementById(id);
@@ -227,7 +227,7 @@ async def test_a_migrate_moves_the_page_to_the_other_worker() -> None:
     """Worker A hands the session to worker B: the page follows ``migrate`` to B's origin
     (a cross-origin offer). B has no handoff for it here (no shared directory), so the
     page's resume there is refused and it opens a new session on B."""
-    from protocol import Migrate
+    from worldserve.protocol import Migrate
 
     async with serve_rtc() as (a, url_a), serve_rtc() as (b, url_b), chromium() as ctx:
         page = await ctx.new_page()

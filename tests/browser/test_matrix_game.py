@@ -17,14 +17,14 @@ import msgpack
 import numpy as np
 import pytest
 
-from server.app import load_model_runner
-from server.keys import SERVICE
-from server.settings import Settings
-from session.plan import Runner, StepOutput, StepPlan
 from tests.browser.browser import chromium
 from tests.browser.test_browser import STATE, picture, until
 from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
 from tests.rtc.harness import serve_rtc
+from worldserve.server.app import load_model_runner
+from worldserve.server.keys import SERVICE
+from worldserve.server.settings import Settings
+from worldserve.session.plan import Runner, StepOutput, StepPlan
 
 FORWARD = 0  # column of the held-key vector (protocol/vocab.py KEYS) and of the universal keyboard (W)
 

@@ -17,10 +17,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from clients.sdk import WorldClient
-from server.keys import SERVICE
 from tests.browser.browser import chromium
 from tests.scaleout.harness import Cluster, cluster
+from worldserve.clients.sdk import WorldClient
+from worldserve.server.keys import SERVICE
 
 STATE = "() => ({...window.worldserve, pending: window.worldserve.pending.size})"
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from server.app import load_model_runner
 from tests.browser.browser import chromium
 from tests.browser.test_browser import STATE, picture
 from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
 from tests.rtc.harness import serve_rtc
+from worldserve.server.app import load_model_runner
 
 
 @pytest.fixture(scope="module")

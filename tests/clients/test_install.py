@@ -24,9 +24,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Top-level modules the client must never load: the server's dependencies and packages.
+# Modules the client must never load: the server's dependencies, and the server's packages.
 SERVER_ONLY = ("torch", "aiortc", "aioice", "av", "redis", "uvloop", "prometheus_client",
-               "safetensors", "server", "session", "model", "training", "world")
+               "safetensors", "worldserve.server", "worldserve.session", "worldserve.model",
+               "worldserve.training", "worldserve.world")
+# Generic names an install must not claim: everything lives under `worldserve`.
+GENERIC = ("server", "session", "model", "clients", "protocol", "bench", "training", "world")
 # pip's words for an index it cannot reach.
 NO_INDEX = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
             "No matching distribution found", "Could not find a version")
@@ -35,13 +38,15 @@ NO_INDEX = ("NewConnectionError", "Network is unreachable", "Temporary failure i
 def test_sdk_and_example_import_nothing_of_the_server() -> None:
     code = (
         "import json, sys\n"
-        "import clients.sdk, clients.examples.steer, protocol\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+        "import worldserve.clients.sdk, worldserve.clients.examples.steer, worldserve.protocol\n"
+        "names = {m.split('.')[0] for m in sys.modules}\n"
+        "names |= {'.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith('worldserve.')}\n"
+        "print(json.dumps(sorted(names)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True)
     loaded = set(json.loads(out.stdout))
-    assert {"clients", "protocol", "aiohttp", "msgpack", "numpy"} <= loaded
+    assert {"worldserve.clients", "worldserve.protocol", "aiohttp", "msgpack", "numpy"} <= loaded
     assert not loaded & set(SERVER_ONLY), sorted(loaded & set(SERVER_ONLY))
 
 
@@ -88,6 +93,9 @@ def test_fresh_venv_installs_the_client_alone_and_steers_a_server(tmp_path: Path
     found = json.loads(subprocess.run([str(py), "-c", probe, *SERVER_ONLY[:8]], capture_output=True, text=True,
                                       check=True, cwd=tmp_path).stdout)
     assert not any(found.values()), found  # no torch, aiortc, av, redis ... in the client's venv
+    claimed = json.loads(subprocess.run([str(py), "-c", probe, *GENERIC], capture_output=True,
+                                        text=True, check=True, cwd=tmp_path).stdout)
+    assert not any(claimed.values()), claimed  # only the `worldserve` namespace is installed
 
     # The console script is there too, and says what serving needs.
     cli = subprocess.run([str(venv / "bin" / "worldserve"), "serve"], capture_output=True, text=True,
@@ -98,7 +106,7 @@ def test_fresh_venv_installs_the_client_alone_and_steers_a_server(tmp_path: Path
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--capacity", "2",
+            [sys.executable, "-m", "worldserve.server.cli", "serve", "--port", str(port), "--capacity", "2",
              "--warmup-batch-sizes", "1", "--warmup-steps", "4"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -106,7 +114,7 @@ def test_fresh_venv_installs_the_client_alone_and_steers_a_server(tmp_path: Path
             _wait_ready(f"http://127.0.0.1:{port}/readyz", server)
             out = tmp_path / "frames"
             steer = subprocess.run(
-                [str(py), "-m", "clients.examples.steer", "--url", f"ws://127.0.0.1:{port}/v1/ws",
+                [str(py), "-m", "worldserve.clients.examples.steer", "--url", f"ws://127.0.0.1:{port}/v1/ws",
                  "--frames", "8", "--fps", "8", "--out", str(out)],
                 cwd=tmp_path, capture_output=True, text=True, timeout=240,
                 env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
@@ -114,7 +122,7 @@ def test_fresh_venv_installs_the_client_alone_and_steers_a_server(tmp_path: Path
             assert steer.returncode == 0, steer.stdout + steer.stderr
             assert "saved 8 frames" in steer.stdout
             assert len(list(out.glob("frame_*.png"))) == 8
-            where = subprocess.run([str(py), "-c", "import clients.sdk; print(clients.sdk.__file__)"],
+            where = subprocess.run([str(py), "-c", "import worldserve.clients.sdk as m; print(m.__file__)"],
                                    capture_output=True, text=True, check=True, cwd=tmp_path).stdout
             assert str(venv) in where  # the installed copy ran, not the checkout
         finally:

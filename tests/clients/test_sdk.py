@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from clients.examples.steer import steer
-from clients.sdk import SessionEnded, WorldClient
-from protocol import Ended, Error
-from session.fake_runner import decode_frame
 from tests.server.harness import serve
+from worldserve.clients.examples.steer import steer
+from worldserve.clients.sdk import SessionEnded, WorldClient
+from worldserve.protocol import Ended, Error
+from worldserve.session.fake_runner import decode_frame
 
 
 async def test_push_frames_decode_and_report_applied_actions() -> None:

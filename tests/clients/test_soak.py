@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from clients import soak
 from tests.server.harness import serve
+from worldserve.clients import soak
 
 
 @pytest.mark.parametrize("mode", ["push", "pull"])

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from server.directory import Directory, MemoryDirectory
-from server.directory.redis import RedisDirectory
+from worldserve.server.directory import Directory, MemoryDirectory
+from worldserve.server.directory.redis import RedisDirectory
 
 
 class FakeClock:

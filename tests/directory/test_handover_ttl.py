@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
-from server.directory import (
+from tests.directory.conftest import Harness
+from tests.directory.helpers import add_worker
+from worldserve.server.directory import (
     Directory,
     MemoryDirectory,
     NoWorkerAvailable,
@@ -15,9 +17,7 @@ from server.directory import (
     SessionState,
     WorkerState,
 )
-from server.directory.redis import RedisDirectory
-from tests.directory.conftest import Harness
-from tests.directory.helpers import add_worker
+from worldserve.server.directory.redis import RedisDirectory
 
 HANDOVER_TTL = 0.5
 

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from server.directory import MemoryDirectory, SessionRecord, SessionState, UnknownSession
-from server.directory.redis import RedisDirectory
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
+from worldserve.server.directory import MemoryDirectory, SessionRecord, SessionState, UnknownSession
+from worldserve.server.directory.redis import RedisDirectory
 
 ORPHAN_TTL = 1.0
 

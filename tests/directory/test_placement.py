@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from server.directory import NoWorkerAvailable, SessionState, WorkerState
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
+from worldserve.server.directory import NoWorkerAvailable, SessionState, WorkerState
 
 
 async def test_placement_prefers_the_least_loaded_worker(harness: Harness) -> None:

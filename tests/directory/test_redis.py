@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis.asyncio as aioredis
 
-from server.directory import (
+from tests.directory.conftest import free_port
+from worldserve.server.directory import (
     Directory,
     DirectoryUnavailable,
     MemoryDirectory,
@@ -19,8 +20,7 @@ from server.directory import (
     WorkerState,
     open_directory,
 )
-from server.directory.redis import RedisDirectory
-from tests.directory.conftest import free_port
+from worldserve.server.directory.redis import RedisDirectory
 
 OPERATIONS: dict[str, Callable[[Directory], Awaitable[object]]] = {
     "register_worker": lambda d: d.register_worker(WorkerInfo("w", "http://w:1"), 5.0),

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from server.directory import SessionRecord, SessionState, UnknownSession
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
+from worldserve.server.directory import SessionRecord, SessionState, UnknownSession
 
 
 async def test_placed_session_is_recorded_active_at_block_zero(harness: Harness) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.directory import (
+from tests.directory.conftest import Harness
+from tests.directory.helpers import add_worker
+from worldserve.server.directory import (
     NoWorkerAvailable,
     SessionRecord,
     SessionState,
@@ -12,8 +14,6 @@ from server.directory import (
     WorkerInfo,
     WorkerState,
 )
-from tests.directory.conftest import Harness
-from tests.directory.helpers import add_worker
 
 
 async def test_registered_worker_is_listed_with_its_info(harness: Harness) -> None:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from model.config import ModelConfig
-from model.dit import WorldModel
-from model.runner import ModelRunner
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.runner import ModelRunner
 
 
 def tiny_config(**kw: object) -> ModelConfig:

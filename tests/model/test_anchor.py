@@ -6,13 +6,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bench.quality import shifted
-from model.anchor import REANCHOR_SHARE, anchor_reference, visible_share
-from model.dit import WorldModel
-from model.runner import SCENE_SETTLE_FRAMES
-from session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
 from tests.model.conftest import make_runner, randomized, tiny_config
-from training.targets import anchor_offsets
+from worldserve.bench.quality import shifted
+from worldserve.model.default.anchor import REANCHOR_SHARE, anchor_reference, visible_share
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.runner import SCENE_SETTLE_FRAMES
+from worldserve.session.plan import (
+    ACTION_DIM,
+    KEYS,
+    Batch,
+    ChunkWork,
+    SessionSpec,
+    SessionUpdate,
+    StepPlan,
+)
+from worldserve.training.targets import anchor_offsets
 
 
 def test_the_reference_is_the_anchor_moved_as_the_bench_moves_it() -> None:
@@ -196,7 +204,7 @@ def test_a_bf16_runner_sums_the_shift_in_fp32() -> None:
 
 
 def test_an_anchor_older_than_training_showed_gives_way_to_the_newest_frame() -> None:
-    from model.anchor import REANCHOR_FRAMES
+    from worldserve.model.default.anchor import REANCHOR_FRAMES
 
     runner = _anchor_runner()
     obs = np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)

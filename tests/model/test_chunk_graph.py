@@ -1,4 +1,4 @@
-"""Chunks from fixed buffers (``model/chunk_graph.py``) give the eager path's frames.
+"""Chunks from fixed buffers (``model/default/chunk_graph.py``) give the eager path's frames.
 
 On a GPU these buffers are captured as CUDA graphs (``bench.gpu_check`` checks the replay);
 here the same buffers run eagerly, which holds the bookkeeping to the eager path: padding to
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.chunk_graph import padded
-from model.config import ModelConfig
-from model.dit import WorldModel
-from model.runner import ModelRunner
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.model.default.chunk_graph import padded
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
 
 TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.dit import WorldModel, shift_warp
-from model.kv_cache import KVCachePool
+from worldserve.model.default.dit import WorldModel, shift_warp
+from worldserve.model.kv_cache import KVCachePool
 
 from .conftest import randomized, tiny_config
 

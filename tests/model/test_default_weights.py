@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 
-from model.runner import ModelRunner
-from model.weights import DEFAULT_WEIGHTS, config_path
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
-from world import World, parse_prompt, start_frame
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import DEFAULT_WEIGHTS, config_path
+from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.world import World, parse_prompt, start_frame
 
 
 def test_default_weights_are_committed_small_and_load() -> None:

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-import training.train as train_mod
-from model.config import ModelConfig
-from model.dit import WorldModel
-from model.kv_cache import KVCachePool
-from training.data import WorldPool
+import worldserve.training.train as train_mod
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.kv_cache import KVCachePool
+from worldserve.training.data import WorldPool
 
 TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 META = torch.device("meta")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import model.dtype as md
-from model.dtype import pick_dtype
-from model.runner import ModelRunner
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+import worldserve.model.dtype as md
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.dtype import pick_dtype
+from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
 
 
 def test_named_dtypes_and_a_clear_error_for_others() -> None:

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from model.memory import tune_malloc
+from worldserve.model.memory import tune_malloc
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")

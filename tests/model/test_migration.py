@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from model.runner import ModelRunner
-from session.plan import (
+from tests.model.conftest import make_runner, tiny_config
+from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import (
     ACTION_DIM,
     Batch,
     ChunkWork,
@@ -17,9 +18,8 @@ from session.plan import (
     SessionUpdate,
     StepPlan,
 )
-from session.session import Session, SessionConfig
-from session.snapshot import restore, snapshot
-from tests.model.conftest import make_runner, tiny_config
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import restore, snapshot
 
 SEED, SCENE, BUCKET = 3, "x", 32
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from model.registry import DEFAULT, LoadOptions, check, load, names
-from server.cli import serve_parser, settings_from
-from server.settings import Settings
+from worldserve.model.registry import DEFAULT, LoadOptions, check, load, names
+from worldserve.server.cli import serve_parser, settings_from
+from worldserve.server.settings import Settings
 
 
 def test_the_registry_serves_the_default_the_wan_causal_family_and_matrix_game() -> None:
@@ -36,7 +36,7 @@ def test_an_unknown_model_is_an_error_listing_the_known_ones() -> None:
 
 
 def test_the_default_model_loads_as_before() -> None:
-    from model.runner import ModelRunner
+    from worldserve.model.default.runner import ModelRunner
 
     check("default", None)  # the shipped weights
     runner = load("default", LoadOptions(dtype="float32", max_sessions=2))
@@ -55,7 +55,7 @@ def test_missing_weights_are_errors_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_serve_stops_at_startup_naming_the_missing_file(tmp_path: Path) -> None:
-    from server.cli import main
+    from worldserve.server.cli import main
 
     with pytest.raises(SystemExit, match=f"worldserve serve: .*{tmp_path / 'transformer' / 'config.json'}"):
         main(["serve", "--model", "wan-causal", "--weights", str(tmp_path), "--port", "0"])

@@ -8,9 +8,16 @@ import resource
 import numpy as np
 import torch
 
-from model.runner import ModelRunner
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
 from tests.model.conftest import make_runner, tiny_config
+from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import (
+    ACTION_DIM,
+    Batch,
+    ChunkWork,
+    SessionSpec,
+    SessionUpdate,
+    StepPlan,
+)
 
 
 def _actions(runner: ModelRunner, rng: np.random.Generator) -> np.ndarray:

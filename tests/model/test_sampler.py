@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from model.config import ModelConfig
-from model.dit import WorldModel
-from model.flow import next_noisy
-from model.runner import ModelRunner
-from model.weights import save_model
 from tests.model.conftest import make_runner, randomized, scene_encoder_for, tiny_config
 from tests.model.test_runner import rollout
 from tests.training.test_train import TINY
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.flow import next_noisy
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import save_model
 
 
 def test_the_settings_are_checked() -> None:
@@ -78,8 +78,8 @@ def test_a_runner_overrides_only_the_sampler_of_trained_weights(tmp_path: Path) 
 def test_training_rolls_out_with_fresh_noise_and_trains_on_a_clean_context() -> None:
     """The self-rollout samples as the shipped weights were trained (eta 1, whatever the
     served ``sampler_eta``) and commits clean frames; the trained context is clean."""
-    from training.data import WorldPool
-    from training.train import ROLLOUT_ETA, train_step
+    from worldserve.training.data import WorldPool
+    from worldserve.training.train import ROLLOUT_ETA, train_step
 
     cfg = ModelConfig(**TINY)
     model = WorldModel(cfg)
@@ -101,7 +101,7 @@ def test_training_rolls_out_with_fresh_noise_and_trains_on_a_clean_context() -> 
 
 def test_an_export_can_choose_the_served_sampler(tmp_path: Path) -> None:
     from tests.training.test_train import _config
-    from training.train import export_checkpoint, train
+    from worldserve.training.train import export_checkpoint, train
 
     train(_config(tmp_path, 2, rollout_after=1000), resume=False, export=None)
     path = export_checkpoint(tmp_path, tmp_path / "w", {"sampler_eta": 1})

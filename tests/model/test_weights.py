@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.config import ModelConfig
-from model.weights import WeightsError, load_model, save_model
 from tests.model.conftest import randomized, tiny_config
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.weights import WeightsError, load_model, save_model
 
 
 def test_weights_round_trip(tmp_path: Path) -> None:

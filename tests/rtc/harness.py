@@ -13,13 +13,13 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from server.app import create_app, load_model_runner
-from server.keys import SERVICE
-from server.rtc import RtcSettings, setup_rtc
-from server.rtc.keys import RTC_SETTINGS
-from server.settings import Settings
-from session.plan import Runner
 from tests.server.harness import TEST_SETTINGS, fake_factory
+from worldserve.server.app import create_app, load_model_runner
+from worldserve.server.keys import SERVICE
+from worldserve.server.rtc import RtcSettings, setup_rtc
+from worldserve.server.rtc.keys import RTC_SETTINGS
+from worldserve.server.settings import Settings
+from worldserve.session.plan import Runner
 
 
 def rss_bytes() -> int:

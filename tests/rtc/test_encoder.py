@@ -11,7 +11,7 @@ from aiortc.codecs.vpx import vp8_depayload
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
-from server.rtc.encoder import (
+from worldserve.server.rtc.encoder import (
     BitratePolicy,
     LatencyEncoder,
     codec_preferences,
@@ -19,8 +19,8 @@ from server.rtc.encoder import (
     measure,
     sample_frames,
 )
-from server.rtc.track import SessionVideoTrack
-from server.settings import VideoCodecName
+from worldserve.server.rtc.track import SessionVideoTrack
+from worldserve.server.settings import VideoCodecName
 
 CODECS: tuple[VideoCodecName, ...] = ("H264", "VP8")
 

@@ -10,12 +10,12 @@ import aioice.ice
 import ifaddr
 import pytest
 
-from server.flags import build
-from server.rtc import IceServer, RtcSettings
-from server.rtc import ice as rtc_ice
-from server.rtc.client import RtcClient
-from server.settings import Settings
 from tests.rtc.harness import serve_rtc
+from worldserve.server.flags import build
+from worldserve.server.rtc import IceServer, RtcSettings
+from worldserve.server.rtc import ice as rtc_ice
+from worldserve.server.rtc.client import RtcClient
+from worldserve.server.settings import Settings
 
 START = {"prompt": "a green forest", "fps": 24.0, "bucket": 64}
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol import Ack, Image, Observation, Ping, Pong, Prompt
-from server.rtc.client import RtcClient
-from server.rtc.keys import RTC_PEERS
 from tests.rtc.harness import serve_rtc
 from tests.server.loop_guard import LoopGuard
+from worldserve.protocol import Ack, Image, Observation, Ping, Pong, Prompt
+from worldserve.server.rtc.client import RtcClient
+from worldserve.server.rtc.keys import RTC_PEERS
 
 START = {"prompt": "a green forest", "fps": 24.0, "bucket": 64}
 

@@ -10,7 +10,8 @@ import aiohttp
 import msgpack
 import pytest
 
-from protocol import (
+from tests.rtc.harness import serve_rtc
+from worldserve.protocol import (
     Action,
     Block,
     Ended,
@@ -23,11 +24,10 @@ from protocol import (
     Started,
     Status,
 )
-from server.keys import SERVICE
-from server.rtc import RtcSettings
-from server.rtc.client import OfferRefused, RtcClient
-from server.rtc.keys import RTC_PEERS
-from tests.rtc.harness import serve_rtc
+from worldserve.server.keys import SERVICE
+from worldserve.server.rtc import RtcSettings
+from worldserve.server.rtc.client import OfferRefused, RtcClient
+from worldserve.server.rtc.keys import RTC_PEERS
 
 START = {"prompt": "a green forest", "fps": 24.0, "bucket": 64}
 
@@ -327,7 +327,7 @@ async def test_the_browser_client_is_served() -> None:
 
 
 def test_status_extra_keys_do_not_break_a_v1_decoder() -> None:
-    from protocol import decode_server
+    from worldserve.protocol import decode_server
 
     wire = Status(0, 24.0, 24.0, 0, 0, 0, 0, 64, 4, 1, 0.1).to_wire()
     wire.update(action_seq=3, frame=17)
@@ -360,7 +360,7 @@ async def test_metrics_count_peers_offers_and_frames() -> None:
 
 
 async def test_a_migrate_goes_out_on_control_before_ended() -> None:
-    from protocol import Migrate
+    from worldserve.protocol import Migrate
 
     async with serve_rtc() as (app, url):
         async with RtcClient(url) as c:

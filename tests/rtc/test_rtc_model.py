@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from protocol import Ack, Started, Status
-from server.keys import SERVICE
-from server.rtc.client import RtcClient
-from server.rtc.keys import RTC_PEERS
-from server.service import Service
 from tests.rtc.harness import model_settings, rss_bytes, serve_rtc
 from tests.server.test_e2e_model import smallest_bucket
+from worldserve.protocol import Ack, Started, Status
+from worldserve.server.keys import SERVICE
+from worldserve.server.rtc.client import RtcClient
+from worldserve.server.rtc.keys import RTC_PEERS
+from worldserve.server.service import Service
 
 FPS = 4.0  # slow enough that a chunk fits its period even on a loaded 2-core box
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from aiortc.mediastreams import MediaStreamError
 
-from server.rtc.track import SessionVideoTrack
-from server.service import Chunk
+from worldserve.server.rtc.track import SessionVideoTrack
+from worldserve.server.service import Chunk
 
 
 def chunk(first_frame: int, frames: int = 1, value: int | None = None, seq: int = 0) -> Chunk:

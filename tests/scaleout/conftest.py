@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from clients.local import RedisProcess
 from tests.server.conftest import model_weights  # noqa: F401  (a fixture, re-exported)
+from worldserve.clients.local import RedisProcess
 
 
 def _redis() -> RedisProcess:

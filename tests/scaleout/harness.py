@@ -14,13 +14,13 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from server.app import create_app
-from server.directory import Directory, MemoryDirectory
-from server.keys import AGENT, SERVICE
-from server.router import RouterSettings, create_router
-from server.settings import Settings
-from session.plan import Runner
 from tests.server.harness import TEST_SETTINGS, fake_factory
+from worldserve.server.app import create_app
+from worldserve.server.directory import Directory, MemoryDirectory
+from worldserve.server.keys import AGENT, SERVICE
+from worldserve.server.router import RouterSettings, create_router
+from worldserve.server.settings import Settings
+from worldserve.session.plan import Runner
 
 ADMIN_KEY = "test-admin-key"
 

@@ -7,13 +7,13 @@ import asyncio
 import aiohttp
 import pytest
 
-from clients.sdk import SessionEnded, WorldClient
-from protocol import Ended, Error, Frame, Migrate, Resume, Resumed, Start, Started
-from server.directory import MemoryDirectory, SessionState, WorkerState
-from server.keys import AGENT, SERVICE
-from session.fake_runner import decode_frame
 from tests.scaleout.harness import Cluster, cluster
 from tests.server.harness import frames, recv, recv_type, send, serve
+from worldserve.clients.sdk import SessionEnded, WorldClient
+from worldserve.protocol import Ended, Error, Frame, Migrate, Resume, Resumed, Start, Started
+from worldserve.server.directory import MemoryDirectory, SessionState, WorkerState
+from worldserve.server.keys import AGENT, SERVICE
+from worldserve.session.fake_runner import decode_frame
 
 HANDOVER_TTL = 0.5  # seconds a handed-over session waits for its client (in these tests)
 

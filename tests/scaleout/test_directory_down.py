@@ -11,13 +11,13 @@ from dataclasses import replace
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from clients.local import RedisProcess, free_port
-from clients.sdk import WorldClient
-from protocol import CloseCode, Error, Start
-from server.directory.redis import RedisDirectory
-from server.router import RouterSettings, create_router
 from tests.scaleout.harness import cluster, worker_settings
 from tests.server.harness import recv_type, send, serve
+from worldserve.clients.local import RedisProcess, free_port
+from worldserve.clients.sdk import WorldClient
+from worldserve.protocol import CloseCode, Error, Start
+from worldserve.server.directory.redis import RedisDirectory
+from worldserve.server.router import RouterSettings, create_router
 
 
 def dead_redis() -> str:

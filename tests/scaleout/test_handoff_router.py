@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import Start
-from server.directory import (
+from tests.directory.conftest import FakeClock
+from worldserve.protocol import Start
+from worldserve.server.directory import (
     MemoryDirectory,
     NoWorkerAvailable,
     SessionRecord,
@@ -17,12 +18,11 @@ from server.directory import (
     WorkerInfo,
     WorkerState,
 )
-from server.handoff import Handoff, HandoffError, ReplayBlock, decode
-from server.router import Router, RouterSettings
-from session.plan import ModelState
-from session.session import Session, SessionConfig
-from session.snapshot import snapshot
-from tests.directory.conftest import FakeClock
+from worldserve.server.handoff import Handoff, HandoffError, ReplayBlock, decode
+from worldserve.server.router import Router, RouterSettings
+from worldserve.session.plan import ModelState
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import snapshot
 
 
 def make_handoff(kind: str = "migration") -> tuple[Handoff, str]:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import aiohttp
 
-from clients.drill import Reference, check_session
-from clients.local import LocalCluster
-from clients.probe import Probe
-from clients.sdk import FrameEvent, WorldClient
-from protocol import Resumed
-from server.directory.redis import RedisDirectory
-from server.handoff import decode
+from worldserve.clients.drill import Reference, check_session
+from worldserve.clients.local import LocalCluster
+from worldserve.clients.probe import Probe
+from worldserve.clients.sdk import FrameEvent, WorldClient
+from worldserve.protocol import Resumed
+from worldserve.server.directory.redis import RedisDirectory
+from worldserve.server.handoff import decode
 
 
 def local_cluster(tmp_path: Path, weights: Path, redis_url: str, **kw: object) -> LocalCluster:

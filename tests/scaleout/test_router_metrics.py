@@ -9,15 +9,15 @@ from contextlib import asynccontextmanager
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.directory import (
+from tests.directory.conftest import FakeClock
+from worldserve.server.directory import (
     DirectoryUnavailable,
     MemoryDirectory,
     SessionRecord,
     WorkerInfo,
     WorkerState,
 )
-from server.router import RouterSettings, create_router
-from tests.directory.conftest import FakeClock
+from worldserve.server.router import RouterSettings, create_router
 
 
 class FlakyDirectory(MemoryDirectory):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from server.directory import MemoryDirectory
-from server.router import RouterSettings, create_router
 from tests.scaleout.harness import cluster
+from worldserve.server.directory import MemoryDirectory
+from worldserve.server.router import RouterSettings, create_router
 
 
 async def test_the_router_serves_the_page_and_says_it_is_a_router() -> None:

@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 from av import VideoFrame
 
-from protocol import Ack, Ended, Migrate, Ping, Pong, Resumed, Started, Status
-from server.directory import SessionState
-from server.keys import AGENT, SERVICE
-from server.rtc.client import OfferRefused, RtcClient, http_base
-from server.rtc.keys import RTC_PEERS
-from server.rtc.peer import RtcPeer
-from session.fake_runner import session_tag
 from tests.scaleout.harness import Cluster, cluster
+from worldserve.protocol import Ack, Ended, Migrate, Ping, Pong, Resumed, Started, Status
+from worldserve.server.directory import SessionState
+from worldserve.server.keys import AGENT, SERVICE
+from worldserve.server.rtc.client import OfferRefused, RtcClient, http_base
+from worldserve.server.rtc.keys import RTC_PEERS
+from worldserve.server.rtc.peer import RtcPeer
+from worldserve.session.fake_runner import session_tag
 
 START = {"prompt": "a green forest", "fps": 30.0, "bucket": 64, "lookahead": 1}
 COLOUR_TOLERANCE = 4  # levels H.264 moves a flat picture by (2 measured)

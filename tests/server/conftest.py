@@ -30,15 +30,15 @@ def model_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     a temp dir. Its zero-initialised layers (adaLN, heads) get small random values: as
     initialised, the model ignores actions and prompts, and the tests check that those
     change the frames."""
-    from model.weights import DEFAULT_WEIGHTS, config_path
+    from worldserve.model.default.weights import DEFAULT_WEIGHTS, config_path
 
     if DEFAULT_WEIGHTS.exists() and config_path(DEFAULT_WEIGHTS).exists():
         return DEFAULT_WEIGHTS
     import torch
 
-    from model.config import ModelConfig
-    from model.dit import WorldModel
-    from model.weights import save_model
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.weights import save_model
 
     torch.manual_seed(0)
     model = WorldModel(ModelConfig())

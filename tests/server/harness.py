@@ -12,13 +12,13 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from protocol import ClientMessage, Frame, ServerMessage, decode_server
-from server.app import create_app
-from server.keys import SERVICE
-from server.service import Service
-from server.settings import Settings
-from session.fake_runner import FakeRunner, LinearCost
-from session.plan import Runner
+from worldserve.protocol import ClientMessage, Frame, ServerMessage, decode_server
+from worldserve.server.app import create_app
+from worldserve.server.keys import SERVICE
+from worldserve.server.service import Service
+from worldserve.server.settings import Settings
+from worldserve.session.fake_runner import FakeRunner, LinearCost
+from worldserve.session.plan import Runner
 
 TEST_SETTINGS = Settings(
     port=0,
@@ -109,7 +109,7 @@ async def recv_type(ws: aiohttp.ClientWebSocketResponse, kind: type, timeout: fl
         msg = await recv(ws, max(0.01, end - time.monotonic()))
         if isinstance(msg, kind):
             return msg
-        from protocol import Degradation, Skipped, Status
+        from worldserve.protocol import Degradation, Skipped, Status
 
         if not isinstance(msg, (Frame, Status, Degradation, Skipped, *skip)):
             raise AssertionError(f"expected {kind.__name__}, got {msg!r}")

@@ -35,9 +35,9 @@ WATCHED = ["server", "session"]
 CODEC_CALLS = [
     "PIL.Image.Image.save",  # JPEG/PNG encode
     "PIL.Image.open",  # image decode (observations)
-    "server.encode.JpegEncoder.encode",
-    "server.encode.H264Encoder.encode",
-    "server.rtc.encoder.LatencyEncoder.encode",  # aiortc calls it on its executor thread
+    "worldserve.server.encode.JpegEncoder.encode",
+    "worldserve.server.encode.H264Encoder.encode",
+    "worldserve.server.rtc.encoder.LatencyEncoder.encode",  # aiortc calls it on its executor thread
 ]
 
 # (blockbuster's name for the call or "*" for all, file, functions in the stack where it

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.auth import authorized, bearer_key, key_ok, presented_key
+from worldserve.server.auth import authorized, bearer_key, key_ok, presented_key
 
 KEYS = frozenset({"alpha-key-1", "beta-key-22"})
 

@@ -8,10 +8,10 @@ import gc
 import time
 import tracemalloc
 
-from protocol import Frame, Start, Started
-from server.keys import CLOSABLES
-from server.ws import Connection
 from tests.server.harness import fake_factory, recv, send, serve
+from worldserve.protocol import Frame, Start, Started
+from worldserve.server.keys import CLOSABLES
+from worldserve.server.ws import Connection
 
 
 async def test_a_client_that_stops_reading_stays_bounded_and_the_other_session_keeps_its_rate() -> None:

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from server import cli
-from server.settings import Settings
+from worldserve.server import cli
+from worldserve.server.settings import Settings
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -51,10 +51,10 @@ def test_bad_values_are_refused() -> None:
 
 
 def test_train_delegates_to_training_train(monkeypatch: pytest.MonkeyPatch) -> None:
-    import training.train
+    from worldserve.training import train as training_train
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(training.train, "main", lambda argv=None: seen.append(argv))
+    monkeypatch.setattr(training_train, "main", lambda argv=None: seen.append(argv))
     cli.main(["train", "--minutes", "1", "--out", "x"])
     assert seen == [["--minutes", "1", "--out", "x"]]
 
@@ -85,12 +85,12 @@ def test_scale_out_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_router_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from server.router import RouterSettings
+    from worldserve.server.router import RouterSettings
 
     monkeypatch.setattr(cli, "_run_site", _no_site)
-    monkeypatch.setattr("server.logs.configure", lambda *args: None)  # leave logging alone
+    monkeypatch.setattr("worldserve.server.logs.configure", lambda *args: None)  # leave logging alone
     seen: list[RouterSettings] = []
-    monkeypatch.setattr("server.router.create_router", lambda settings: seen.append(settings))
+    monkeypatch.setattr("worldserve.server.router.create_router", lambda settings: seen.append(settings))
     cli.main(["router", "--port", "8099", "--orphan-ttl-s", "1200", "--threshold", "0.7",
               "--handover-ttl-s", "20"])
     assert (seen[0].port, seen[0].orphan_ttl_s, seen[0].threshold) == (8099, 1200.0, 0.7)
@@ -106,12 +106,11 @@ async def _no_site(*args: object) -> None:
 
 
 def test_soak_and_drill_delegate_their_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    import clients.drill
-    import clients.soak
+    from worldserve.clients import drill, soak
 
     seen: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(clients.soak, "main", lambda argv=None: seen.append(("soak", argv)))
-    monkeypatch.setattr(clients.drill, "main", lambda argv=None: seen.append(("drill", argv)))
+    monkeypatch.setattr(soak, "main", lambda argv=None: seen.append(("soak", argv)))
+    monkeypatch.setattr(drill, "main", lambda argv=None: seen.append(("drill", argv)))
     cli.main(["soak", "--url", "ws://x/v1/ws"])
     cli.main(["drill", "--quick"])
     assert seen == [("soak", ["--url", "ws://x/v1/ws"]), ("drill", ["--quick"])]

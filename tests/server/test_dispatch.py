@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import pytest
 
-from protocol import (
+from worldserve.protocol import (
     Ack,
     Action,
     Block,
@@ -23,11 +23,11 @@ from protocol import (
     ServerMessage,
     Start,
 )
-from server.dispatch import Inbound, dispatch
-from server.metrics import Metrics
-from server.service import Service
-from server.settings import Settings
-from session.errors import SessionError
+from worldserve.server.dispatch import Inbound, dispatch
+from worldserve.server.metrics import Metrics
+from worldserve.server.service import Service
+from worldserve.server.settings import Settings
+from worldserve.session.errors import SessionError
 
 
 class FakeTransport:

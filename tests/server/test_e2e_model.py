@@ -16,7 +16,8 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from protocol import (
+from tests.server.harness import Served, frames, recv, recv_type, send, serve
+from worldserve.protocol import (
     Ack,
     Action,
     Block,
@@ -28,8 +29,7 @@ from protocol import (
     Start,
     Started,
 )
-from server.app import load_model_runner
-from tests.server.harness import Served, frames, recv, recv_type, send, serve
+from worldserve.server.app import load_model_runner
 
 
 def smallest_bucket(weights: Path) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from server.encode import make_encoder, measure
+from worldserve.server.encode import make_encoder, measure
 
 
 def frame(side: int, shift: int = 0) -> np.ndarray:

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from server.engine import Engine
-from session.admission import AdmissionOptions
-from session.costmodel import CostModel
-from session.degrade import DegradationChanged
-from session.fake_runner import FakeRunner, LinearCost
-from session.plan import SessionSpec
-from session.scheduler import (
+from worldserve.server.engine import Engine
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.costmodel import CostModel
+from worldserve.session.degrade import DegradationChanged
+from worldserve.session.fake_runner import FakeRunner, LinearCost
+from worldserve.session.plan import SessionSpec
+from worldserve.session.scheduler import (
     ChunkReady,
     Event,
     Mode,
@@ -150,7 +150,7 @@ async def test_a_failing_runner_is_logged_with_session_ids_and_the_loop_goes_on(
     engine, runner, events = make()
     runner.raise_next = RuntimeError("boom")
     add(engine, "s")
-    with caplog.at_level(logging.ERROR, logger="server.engine"):
+    with caplog.at_level(logging.ERROR, logger="worldserve.server.engine"):
         await engine.start()
         await asyncio.sleep(0.1)
         await engine.stop()
@@ -168,7 +168,7 @@ async def test_an_event_handler_error_is_logged_with_the_session_id(
 
     engine, _, _ = make(on_event=handler)  # replaces the collecting handler
     add(engine, "s")
-    with caplog.at_level(logging.ERROR, logger="server.engine"):
+    with caplog.at_level(logging.ERROR, logger="worldserve.server.engine"):
         await engine.start()
         await asyncio.sleep(0.05)
         await engine.stop()

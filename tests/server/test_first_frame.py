@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 
-from protocol import Image, Start, Started
-from server.settings import Settings
-from session.fake_runner import FakeRunner, LinearCost
-from session.plan import StepOutput, StepPlan
 from tests.server.harness import recv_type, send, serve
+from worldserve.protocol import Image, Start, Started
+from worldserve.server.settings import Settings
+from worldserve.session.fake_runner import FakeRunner, LinearCost
+from worldserve.session.plan import StepOutput, StepPlan
 
 
 class AnchoredRunner(FakeRunner):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from server import cli
-from server.flags import PREFIX, Option, build, options, show
-from server.router import RouterSettings
-from server.settings import IceServer, RtcSettings, Settings
+from worldserve.server import cli
+from worldserve.server.flags import PREFIX, Option, build, options, show
+from worldserve.server.router import RouterSettings
+from worldserve.server.settings import IceServer, RtcSettings, Settings
 
 
 def serve_args(*argv: str) -> argparse.Namespace:

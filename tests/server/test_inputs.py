@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import aiohttp
 
-from protocol import Ack, Block, Frame, Prompt, Start, Started, decode_server
 from tests.server.harness import frames, recv, recv_type, send, serve
+from worldserve.protocol import Ack, Block, Frame, Prompt, Start, Started, decode_server
 
 
 async def quiet(ws: aiohttp.ClientWebSocketResponse, seconds: float = 0.3) -> list[object]:

@@ -13,11 +13,22 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from protocol import Ack, Error, Frame, Image, Observation, Ping, Pong, Prompt, Start, Started
-from server.encode import measure
-from server.offload import CodecPool
 from tests.server.harness import fake_factory, frames, recv, recv_type, send, serve
 from tests.server.loop_guard import BlockingError, LoopGuard
+from worldserve.protocol import (
+    Ack,
+    Error,
+    Frame,
+    Image,
+    Observation,
+    Ping,
+    Pong,
+    Prompt,
+    Start,
+    Started,
+)
+from worldserve.server.encode import measure
+from worldserve.server.offload import CodecPool
 
 
 def _caught(guard: LoopGuard) -> list[str]:
@@ -45,7 +56,7 @@ async def test_a_blocking_call_in_a_handler_is_caught_even_when_the_server_answe
 async def test_codec_work_is_caught_on_the_loop_and_allowed_off_it(blockbuster: LoopGuard) -> None:
     with pytest.raises(BlockingError, match=r"JpegEncoder\.encode"):
         measure("jpeg", 64, frames=1)
-    assert _caught(blockbuster) == ["server.encode.JpegEncoder.encode"]
+    assert _caught(blockbuster) == ["worldserve.server.encode.JpegEncoder.encode"]
     assert await asyncio.to_thread(measure, "h264", 64, 2) > 0
     assert await asyncio.to_thread(measure, "jpeg", 64, 2) > 0
     assert blockbuster.take() == []

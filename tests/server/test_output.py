@@ -9,16 +9,16 @@ from collections import deque
 
 import numpy as np
 
-from protocol import Ended, Resumed, ServerMessage, Start, Started
-from server.engine_events import EngineEvents
-from server.gate import Gate
-from server.limits import TokenBucket
-from server.live import Chunk, Live, Shape
-from server.metrics import Metrics
-from server.sessions import Sessions
-from server.settings import Settings
-from session.degrade import Settings as Rung
-from session.scheduler import ChunkReady
+from worldserve.protocol import Ended, Resumed, ServerMessage, Start, Started
+from worldserve.server.engine_events import EngineEvents
+from worldserve.server.gate import Gate
+from worldserve.server.limits import TokenBucket
+from worldserve.server.live import Chunk, Live, Shape
+from worldserve.server.metrics import Metrics
+from worldserve.server.sessions import Sessions
+from worldserve.server.settings import Settings
+from worldserve.session.degrade import Settings as Rung
+from worldserve.session.scheduler import ChunkReady
 
 
 class Peer:

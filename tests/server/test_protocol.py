@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from protocol import (
+from worldserve.protocol import (
     CLIENT_TYPES,
     PROTOCOL_VERSION,
     SERVER_TYPES,
@@ -39,7 +39,7 @@ from protocol import (
     decode_server,
     error_from,
 )
-from session.errors import AtCapacity, StaleBlock
+from worldserve.session.errors import AtCapacity, StaleBlock
 
 RGB = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
 

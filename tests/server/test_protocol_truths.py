@@ -13,8 +13,9 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from clients.sdk import WorldClient
-from protocol import (
+from tests.server.harness import fake_factory, frames, recv, recv_type, send, serve
+from worldserve.clients.sdk import WorldClient
+from worldserve.protocol import (
     Ack,
     Block,
     Degradation,
@@ -30,8 +31,7 @@ from protocol import (
     Started,
     Status,
 )
-from session.scheduler import PULL_BURST
-from tests.server.harness import fake_factory, frames, recv, recv_type, send, serve
+from worldserve.session.scheduler import PULL_BURST
 
 
 async def test_the_newest_action_of_a_burst_over_the_message_rate_reaches_the_session() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from clients.sdk import WorldClient
+from worldserve.clients.sdk import WorldClient
 
 ROOT = Path(__file__).resolve().parents[2]
 

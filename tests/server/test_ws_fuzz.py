@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import (
+from tests.server.harness import Served, recv, send, serve
+from worldserve.protocol import (
     CLIENT_TYPES,
     Action,
     Block,
@@ -34,7 +35,6 @@ from protocol import (
     Started,
     decode_client,
 )
-from tests.server.harness import Served, recv, send, serve
 
 FIELD_NAMES = sorted(
     {"type", "v", "seq", "keys", "mouse", "prompt", "id", "image", "block_idx", "deadline_ms",

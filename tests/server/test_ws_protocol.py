@@ -9,7 +9,8 @@ import aiohttp
 import msgpack
 import numpy as np
 
-from protocol import (
+from tests.server.harness import fake_factory, frames, recv, recv_type, send, serve
+from worldserve.protocol import (
     Ack,
     Action,
     Block,
@@ -30,8 +31,7 @@ from protocol import (
     Started,
     Status,
 )
-from session.fake_runner import decode_frame, session_tag
-from tests.server.harness import fake_factory, frames, recv, recv_type, send, serve
+from worldserve.session.fake_runner import decode_frame, session_tag
 
 
 async def start(ws: aiohttp.ClientWebSocketResponse, **kw: object) -> Started:
@@ -436,8 +436,8 @@ async def test_readyz_is_503_while_the_model_warms_up() -> None:
 
     from aiohttp.test_utils import TestServer
 
-    from server.app import create_app
     from tests.server.harness import TEST_SETTINGS
+    from worldserve.server.app import create_app
 
     app = create_app(TEST_SETTINGS, runner_factory=slow_factory)  # type: ignore[arg-type]
     server = TestServer(app, host="127.0.0.1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from session.plan import ACTION_DIM, ModelState
+from worldserve.session.plan import ACTION_DIM, ModelState
 
 
 class FakeClock:

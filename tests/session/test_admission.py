@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from session.admission import Admission, AdmissionOptions, Verdict
-from session.clock import ManualClock
-from session.costmodel import CostModel
-from session.degrade import DegradeOptions
-from session.fake_runner import FakeRunner, LinearCost
-from session.plan import SessionSpec
-from session.scheduler import RunnerInfo, Scheduler, SchedulerOptions
+from worldserve.session.admission import Admission, AdmissionOptions, Verdict
+from worldserve.session.clock import ManualClock
+from worldserve.session.costmodel import CostModel
+from worldserve.session.degrade import DegradeOptions
+from worldserve.session.fake_runner import FakeRunner, LinearCost
+from worldserve.session.plan import SessionSpec
+from worldserve.session.scheduler import RunnerInfo, Scheduler, SchedulerOptions
 
 SIZES = (1, 2, 4, 8)
 

@@ -8,16 +8,16 @@ import msgpack
 import numpy as np
 import pytest
 
-from session.clock import FrameClock, ManualClock
-from session.costmodel import CostModel
-from session.errors import SnapshotError
-from session.fake_runner import FakeRunner, decode_frame
-from session.options import RunnerInfo
-from session.plan import CONTROLS, ModelState, SessionSpec
-from session.scheduler import ChunkReady, Scheduler, SchedulerOptions
-from session.session import Session, SessionConfig
-from session.snapshot import VERSION_LATENT, VERSION_PIXEL, restore, snapshot
 from tests.session.fakes import model_state
+from worldserve.session.clock import FrameClock, ManualClock
+from worldserve.session.costmodel import CostModel
+from worldserve.session.errors import SnapshotError
+from worldserve.session.fake_runner import FakeRunner, decode_frame
+from worldserve.session.options import RunnerInfo
+from worldserve.session.plan import CONTROLS, ModelState, SessionSpec
+from worldserve.session.scheduler import ChunkReady, Scheduler, SchedulerOptions
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import VERSION_LATENT, VERSION_PIXEL, restore, snapshot
 
 
 def test_a_shorter_first_slot_keeps_every_later_slot_one_period_apart() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from session.clock import FrameClock, ManualClock, pull_due
+from worldserve.session.clock import FrameClock, ManualClock, pull_due
 
 
 def test_frame_n_is_displayed_at_t0_plus_n_over_fps() -> None:

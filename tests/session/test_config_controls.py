@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from session.plan import ACTION_DIM, encode_action
-from session.session import Controls, SessionConfig
 from tests.session.fakes import action
+from worldserve.session.plan import ACTION_DIM, encode_action
+from worldserve.session.session import Controls, SessionConfig
 
 
 def test_default_config_is_valid() -> None:

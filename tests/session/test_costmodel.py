@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from session.costmodel import CostModel, Demand, Load
-from session.plan import BatchTiming
+from worldserve.session.costmodel import CostModel, Demand, Load
+from worldserve.session.plan import BatchTiming
 
 
 def model(**kw: float) -> CostModel:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from session.admission import AdmissionOptions
-from session.costmodel import CostModel, Demand, Load
-from session.degrade import (
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.costmodel import CostModel, Demand, Load
+from worldserve.session.degrade import (
     DegradationChanged,
     DegradeController,
     DegradeOptions,
@@ -16,8 +16,8 @@ from session.degrade import (
     build_ladder,
     describe_change,
 )
-from session.fake_runner import FakeRunner, LinearCost
-from session.scheduler import DeadlineMiss, FrameSkipped, RunnerError
+from worldserve.session.fake_runner import FakeRunner, LinearCost
+from worldserve.session.scheduler import DeadlineMiss, FrameSkipped, RunnerError
 
 from .test_scheduler import Sim
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from session.errors import (
+from worldserve.session.errors import (
     AtCapacity,
     BadToken,
     IllegalTransition,

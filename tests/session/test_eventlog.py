@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from session.eventlog import (
+from worldserve.session.eventlog import (
     ActionEvent,
     EpochStart,
     EventLog,

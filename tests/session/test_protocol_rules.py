@@ -4,12 +4,12 @@ chunk takes longer than a frame period starts at once after a skip."""
 
 from __future__ import annotations
 
-from session.admission import AdmissionOptions
-from session.degrade import DegradationChanged, DegradeOptions
-from session.fake_runner import LinearCost
-from session.plan import SessionSpec
-from session.scheduler import PULL_BURST, DeadlineMiss, FrameSkipped, Mode
 from tests.session.test_scheduler import Sim
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.degrade import DegradationChanged, DegradeOptions
+from worldserve.session.fake_runner import LinearCost
+from worldserve.session.plan import SessionSpec
+from worldserve.session.scheduler import PULL_BURST, DeadlineMiss, FrameSkipped, Mode
 
 
 def test_a_pull_session_asking_faster_than_its_fps_gets_its_fps_and_starves_no_push_session() -> None:

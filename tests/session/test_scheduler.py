@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from session.admission import AdmissionOptions
-from session.clock import ManualClock
-from session.costmodel import CostModel, Drift
-from session.degrade import DegradeOptions
-from session.fake_runner import FakeRunner, LinearCost, decode_frame, session_tag
-from session.plan import ACTION_DIM, SessionSpec, StepOutput, StepPlan
-from session.scheduler import (
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.clock import ManualClock
+from worldserve.session.costmodel import CostModel, Drift
+from worldserve.session.degrade import DegradeOptions
+from worldserve.session.fake_runner import FakeRunner, LinearCost, decode_frame, session_tag
+from worldserve.session.plan import ACTION_DIM, SessionSpec, StepOutput, StepPlan
+from worldserve.session.scheduler import (
     ChunkReady,
     DeadlineMiss,
     Event,

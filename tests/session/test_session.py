@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from session.errors import IllegalTransition, StaleBlock
-from session.eventlog import ActionEvent, ObservationEvent, SceneEvent, SettingsEvent
-from session.session import Session, SessionConfig, SessionStatus, hash_token
 from tests.session.fakes import FakeClock, action
+from worldserve.session.errors import IllegalTransition, StaleBlock
+from worldserve.session.eventlog import ActionEvent, ObservationEvent, SceneEvent, SettingsEvent
+from worldserve.session.session import Session, SessionConfig, SessionStatus, hash_token
 
 
 def make(clock: FakeClock | None = None, **config: object) -> tuple[Session, str]:

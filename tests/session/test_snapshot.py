@@ -8,12 +8,12 @@ import msgpack
 import numpy as np
 import pytest
 
-from session.errors import SnapshotError
-from session.plan import ModelState
-from session.session import Session, SessionConfig, SessionStatus
-from session.snapshot import FORMAT, MAX_FRAMES, VERSION, restore, snapshot
-from session.store import SessionStore
 from tests.session.fakes import FakeClock, action, model_state
+from worldserve.session.errors import SnapshotError
+from worldserve.session.plan import ModelState
+from worldserve.session.session import Session, SessionConfig, SessionStatus
+from worldserve.session.snapshot import FORMAT, MAX_FRAMES, VERSION, restore, snapshot
+from worldserve.session.store import SessionStore
 
 
 def busy_session() -> tuple[Session, str]:

@@ -11,11 +11,17 @@ import msgpack
 import numpy as np
 import pytest
 
-from session.errors import SnapshotError
-from session.plan import ActionTrace, ModelState
-from session.session import Session, SessionConfig
-from session.snapshot import MAX_ACTION_ROWS, VERSION, VERSION_CONTINUATION, restore, snapshot
 from tests.session.test_snapshot_continuation import continuation
+from worldserve.session.errors import SnapshotError
+from worldserve.session.plan import ActionTrace, ModelState
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import (
+    MAX_ACTION_ROWS,
+    VERSION,
+    VERSION_CONTINUATION,
+    restore,
+    snapshot,
+)
 
 
 def trace(rows: int = 13, mouse: int = 2) -> ActionTrace:

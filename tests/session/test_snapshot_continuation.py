@@ -10,11 +10,11 @@ import msgpack
 import numpy as np
 import pytest
 
-from session.errors import SnapshotError
-from session.plan import Continuation, ModelState
-from session.session import Session, SessionConfig
-from session.snapshot import VERSION_CONTINUATION, VERSION_PIXEL, restore, snapshot
 from tests.session.fakes import model_state
+from worldserve.session.errors import SnapshotError
+from worldserve.session.plan import Continuation, ModelState
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import VERSION_CONTINUATION, VERSION_PIXEL, restore, snapshot
 
 
 def continuation(frames: int, *, anchor: bool = True) -> Continuation:

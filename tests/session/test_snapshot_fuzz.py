@@ -10,11 +10,11 @@ import msgpack
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from session.errors import SnapshotError
-from session.plan import ModelState
-from session.session import Session, SessionConfig
-from session.snapshot import restore, snapshot
 from tests.session.fakes import FakeClock, action, model_state
+from worldserve.session.errors import SnapshotError
+from worldserve.session.plan import ModelState
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import restore, snapshot
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

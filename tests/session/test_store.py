@@ -7,16 +7,16 @@ import logging
 
 import pytest
 
-from session.errors import (
+from tests.session.fakes import DisposeRecorder, FakeClock
+from worldserve.session.errors import (
     AtCapacity,
     BadToken,
     IllegalTransition,
     SessionStateMissing,
     StaleBlock,
 )
-from session.session import Session, SessionConfig, SessionStatus
-from session.store import BlockKind, SessionStore
-from tests.session.fakes import DisposeRecorder, FakeClock
+from worldserve.session.session import Session, SessionConfig, SessionStatus
+from worldserve.session.store import BlockKind, SessionStore
 
 CONFIG = SessionConfig()
 
@@ -295,7 +295,7 @@ def test_failing_dispose_is_logged_with_the_id_and_swallowed(
 
     store = SessionStore(2, 10.0, clock=FakeClock(), on_dispose=explode)
     session = store.open_block(None, 0, config=CONFIG).session
-    with caplog.at_level(logging.ERROR, logger="session.store"):
+    with caplog.at_level(logging.ERROR, logger="worldserve.session.store"):
         assert store.close(session.id)
     assert session.id in caplog.text and "teardown failed" in caplog.text
     assert store.dispose_failures == 1 and len(store) == 0

@@ -16,16 +16,16 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from session.errors import (
+from tests.session.fakes import FakeClock
+from worldserve.session.errors import (
     AtCapacity,
     BadToken,
     IllegalTransition,
     SessionStateMissing,
     StaleBlock,
 )
-from session.session import Session, SessionConfig, SessionStatus
-from session.store import BlockKind, SessionStore
-from tests.session.fakes import FakeClock
+from worldserve.session.session import Session, SessionConfig, SessionStatus
+from worldserve.session.store import BlockKind, SessionStore
 
 CAPACITY = 3
 TTL = 5.0

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from model.config import ModelConfig
-from model.dit import WorldModel
-from training.bank import RolloutBank
-from training.targets import carry_mask, moved_frames
-from training.train import train_step
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.training.bank import RolloutBank
+from worldserve.training.targets import carry_mask, moved_frames
+from worldserve.training.train import train_step
 
 TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1,
                    anchor_warp=True)
@@ -48,8 +48,8 @@ def test_bank_sessions_live_on_across_batches_then_start_over() -> None:
 
 def test_a_bank_step_carries_the_ground_where_the_renderer_only_moved() -> None:
     from tests.model.conftest import randomized
-    from training.targets import carry_shifts
-    from training.train import positions
+    from worldserve.training.targets import carry_shifts
+    from worldserve.training.train import positions
 
     bank = _bank()
     batch = bank.batch()
@@ -68,7 +68,7 @@ def test_a_bank_step_carries_the_ground_where_the_renderer_only_moved() -> None:
 
 
 def test_the_masked_frame_loss_counts_only_the_weighted_pixels() -> None:
-    from training.targets import masked_mse
+    from worldserve.training.targets import masked_mse
 
     g = torch.Generator().manual_seed(0)
     pred, target = torch.rand(2, 3, 3, 8, 8, generator=g), torch.rand(2, 3, 3, 8, 8, generator=g)

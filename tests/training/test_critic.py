@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from training.critic import Adversary, FrameCritic
-from training.train import TrainConfig, adv_ramp, train
+from worldserve.training.critic import Adversary, FrameCritic
+from worldserve.training.train import TrainConfig, adv_ramp, train
 
 TINY = dict(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.data import BatchSource, DataSpec
+from worldserve.training.data import BatchSource, DataSpec
 
 SPEC = DataSpec(
     buckets=(64, 128), sequences={64: 3, 128: 1}, seq_frames=4, big_bucket_every=3,

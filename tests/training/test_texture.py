@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.training.test_train import TINY, _config
-from training.texture import WIDTHS, TextureLoss, TexturePyramid
-from training.train import train
-from world import World, parse_prompt
+from worldserve.training.texture import WIDTHS, TextureLoss, TexturePyramid
+from worldserve.training.train import train
+from worldserve.world import World, parse_prompt
 
 
 def _world_frames(n: int, seed: int = 3) -> torch.Tensor:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from model.runner import ModelRunner
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
-from training.train import TrainConfig, export_checkpoint, train
+from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.training.train import TrainConfig, export_checkpoint, train
 
 TINY = dict(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 
@@ -41,8 +41,8 @@ def test_a_few_steps_lower_the_loss_then_resume_and_export(tmp_path: Path) -> No
 
 
 def test_shift_targets_put_the_weight_on_the_commanded_offset() -> None:
-    from session.plan import KEYS
-    from training.targets import shift_targets
+    from worldserve.session.plan import KEYS
+    from worldserve.training.targets import shift_targets
 
     acts = np.zeros((1, 3, ACTION_DIM), np.float32)
     acts[0, 1, KEYS.index("right")] = 1.0  # the scene moves 2 px left: read prev 2 px right
@@ -57,7 +57,7 @@ def test_shift_targets_put_the_weight_on_the_commanded_offset() -> None:
 def test_motion_loss_prefers_the_commanded_kernel() -> None:
     import torch
 
-    from training.targets import motion_loss
+    from worldserve.training.targets import motion_loss
 
     targets = torch.zeros(2, 3, 2, 11)
     targets[..., 7] = 1.0
@@ -72,10 +72,10 @@ def test_motion_loss_prefers_the_commanded_kernel() -> None:
 def test_the_motion_term_reaches_the_kernels() -> None:
     import torch
 
-    from model.config import ModelConfig
-    from model.dit import WorldModel
-    from training.data import WorldPool
-    from training.train import train_step
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.training.data import WorldPool
+    from worldserve.training.train import train_step
 
     cfg = ModelConfig(**TINY)
     model = WorldModel(cfg)
@@ -94,12 +94,12 @@ def test_the_motion_term_can_be_limited_to_some_weathers() -> None:
     import pytest
     import torch
 
-    from model.config import ModelConfig
-    from model.dit import WorldModel
-    from training.data import WorldPool
-    from training.targets import weather_mask
-    from training.train import train_step
-    from world import SceneAttrs
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.training.data import WorldPool
+    from worldserve.training.targets import weather_mask
+    from worldserve.training.train import train_step
+    from worldserve.world import SceneAttrs
 
     scenes = np.stack([SceneAttrs(weather=w).to_vector() for w in ("clear", "snowfall", "rain", "fog")])[None]
     assert weather_mask(scenes, ("snowfall", "rain")).tolist() == [[0.0, 1.0, 1.0, 0.0]]
@@ -123,7 +123,7 @@ def test_the_motion_term_can_be_limited_to_some_weathers() -> None:
 def test_carry_targets_move_the_models_own_frame_over_static_ground_only() -> None:
     import torch
 
-    from training.targets import carry_targets
+    from worldserve.training.targets import carry_targets
 
     g = torch.Generator().manual_seed(0)
     true_prev = torch.rand(1, 3, 3, 16, 16, generator=g) * 2 - 1
@@ -146,8 +146,8 @@ def test_carry_targets_move_the_models_own_frame_over_static_ground_only() -> No
 
 
 def test_carry_shifts_keep_the_truth_after_an_unseen_frame_and_from_a_prompt_change_on() -> None:
-    from training.targets import carry_shifts
-    from world import SceneAttrs
+    from worldserve.training.targets import carry_shifts
+    from worldserve.world import SceneAttrs
 
     actions = np.zeros((2, 5, 6), np.float32)
     actions[:, :, 3] = 1.0  # right: the ground moves 2 px left at bucket 64
@@ -164,10 +164,10 @@ def test_carry_shifts_keep_the_truth_after_an_unseen_frame_and_from_a_prompt_cha
 def test_a_carry_step_trains_on_the_carried_targets() -> None:
     import torch
 
-    from model.config import ModelConfig
-    from model.dit import WorldModel
-    from training.data import WorldPool
-    from training.train import train_step
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.training.data import WorldPool
+    from worldserve.training.train import train_step
 
     cfg = ModelConfig(**TINY)
     model = WorldModel(cfg)
@@ -183,10 +183,10 @@ def test_a_carry_step_trains_on_the_carried_targets() -> None:
 def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> None:
     import torch
 
-    from model.config import ModelConfig
-    from model.dit import WorldModel
-    from training.data import WorldPool
-    from training.train import train_step
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.training.data import WorldPool
+    from worldserve.training.train import train_step
 
     cfg = ModelConfig(**TINY)
     model = WorldModel(cfg)
@@ -208,9 +208,9 @@ def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> No
 
 
 def test_a_head_new_to_the_checkpoint_learns_at_its_own_rate() -> None:
-    from model.config import ModelConfig
-    from model.dit import WorldModel
-    from training.train import make_optimizer
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.training.train import make_optimizer
 
     model = WorldModel(ModelConfig(**TINY))
     fresh = frozenset(n for n, _ in model.named_parameters() if n.startswith("anchor_heads."))
@@ -223,7 +223,7 @@ def test_a_head_new_to_the_checkpoint_learns_at_its_own_rate() -> None:
 
 
 def test_an_anchored_model_trains_on_its_own_rollouts_and_serves(tmp_path: Path) -> None:
-    from session.plan import SessionUpdate
+    from worldserve.session.plan import SessionUpdate
 
     cfg = _config(tmp_path, 6, rollout_after=0)
     cfg.model = {**TINY, "anchor_warp": True}
@@ -232,7 +232,7 @@ def test_an_anchored_model_trains_on_its_own_rollouts_and_serves(tmp_path: Path)
     assert report["steps"] == 6 and np.isfinite(report["loss_last_10_this_run"])
     runner = ModelRunner.from_pretrained(tmp_path / "w.safetensors")
     assert runner.cfg.anchor_warp
-    from world import expected_shift
+    from worldserve.world import expected_shift
 
     acts = np.random.default_rng(0).uniform(0, 1, (20, ACTION_DIM)).astype(np.float32)
     acts[:, 4:] = acts[:, 4:] * 2 - 1
@@ -254,7 +254,7 @@ def test_an_anchored_model_trains_on_its_own_rollouts_and_serves(tmp_path: Path)
 
 
 def test_every_config_field_has_its_flag(monkeypatch) -> None:
-    import training.train as mt
+    import worldserve.training.train as mt
 
     got: list = []
     monkeypatch.setattr(mt, "train", lambda tc, resume, export: got.append((tc, resume, export)))

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from world import World
-from world.layout import Layout, build_layout
+from worldserve.world import World
+from worldserve.world.layout import Layout, build_layout
 
 SMALL_MAP = 256  # world units: small worlds build in a fraction of a second
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from session.plan import ACTION_DIM, encode_action
-from world import camera_velocity, expected_shift, global_shift
+from worldserve.session.plan import ACTION_DIM, encode_action
+from worldserve.world import camera_velocity, expected_shift, global_shift
 
 
 def test_each_key_moves_the_scene_opposite_to_the_camera() -> None:

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from session.plan import ACTION_DIM
-from world import POLICIES
-from world.policy import resolve_policy
+from worldserve.session.plan import ACTION_DIM
+from worldserve.world import POLICIES
+from worldserve.world.policy import resolve_policy
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))

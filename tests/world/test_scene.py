@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from world import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt, sample_scene
+from worldserve.world import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt, sample_scene
 
 
 def test_prompt_words_set_attributes_and_the_rest_default() -> None:

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from session.plan import ACTION_DIM, encode_action
-from world import World, expected_shift, generate_episode, global_shift, random_policy
-from world.layout import Layout
+from worldserve.session.plan import ACTION_DIM, encode_action
+from worldserve.world import World, expected_shift, generate_episode, global_shift, random_policy
+from worldserve.world.layout import Layout
 
 from .conftest import SMALL_MAP, dry_start
 

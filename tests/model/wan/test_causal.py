@@ -16,14 +16,14 @@ import json
 import pytest
 import torch
 
-from model.attention import attend
-from model.wan.cache import CacheFull, WanKVCache, rope_frequencies, rotate
-from model.wan.causal import TextKV, space_grid, timestep_embedding
-from model.wan.config import WanConfig
-from model.wan.sampler import add_noise, generate_chunk, to_x0
 from tests.model.wan.tiny import LATENT_HEIGHT as H
 from tests.model.wan.tiny import LATENT_WIDTH as W
 from tests.model.wan.tiny import random_model, tiny_config
+from worldserve.model.attention import attend
+from worldserve.model.wan.cache import CacheFull, WanKVCache, rope_frequencies, rotate
+from worldserve.model.wan.causal import TextKV, space_grid, timestep_embedding
+from worldserve.model.wan.config import WanConfig
+from worldserve.model.wan.sampler import add_noise, generate_chunk, to_x0
 
 # ---------------------------------------------------------------------------- the full forward
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients.sdk import FrameEvent, WorldClient
-from server.app import load_model_runner
 from tests.model.wan.test_serve_matrix_game import FIRST, STEADY, start_image
 from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
 from tests.scaleout.harness import Cluster, cluster
+from worldserve.clients.sdk import FrameEvent, WorldClient
+from worldserve.server.app import load_model_runner
 
 BLOCKS, DRAIN_AFTER = 8, 4
 

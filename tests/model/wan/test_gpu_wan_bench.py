@@ -1,4 +1,4 @@
-"""bench.gpu_wan runs its whole loop at a tiny size on the CPU and prints a summary that parses."""
+"""worldserve.bench.gpu_wan runs its whole loop at a tiny size on the CPU and prints a summary that parses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bench import gpu_wan
+from worldserve.bench import gpu_wan
 
 SUMMARY = re.compile(
     r"^gpu_wan fps_1=(?P<fps>[\d.]+) ttff_s=(?P<ttff>[\d.]+) sessions_at_16fps=(?P<n>\d+) "

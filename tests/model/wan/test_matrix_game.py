@@ -17,22 +17,22 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from model.attention import attend
-from model.wan.action import (
+from tests.model.wan.tiny import LATENT_HEIGHT as H
+from tests.model.wan.tiny import LATENT_WIDTH as W
+from tests.model.wan.tiny import random_model
+from worldserve.model.attention import attend
+from worldserve.model.wan.action import (
     ActionHistory,
     ActionKVCache,
     action_rotation,
     map_actions,
     pixel_frames_of,
 )
-from model.wan.cache import WanKVCache, rope_frequencies, rotate
-from model.wan.causal import CausalWanModel, TextKV, space_grid, timestep_embedding
-from model.wan.config import ActionConfig, WanConfig
-from model.wan.sampler import add_noise, generate_chunk, to_x0
-from model.wan.weights import WeightsError, load_model
-from tests.model.wan.tiny import LATENT_HEIGHT as H
-from tests.model.wan.tiny import LATENT_WIDTH as W
-from tests.model.wan.tiny import random_model
+from worldserve.model.wan.cache import WanKVCache, rope_frequencies, rotate
+from worldserve.model.wan.causal import CausalWanModel, TextKV, space_grid, timestep_embedding
+from worldserve.model.wan.config import ActionConfig, WanConfig
+from worldserve.model.wan.sampler import add_noise, generate_chunk, to_x0
+from worldserve.model.wan.weights import WeightsError, load_model
 
 
 def tiny_mg(**kw) -> WanConfig:

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.registry import LoadOptions, load
-from model.wan.matrix_game import MatrixGameRunner
-from session.plan import (
+from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
+from worldserve.model.registry import LoadOptions, load
+from worldserve.model.wan.matrix_game import MatrixGameRunner
+from worldserve.session.plan import (
     ACTION_DIM,
     Batch,
     ChunkWork,
@@ -24,9 +25,8 @@ from session.plan import (
     SessionUpdate,
     StepPlan,
 )
-from session.session import Session, SessionConfig
-from session.snapshot import restore, snapshot
-from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import restore, snapshot
 
 BUCKET, SEED = HEIGHT, 7
 

@@ -10,11 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.registry import LoadOptions, check, load
-from model.wan.matrix_game import MatrixGameRunner, fit_frame
-from session.options import RunnerInfo
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
 from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
+from worldserve.model.registry import LoadOptions, check, load
+from worldserve.model.wan.matrix_game import MatrixGameRunner, fit_frame
+from worldserve.session.options import RunnerInfo
+from worldserve.session.plan import (
+    ACTION_DIM,
+    Batch,
+    ChunkWork,
+    SessionSpec,
+    SessionUpdate,
+    StepPlan,
+)
 
 BUCKET = HEIGHT
 

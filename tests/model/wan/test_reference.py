@@ -24,9 +24,9 @@ import warnings
 import pytest
 import torch
 
-from model.wan.cache import WanKVCache
-from model.wan.weights import load_model
 from tests.model.wan.tiny import random_model, save_checkpoint, tiny_config
+from worldserve.model.wan.cache import WanKVCache
+from worldserve.model.wan.weights import load_model
 
 reference = pytest.importorskip("models.wan.causal_model", reason="streamdiffusionv2 (test dependency) not installed")
 

@@ -10,14 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.registry import LoadOptions, check, load
-from model.wan.runner import WanRunner
-from server.cli import main as cli_main
-from session.options import RunnerInfo
-from session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, SessionUpdate, StepPlan
-from session.session import Session, SessionConfig
-from session.snapshot import restore, snapshot
 from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
+from worldserve.model.registry import LoadOptions, check, load
+from worldserve.model.wan.runner import WanRunner
+from worldserve.server.cli import main as cli_main
+from worldserve.session.options import RunnerInfo
+from worldserve.session.plan import (
+    ACTION_DIM,
+    Batch,
+    ChunkWork,
+    SessionSpec,
+    SessionUpdate,
+    StepPlan,
+)
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import restore, snapshot
 
 BUCKET = HEIGHT
 

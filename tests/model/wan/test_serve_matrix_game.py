@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients.sdk import FrameEvent, WorldClient
-from server.app import load_model_runner
 from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
 from tests.server.harness import Served, serve
+from worldserve.clients.sdk import FrameEvent, WorldClient
+from worldserve.server.app import load_model_runner
 
 FIRST, STEADY = 5, 8  # frames of block 0 and of every later block (2 latent frames a chunk)
 

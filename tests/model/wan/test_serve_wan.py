@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import tests.scaleout.harness as scaleout
-from clients.sdk import FrameEvent, WorldClient
-from protocol import Error, ErrorCode
-from server.app import load_model_runner
-from server.keys import AGENT
 from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
 from tests.server.harness import Served, serve
+from worldserve.clients.sdk import FrameEvent, WorldClient
+from worldserve.protocol import Error, ErrorCode
+from worldserve.server.app import load_model_runner
+from worldserve.server.keys import AGENT
 
 FIRST, STEADY = 5, 8  # frames of block 0 and of every later block (2 latent frames a chunk)
 

@@ -7,8 +7,8 @@ import shutil
 import pytest
 import torch
 
-from model.wan.text import PromptEncoder, clean_prompt
 from tests.model.wan.tiny_text import build_tiny_text_dirs
+from worldserve.model.wan.text import PromptEncoder, clean_prompt
 
 TEXT_LEN = 24
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from diffusers import AutoencoderKLWan
 
-from model.wan.vae_stream import (
+from worldserve.model.wan.vae_stream import (
     VAE_WEIGHTS_FILE,
     StreamingDecoder,
     feature_cache_bytes,

@@ -9,9 +9,15 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from model.wan.causal import CausalWanModel
-from model.wan.weights import WeightsError, convert, load_model, load_weights, read_state_dict
 from tests.model.wan.tiny import random_model, save_checkpoint, tiny_config
+from worldserve.model.wan.causal import CausalWanModel
+from worldserve.model.wan.weights import (
+    WeightsError,
+    convert,
+    load_model,
+    load_weights,
+    read_state_dict,
+)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from model.wan.causal import CausalWanModel
-from model.wan.config import WanConfig
+from worldserve.model.wan.causal import CausalWanModel
+from worldserve.model.wan.config import WanConfig
 
 LATENT_HEIGHT, LATENT_WIDTH = 4, 6  # a tiny latent frame: 2 x 3 tokens
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from model.wan.config import WanConfig
 from tests.model.wan.tiny import random_model
 from tests.model.wan.tiny_dir import HEIGHT, TINY_VAE, WIDTH
+from worldserve.model.wan.config import WanConfig
 
 __all__ = ["HEIGHT", "WIDTH", "build_tiny_mg_dir", "tiny_mg_config"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.config import ModelConfig
-from model.dit import WorldModel
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "default.safetensors"
 

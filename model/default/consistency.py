@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from model.dit import WorldModel
-from model.kv_cache import KVCachePool
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.kv_cache import KVCachePool
 
 
 def _sequence(model: WorldModel, n: int, bucket: int, seed: int) -> tuple[torch.Tensor, ...]:

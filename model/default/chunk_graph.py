@@ -28,8 +28,8 @@ from collections import OrderedDict
 
 import torch
 
-from model.dit import ChunkContext, WorldModel
-from model.rope import Rope
+from worldserve.model.default.dit import ChunkContext, WorldModel
+from worldserve.model.rope import Rope
 
 
 def padded(batch: int) -> int:

@@ -23,7 +23,7 @@ Explicit steps, no whole-video API:
 
 Frames are (B, F, C, H, W) floats in [-1, 1]; "no previous frame" is all zeros. A ``prev``
 input has ``cfg.prev_channels``: the previous frame, then with ``anchor_warp`` the anchor
-reference (``model/anchor.py``) that the head may copy from, pixel by pixel.
+reference (``model/default/anchor.py``) that the head may copy from, pixel by pixel.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.attention import attend
-from model.config import ModelConfig
-from model.flow import level_tensor, next_noisy
-from model.rope import Rope, RopeTables
-from model.warp import shift_warp
+from worldserve.model.attention import attend
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.flow import level_tensor, next_noisy
+from worldserve.model.default.warp import shift_warp
+from worldserve.model.rope import Rope, RopeTables
 
 
 @dataclass(slots=True)

@@ -51,7 +51,7 @@ class ModelConfig:
     scene_dim: int = 18  # scene conditioning vector length (model.prompt.SCENE_DIM)
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
-    anchor_warp: bool = True  # also copy from an anchor frame moved by the accumulated camera shift (model/anchor.py)
+    anchor_warp: bool = True  # also copy from an anchor frame moved by the accumulated camera shift (model/default/anchor.py)
 
     def __post_init__(self) -> None:
         if not self.buckets:

@@ -23,23 +23,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.anchor import (
+from worldserve.model.default.anchor import (
     REANCHOR_FRAMES,
     REANCHOR_SHARE,
     anchor_reference,
     clamped_actions,
     visible_share,
 )
-from model.chunk_graph import ChunkGraphs, padded
-from model.config import ModelConfig
-from model.dit import WorldModel
-from model.dtype import pick_dtype
-from model.kv_cache import KVCachePool
-from model.memory import tune_malloc
-from model.plan_errors import guarded, session_state
-from model.prompt import parse_prompt
-from model.weights import DEFAULT_WEIGHTS, load_model
-from session.plan import (
+from worldserve.model.default.chunk_graph import ChunkGraphs, padded
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.prompt import parse_prompt
+from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
+from worldserve.model.dtype import pick_dtype
+from worldserve.model.kv_cache import KVCachePool
+from worldserve.model.memory import tune_malloc
+from worldserve.model.plan_errors import guarded, session_state
+from worldserve.session.plan import (
     Batch,
     BatchTiming,
     ChunkResult,
@@ -51,7 +51,7 @@ from session.plan import (
     StepOutput,
     StepPlan,
 )
-from session.warmup import warm_up
+from worldserve.session.warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class SessionSlot:
     gen: torch.Generator  # the session's noise, on the runner's device
     sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
     window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
-    # the anchor reference (``anchor_warp`` models, model/anchor.py): the frame it moves, the
+    # the anchor reference (``anchor_warp`` models, model/default/anchor.py): the frame it moves, the
     # camera shift summed since (dy, dx) px, and frames to wait before re-anchoring when none
     anchor: torch.Tensor | None = None  # (C, H, W) model floats
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
@@ -101,7 +101,7 @@ class ModelRunner:
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
         without one such a session starts from an all-zero previous frame. ``graphs``:
-        run one-frame chunks past the sink from fixed buffers (``model/chunk_graph.py``),
+        run one-frame chunks past the sink from fixed buffers (``model/default/chunk_graph.py``),
         captured and replayed as CUDA graphs on a GPU (off by default: on the CPU it gains
         nothing; ``bench.gpu_check`` holds the replay to the eager path on a GPU)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
@@ -139,7 +139,9 @@ class ModelRunner:
         assert isinstance(device, (str, torch.device))
         kw["dtype"] = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
         if "start_frame" not in kw and Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve():
-            from world import start_frame  # the default family's start frame comes from its world
+            from worldserve.world import (
+                start_frame,  # the default family's start frame comes from its world
+            )
 
             kw["start_frame"] = start_frame
         model = load_model(path)
