@@ -1,4 +1,5 @@
-"""HTTP endpoints: health, readiness, metrics, load for routers, session delete, drain.
+"""HTTP endpoints: health, readiness, metrics, load for routers, session delete, drain, and
+a session's replay log (``GET /admin/sessions/{id}/log``, for ``worldserve replay``).
 
 ``/v1/load`` and ``DELETE /v1/sessions/{id}`` answer any origin (``server.web.CORS``): the
 browser client, served by a router or by another worker, reads the first to pick a
@@ -12,6 +13,7 @@ from worldserve.server.auth import authorized, bearer_key, key_ok
 from worldserve.server.keys import AGENT, METRICS, SERVICE, SETTINGS
 from worldserve.server.metrics import CONTENT_TYPE_LATEST
 from worldserve.server.web import CORS, preflight
+from worldserve.session import logfile
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -51,9 +53,8 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"deleted": sid}, headers=CORS)
 
 
-async def drain(request: web.Request) -> web.Response:
-    """Start draining (hand every session to another worker, then exit). Needs
-    ``Authorization: Bearer <admin key>``; 404 when no admin key is configured."""
+def _admin_refusal(request: web.Request) -> web.Response | None:
+    """404 when no admin key is configured, 401 without it; None: go on."""
     key = request.app[SETTINGS].admin_key
     if key is None:
         return web.json_response(
@@ -65,6 +66,35 @@ async def drain(request: web.Request) -> web.Response:
             {"error": "unauthorized", "message": "Authorization: Bearer <admin key> required"},
             status=401,
         )
+    return None
+
+
+async def session_log(request: web.Request) -> web.Response:
+    """A session's replay log (session/logfile.py), msgpack; ``worldserve replay`` reads it.
+    Needs ``Authorization: Bearer <admin key>``."""
+    refusal = _admin_refusal(request)
+    if refusal is not None:
+        return refusal
+    sid = request.match_info["session_id"]
+    service = request.app[SERVICE]
+    session = service.store.peek(sid)
+    if session is None:
+        return web.json_response(
+            {"error": "missing_session_state", "message": f"no session {sid!r} on this worker"},
+            status=404,
+        )
+    settings = request.app[SETTINGS]
+    dtype = str(getattr(service.engine.runner, "dtype", settings.dtype) if service.engine else settings.dtype)
+    body = logfile.pack(session, settings.model, dtype.removeprefix("torch."))
+    return web.Response(body=body, content_type="application/msgpack")
+
+
+async def drain(request: web.Request) -> web.Response:
+    """Start draining (hand every session to another worker, then exit). Needs
+    ``Authorization: Bearer <admin key>``; 404 when no admin key is configured."""
+    refusal = _admin_refusal(request)
+    if refusal is not None:
+        return refusal
     agent = request.app[AGENT]
     agent.begin_drain()
     sessions = len(request.app[SERVICE].sessions())
@@ -81,3 +111,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/v1/sessions/{session_id}", delete_session)
     app.router.add_route("OPTIONS", "/v1/sessions/{session_id}", preflight("DELETE"))
     app.router.add_post("/admin/drain", drain)
+    app.router.add_get("/admin/sessions/{session_id}/log", session_log)

@@ -138,7 +138,6 @@ class Inputs:
         frame = await self.decode_image(msg.image, "image")
         self.sessions.attached(sid)  # it may have ended or moved while the image was decoded
         engine = self.gate.require_ready()
-        self.sessions.store.get(sid).observe(frame)
         if sid in engine.scheduler:
             engine.observe(sid, frame)
         return Ack("observation", msg.id)

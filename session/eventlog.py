@@ -1,30 +1,41 @@
 """A bounded per-session log of what went into each block, for deterministic replay.
 
+The scheduler reports with each finished block what the runner was given for it
+(``Applied``: bucket, steps, the block's actions, a scene or real frames applied just
+before it), and the server records that here (``EventLog.record``), so the log holds what
+was executed, not what was asked for. Changes only: a held key costs one entry, not one
+per block.
+
 Replay contract. One log covers one epoch. Given its ``EpochStart`` (seed, scene,
 bucket, steps) and a *complete* event list (``log.complete``: nothing dropped), the inputs
 of block ``b`` are:
 
-- action: the vector and seq of the last ``ActionEvent`` with ``block_idx <= b``
-  (zeros and seq 0 before the first one). Actions are logged only when they change, so
-  a held key costs one entry, not one per block;
+- actions: those of the last ``ActionEvent`` with ``block_idx <= b`` (zeros and seq 0
+  before the first one), ``frames x ACTION_DIM`` floats, row-major;
 - scene, bucket, steps: those of the last ``SceneEvent`` / ``SettingsEvent`` with
   ``block_idx <= b``, else the epoch start's;
-- observations: the SHA-256 digests of the real frames committed into the cache just
-  before block ``b`` was generated, oldest first (markers only: frames are not kept).
+- observations: the real frames committed into the cache just before block ``b`` was
+  generated, oldest first (block 0's: the frame the session was anchored on). Each has
+  its SHA-256 digest; the frame itself is kept while the log is in memory (a snapshot
+  carries digests only).
 
 A deterministic runner started from ``seed`` and fed these inputs block by block
-reproduces the epoch's frames; ``EventLog.replay`` yields them. Observations are markers,
-so replaying past one needs the original frame from elsewhere. Events are appended in
-non-decreasing ``block_idx`` order. When the log is full the oldest events are dropped
-and counted (``dropped``); a log that dropped anything no longer replays from the seed
-(``replay`` raises), but its tail still shows what happened last.
+reproduces the epoch's frames (``worldserve replay``, model/replay.py); ``EventLog.replay``
+yields them, and ``outputs`` holds the digest of each block the runner made, to check the
+replay against. Events are appended in non-decreasing ``block_idx`` order. When the log is
+full the oldest events are dropped and counted (``dropped``); a log that dropped anything
+no longer replays from the seed (``replay`` raises), but its tail still shows what happened
+last.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 DEFAULT_CAPACITY = 1024
 MAX_CAPACITY = 65536
@@ -42,9 +53,9 @@ class EpochStart:
 
 @dataclass(frozen=True, slots=True)
 class ActionEvent:
-    block_idx: int  # first block this action applied to
-    seq: int  # the client's sequence number of the action
-    action: tuple[float, ...]  # the action vector (float32 values), see plan.ACTION_DIM
+    block_idx: int  # first block these actions applied to
+    seq: int  # the client's sequence number of the newest action folded in
+    action: tuple[float, ...]  # the block's (frames, ACTION_DIM) float32 actions, row-major
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +68,7 @@ class SceneEvent:
 class ObservationEvent:
     block_idx: int  # the frame was committed before this block
     digest: str  # SHA-256 hex of the frame's bytes (shape and dtype included)
+    frame: np.ndarray | None = field(default=None, compare=False, repr=False)  # (H, W, 3) uint8
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +81,24 @@ class SettingsEvent:
 Event = ActionEvent | SceneEvent | ObservationEvent | SettingsEvent
 
 
+def digest(arr: np.ndarray) -> str:
+    """SHA-256 hex of an array's bytes, its dtype and shape included."""
+    a = np.ascontiguousarray(arr)
+    return hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What the runner was given for one block, as the scheduler reports it."""
+
+    bucket: int
+    steps: int
+    actions: np.ndarray  # (frames, ACTION_DIM) float32
+    seq: int
+    scene: str | None = None  # a scene applied just before this block
+    observations: tuple[np.ndarray, ...] = ()  # real frames committed just before it
+
+
 @dataclass(frozen=True, slots=True)
 class BlockInputs:
     """Everything that went into one block, as ``EventLog.replay`` reconstructs it."""
@@ -79,13 +109,14 @@ class BlockInputs:
     scene: str
     bucket: int
     steps: int
-    observations: tuple[str, ...]  # digests of frames committed just before this block
+    observations: tuple[ObservationEvent, ...]  # frames committed just before this block
 
 
 class EventLog:
     """Bounded log of one epoch: an ``EpochStart`` plus the newest ``capacity`` events."""
 
-    __slots__ = ("_events", "_last_block", "dropped", "start")
+    __slots__ = ("_action", "_events", "_last_block", "_scene", "_settings", "dropped", "outputs",
+                 "start")
 
     def __init__(self, start: EpochStart, capacity: int = DEFAULT_CAPACITY) -> None:
         if not 1 <= capacity <= MAX_CAPACITY:
@@ -94,6 +125,12 @@ class EventLog:
         self.dropped = 0  # events pushed out by newer ones
         self._events: deque[Event] = deque(maxlen=capacity)
         self._last_block = 0
+        # the newest logged values, so that ``record`` logs changes only
+        self._action: tuple[float, ...] = ()
+        self._scene = start.scene
+        self._settings = (start.bucket, start.steps)
+        # (block_idx, digest of the frames the runner made), newest ``capacity`` blocks
+        self.outputs: deque[tuple[int, str]] = deque(maxlen=capacity)
 
     @classmethod
     def from_events(
@@ -139,6 +176,26 @@ class EventLog:
             self.dropped += 1
         self._events.append(event)
         self._last_block = event.block_idx
+        match event:
+            case ActionEvent():
+                self._action = event.action
+            case SceneEvent():
+                self._scene = event.scene
+            case SettingsEvent():
+                self._settings = (event.bucket, event.steps)
+
+    def record(self, block_idx: int, applied: Applied, frames: np.ndarray) -> None:
+        """Log what block ``block_idx`` was made with (changes only) and its frames' digest."""
+        if (applied.bucket, applied.steps) != self._settings:
+            self.append(SettingsEvent(block_idx, applied.bucket, applied.steps))
+        if applied.scene is not None and applied.scene != self._scene:
+            self.append(SceneEvent(block_idx, applied.scene))
+        for frame in applied.observations:
+            self.append(ObservationEvent(block_idx, digest(frame), frame))
+        action = tuple(np.asarray(applied.actions, np.float32).ravel().tolist())
+        if action != (self._action or (0.0,) * len(action)):  # zeros before the first one
+            self.append(ActionEvent(block_idx, applied.seq, action))
+        self.outputs.append((block_idx, digest(frames)))
 
     def replay(self, num_blocks: int) -> Iterator[BlockInputs]:
         """The inputs of blocks ``0 .. num_blocks - 1``; ValueError if events were dropped."""
@@ -149,7 +206,7 @@ class EventLog:
         seq, scene, bucket, steps = 0, start.scene, start.bucket, start.steps
         pending = deque(self._events)
         for block in range(num_blocks):
-            observations: list[str] = []
+            observations: list[ObservationEvent] = []
             while pending and pending[0].block_idx <= block:
                 event = pending.popleft()
                 match event:
@@ -160,5 +217,5 @@ class EventLog:
                     case SettingsEvent():
                         bucket, steps = event.bucket, event.steps
                     case ObservationEvent():
-                        observations.append(event.digest)
+                        observations.append(event)
             yield BlockInputs(block, action, seq, scene, bucket, steps, tuple(observations))

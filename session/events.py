@@ -9,8 +9,8 @@ cost model's prediction. ``Event`` is their union.
 
 ``SessionStats`` is what ``Scheduler.stats`` reports for one session at a time.
 
-(The per-session replay log, session/eventlog.py, is something else: what went into
-each block.)
+``ChunkReady.applied`` is what went into the block; the server records it in the
+session's replay log (session/eventlog.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 
 from worldserve.session.costmodel import Drift
 from worldserve.session.degrade import DegradationChanged, Settings
+from worldserve.session.eventlog import Applied
 from worldserve.session.options import Mode
 
 __all__ = [
@@ -41,6 +42,7 @@ class ChunkReady:
     frames: np.ndarray  # (frames_per_chunk, H, W, 3) uint8
     action_seq: int  # the latest action folded into this chunk
     display_time: float | None  # push: when its first frame is shown (scheduler clock)
+    applied: Applied | None = None  # what the runner was given for it (the replay log's)
 
 
 @dataclass(frozen=True, slots=True)

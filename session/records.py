@@ -41,6 +41,9 @@ class Record:
     # start (GCRA: requests faster than the admitted fps wait for it)
     requests: deque[tuple[int, float, float]] = field(default_factory=deque)
     pull_tat: float = float("-inf")
+    # applied by the runner since the last finished block, for that block's ``Applied``
+    applied_scene: str | None = None
+    applied_observations: list[np.ndarray] = field(default_factory=list)
     committed: int = 0
     skipped_slots: int = 0
     start_slips: int = 0  # slots its clock moved before the first frame (no frame to repeat)

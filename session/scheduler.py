@@ -67,6 +67,7 @@ from worldserve.session.degrade import (
     build_ladder,
     describe_change,
 )
+from worldserve.session.eventlog import Applied
 from worldserve.session.events import (
     ChunkReady,
     DeadlineMiss,
@@ -367,6 +368,7 @@ class Scheduler:
             if drift is not None:
                 events.append(drift)
         results = {r.session_id: r for r in out.results}
+        self._note_applied(plan, out)
         failed: set[str] = set()
         for batch, done in zip(plan.batches, self._finish_times(plan, out, now), strict=True):
             for work in batch.items:
@@ -377,7 +379,10 @@ class Scheduler:
                 res = results.get(rec.sid)
                 err = out.errors.get(rec.sid)
                 if err is None and res is not None and res.block_idx == work.block_idx:
-                    self._commit(rec, res.frames, res.action_seq, done, now, events)
+                    applied = Applied(batch.bucket, batch.steps, work.actions, work.action_seq,
+                                      rec.applied_scene, tuple(rec.applied_observations))
+                    rec.applied_scene, rec.applied_observations = None, []
+                    self._commit(rec, res.frames, res.action_seq, done, now, events, applied)
                     continue
                 failed.add(rec.sid)
                 msg = err or f"runner returned no result for block {work.block_idx}"
@@ -569,6 +574,23 @@ class Scheduler:
         self._set_release(rec)
         self.controller.note_miss(now)
 
+    def _note_applied(self, plan: StepPlan, out: StepOutput) -> None:
+        """Scenes and real frames the runner applied in this plan, kept for the next block's
+        ``Applied`` (what the replay log records)."""
+        changes: list[tuple[str, str | None, np.ndarray | None]] = [
+            (spec.session_id, spec.scene, spec.observation)
+            for spec in plan.new_sessions if spec.restore is None
+        ]
+        changes += [(u.session_id, u.scene, u.observation) for u in plan.updates]
+        for sid, scene, observation in changes:
+            rec = self._records.get(sid)
+            if rec is None or sid in out.errors:
+                continue
+            if scene is not None:
+                rec.applied_scene = scene
+            if observation is not None:
+                rec.applied_observations.append(observation)
+
     def _commit(
         self,
         rec: Record,
@@ -577,6 +599,7 @@ class Scheduler:
         done: float,
         now: float,
         events: list[Event],
+        applied: Applied,
     ) -> None:
         if rec.pull:
             deadline = rec.requests.popleft()[2]
@@ -589,7 +612,7 @@ class Scheduler:
                 deadline = display
             rec.slot += 1
             self._set_release(rec)
-        events.append(ChunkReady(rec.sid, rec.next_block, frames, seq, display))
+        events.append(ChunkReady(rec.sid, rec.next_block, frames, seq, display, applied))
         if done > deadline:
             events.append(DeadlineMiss(rec.sid, rec.next_block, deadline, done))
             rec.misses += 1

@@ -33,15 +33,7 @@ import numpy as np
 
 from worldserve.protocol.vocab import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
 from worldserve.session.errors import IllegalTransition, StaleBlock
-from worldserve.session.eventlog import (
-    DEFAULT_CAPACITY,
-    ActionEvent,
-    EpochStart,
-    EventLog,
-    ObservationEvent,
-    SceneEvent,
-    SettingsEvent,
-)
+from worldserve.session.eventlog import DEFAULT_CAPACITY, Applied, EpochStart, EventLog
 from worldserve.session.plan import ACTION_DIM, KEYS
 
 Clock = Callable[[], float]
@@ -403,69 +395,20 @@ class Session:
         self._blocks_committed += 1
         self._frames_committed += frames
 
-    # Inputs: every change is logged against the first block it applies to.
-
-    def _next_log_block(self, block_idx: int | None) -> int:
-        if block_idx is None:
-            return max(self._last_block_idx + 1, self.log.last_block_idx)
-        _check_int("block_idx", block_idx, 0, 2**63 - 1)
-        return block_idx
-
-    def push_action(self, seq: int, action: np.ndarray) -> bool:
-        """Queue a client action (latest wins); False if its seq is stale. ACTIVE only."""
-        self._require("push an action to", SessionStatus.ACTIVE)
-        self.last_seen = self._clock()
-        return self.controls.push(seq, action)
-
-    def take_action(self, block_idx: int) -> tuple[np.ndarray, int]:
-        """The action for ``block_idx`` (newest accepted, else the held one) and its seq."""
-        self._require("take an action from", SessionStatus.ACTIVE, SessionStatus.DETACHED)
-        if block_idx < self.log.last_block_idx:  # check before the queue is consumed
-            raise ValueError(
-                f"action for block_idx {block_idx} after an event for {self.log.last_block_idx}"
-            )
-        fresh = self.controls.pending > 0
-        vec, seq = self.controls.take()
-        if fresh:
-            self.log.append(ActionEvent(block_idx, seq, tuple(vec.tolist())))
-        return vec, seq
-
-    def set_scene(self, scene: str, block_idx: int | None = None) -> bool:
-        """Change the scene prompt from ``block_idx`` (default: the next block); False if
-        unchanged."""
+    def set_scene(self, scene: str) -> bool:
+        """Change the scene prompt (the log records it with the first block made with it,
+        ``record_block``); False if unchanged."""
         self._require("set the scene of", SessionStatus.ACTIVE, SessionStatus.DETACHED)
         _check_scene(scene)
         if scene == self._scene:
             return False
-        self.log.append(SceneEvent(self._next_log_block(block_idx), scene))
         self._scene = scene
         return True
 
-    def reconfigure(self, config: SessionConfig, block_idx: int | None = None) -> None:
-        """Replace the config (degradation, client request); seed and mode are fixed."""
-        self._require("reconfigure", SessionStatus.ACTIVE, SessionStatus.DETACHED)
-        old = self._config
-        if (config.seed, config.mode) != (old.seed, old.mode):
-            raise ValueError(
-                f"seed and mode are fixed for an epoch: have {(old.seed, old.mode)}, "
-                f"got {(config.seed, config.mode)}"
-            )
-        if (config.bucket, config.steps) != (old.bucket, old.steps):
-            self.log.append(
-                SettingsEvent(self._next_log_block(block_idx), config.bucket, config.steps)
-            )
-        self._config = config
-
-    def observe(self, frame: np.ndarray, block_idx: int | None = None) -> str:
-        """Log a real frame committed before ``block_idx`` (default: the next block);
-        returns its digest. ACTIVE only."""
-        self._require("observe for", SessionStatus.ACTIVE)
-        arr = np.ascontiguousarray(frame)
-        head = f"{arr.dtype.str}{arr.shape}".encode()
-        digest = hashlib.sha256(head + arr.tobytes()).hexdigest()
-        self.log.append(ObservationEvent(self._next_log_block(block_idx), digest))
-        self.last_seen = self._clock()
-        return digest
+    def record_block(self, block_idx: int, applied: Applied, frames: np.ndarray) -> None:
+        """Log what a finished block was made with (the scheduler's ``Applied``) and the
+        digest of its frames: the replay log (session/eventlog.py)."""
+        self.log.record(block_idx, applied, frames)
 
 
 def _check_scene(scene: object) -> None:

@@ -440,6 +440,17 @@ def _action(m: _Map, key: str) -> np.ndarray:
     return vec
 
 
+def _block_actions(m: _Map, key: str) -> np.ndarray:
+    """A logged block's actions: (frames, ACTION_DIM) floats, row-major."""
+    vec = m.get_array(key, "float32", 1)
+    if vec.size == 0 or vec.size % ACTION_DIM or vec.size > MAX_ACTION_ROWS * ACTION_DIM:
+        raise SnapshotError(
+            f"{m.path}.{key}: expected a multiple of {ACTION_DIM} floats (a block's actions), "
+            f"got {vec.size}"
+        )
+    return vec
+
+
 def _restore_log(m: _Map) -> EventLog:
     capacity = m.get_int("capacity", 1, MAX_CAPACITY)
     st = m.get_map("start", _START_KEYS)
@@ -464,7 +475,7 @@ def _restore_event(obj: object, path: str) -> Event:
     block = e.get_int("block", 0, MAX_INT)
     if kind == "action":
         return ActionEvent(
-            block, e.get_int("seq", 0, MAX_INT), tuple(_action(e, "action").tolist())
+            block, e.get_int("seq", 0, MAX_INT), tuple(_block_actions(e, "action").tolist())
         )
     if kind == "scene":
         return SceneEvent(block, e.get_str("scene", MAX_SCENE_CHARS))

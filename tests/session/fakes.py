@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from worldserve.session.eventlog import Applied
 from worldserve.session.plan import ACTION_DIM, ModelState
 
 
@@ -38,6 +39,12 @@ def action(*values: float) -> np.ndarray:
     vec = np.zeros(ACTION_DIM, dtype=np.float32)
     vec[: len(values)] = values
     return vec
+
+
+def applied(vec: np.ndarray, seq: int, *, bucket: int = 64, steps: int = 4,
+            scene: str | None = None, observations: tuple[np.ndarray, ...] = ()) -> Applied:
+    """What the scheduler reports a one-frame block was made with."""
+    return Applied(bucket, steps, vec[None, :], seq, scene, observations)
 
 
 def model_state(bucket: int = 8, frames: int = 3, scene: str = "s") -> ModelState:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.session.fakes import FakeClock, action
+from tests.session.fakes import FakeClock, action, applied
 from worldserve.session.errors import IllegalTransition, StaleBlock
 from worldserve.session.eventlog import ActionEvent, ObservationEvent, SceneEvent, SettingsEvent
 from worldserve.session.session import Session, SessionConfig, SessionStatus, hash_token
@@ -152,49 +152,36 @@ def test_commit_cannot_finish_more_frames_than_due() -> None:
         session.commit_block(0, frames=2)
 
 
-def test_actions_are_logged_once_per_change_against_their_block() -> None:
+def test_a_block_logs_what_it_was_made_with_changes_only() -> None:
     session, _ = make()
-    session.push_action(1, action(1.0))
-    vec, seq = session.take_action(0)
-    assert seq == 1 and vec[0] == 1.0
-    session.take_action(1)  # held: nothing new to log
-    session.push_action(2, action(0.0, 1.0))
-    session.push_action(3, action(0.0, 0.0, 1.0))
-    session.take_action(2)
+    frame = np.zeros((8, 8, 3), np.uint8)
+    out = np.ones((1, 8, 8, 3), np.uint8)
+    session.record_block(0, applied(action(), 0, observations=(frame,)), out)  # zeros: no event
+    session.record_block(1, applied(action(1.0), 1), out)
+    session.record_block(2, applied(action(1.0), 1), out)  # held: nothing new
+    session.record_block(3, applied(action(0.0, 1.0), 3, scene="desert"), out)
+    session.record_block(4, applied(action(0.0, 1.0), 3, scene="desert", steps=2), out)
     events = list(session.log)
+    digest = events[0].digest
     assert events == [
-        ActionEvent(0, 1, tuple(action(1.0).tolist())),
-        ActionEvent(2, 3, tuple(action(0.0, 0.0, 1.0).tolist())),
+        ObservationEvent(0, digest),
+        ActionEvent(1, 1, tuple(action(1.0).tolist())),
+        SceneEvent(3, "desert"),
+        ActionEvent(3, 3, tuple(action(0.0, 1.0).tolist())),
+        SettingsEvent(4, 64, 2),
     ]
+    assert np.array_equal(events[0].frame, frame) and len(digest) == 64
+    assert [b for b, _ in session.log.outputs] == [0, 1, 2, 3, 4]
+    assert len({d for _, d in session.log.outputs}) == 1  # the same frames, the same digest
 
 
-def test_action_for_an_earlier_block_than_the_log_is_refused_without_consuming() -> None:
-    session, _ = make()
-    session.set_scene("desert", block_idx=3)
-    session.push_action(1, action(1.0))
-    with pytest.raises(ValueError, match="block_idx 2"):
-        session.take_action(2)
-    assert session.controls.pending == 1
-
-
-def test_push_action_touches_last_seen_and_needs_an_attached_client() -> None:
-    clock = FakeClock()
-    session, _ = make(clock)
-    clock.advance(3.0)
-    session.push_action(1, action(1.0))
-    assert session.last_seen == clock.now
-    session.detach()
-    with pytest.raises(IllegalTransition):
-        session.push_action(2, action(1.0))
-
-
-def test_scene_change_is_logged_for_the_next_block() -> None:
+def test_a_new_scene_is_logged_with_the_first_block_made_with_it() -> None:
     session, _ = make()
     session.accept_block(0)
     assert session.set_scene("desert")
     assert not session.set_scene("desert")
     assert session.scene == "desert"
-    assert list(session.log) == [SceneEvent(1, "desert")]
+    assert list(session.log) == []  # not made with it yet
 
 
 def test_overlong_scene_is_rejected() -> None:
@@ -203,35 +190,12 @@ def test_overlong_scene_is_rejected() -> None:
         session.set_scene("x" * 100_000)
 
 
-def test_reconfigure_logs_bucket_and_steps_but_keeps_seed_and_mode() -> None:
-    session, _ = make(seed=7)
-    session.reconfigure(SessionConfig(seed=7, lookahead=0))
-    assert list(session.log) == []
-    session.reconfigure(SessionConfig(seed=7, steps=2, bucket=32), block_idx=4)
-    assert list(session.log) == [SettingsEvent(4, 32, 2)]
-    assert session.config.steps == 2
-    with pytest.raises(ValueError, match="seed"):
-        session.reconfigure(SessionConfig(seed=8))
-
-
-def test_observation_is_logged_as_a_digest() -> None:
-    session, _ = make()
-    frame = np.zeros((8, 8, 3), np.uint8)
-    digest = session.observe(frame)
-    assert len(digest) == 64
-    assert list(session.log) == [ObservationEvent(0, digest)]
-    assert session.observe(frame.copy()) == digest
-    assert session.observe(np.ones((8, 8, 3), np.uint8)) != digest
-
-
 def test_out_of_order_log_block_is_a_value_error() -> None:
     session, _ = make()
-    session.set_scene("a", block_idx=5)
+    out = np.ones((1, 8, 8, 3), np.uint8)
+    session.record_block(5, applied(action(1.0), 1), out)
     with pytest.raises(ValueError, match="block_idx 2"):
-        session.set_scene("b", block_idx=2)
-    # The default block never goes backwards.
-    session.set_scene("c")
-    assert [e.block_idx for e in session.log] == [5, 5]
+        session.record_block(2, applied(action(0.0, 1.0), 2), out)
 
 
 @pytest.mark.parametrize(

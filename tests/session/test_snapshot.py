@@ -8,7 +8,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from tests.session.fakes import FakeClock, action, model_state
+from tests.session.fakes import FakeClock, action, applied, model_state
 from worldserve.session.errors import SnapshotError
 from worldserve.session.plan import ModelState
 from worldserve.session.session import Session, SessionConfig, SessionStatus
@@ -22,16 +22,19 @@ def busy_session() -> tuple[Session, str]:
         fps=30.0, bucket=8, steps=3, lookahead=2, mode="pull", priority=-4, seed=2**63 + 5
     )
     session, token = Session.create(config, scene="hills", clock=FakeClock())
+    out = np.zeros((1, 8, 8, 3), np.uint8)
     for block in range(4):
         session.accept_block(block, frames=2)
-        session.push_action(block + 1, action(1.0, 0.0, 0.0, 0.0, 0.1 * block, -0.3))
-        session.take_action(block)
+        vec = action(1.0, 0.0, 0.0, 0.0, 0.1 * block, -0.3)
+        session.record_block(block, applied(vec, block + 1, bucket=8, steps=3), out)
     session.commit_block(0, frames=2)
     session.commit_block(1, frames=2)
     session.set_scene("desert")
-    session.observe(np.zeros((8, 8, 3), np.uint8))
-    session.reconfigure(SessionConfig(fps=30.0, bucket=8, steps=2, mode="pull", seed=2**63 + 5))
-    session.push_action(9, action(0.0, 1.0))  # pending, not taken yet
+    session.record_block(4, applied(action(0.0, 1.0), 9, bucket=8, steps=2, scene="desert",
+                                    observations=(np.zeros((8, 8, 3), np.uint8),)), out)
+    session.controls.push(4, action(1.0))  # held
+    session.controls.take()
+    session.controls.push(9, action(0.0, 1.0))  # pending
     return session, token
 
 
@@ -87,15 +90,6 @@ def test_restored_session_is_detached_until_resumed_with_its_token() -> None:
     store.resume(restored.id, token)
     # The client continues where it left off: the next block, no gap, no repeat.
     assert store.open_block(restored.id, session.last_block_idx + 1).kind.value == "next"
-
-
-def test_pending_action_survives_and_is_logged_when_taken() -> None:
-    session, _ = busy_session()
-    restored, _ = restore(snapshot(session, model_state()))
-    restored.attach()
-    vec, seq = restored.take_action(4)
-    assert seq == 9 and vec[1] == 1.0
-    assert list(restored.log)[-1].block_idx == 4
 
 
 def test_snapshot_keeps_the_token_hash_not_the_token() -> None:

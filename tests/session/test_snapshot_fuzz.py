@@ -10,7 +10,7 @@ import msgpack
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from tests.session.fakes import FakeClock, action, model_state
+from tests.session.fakes import FakeClock, action, applied, model_state
 from worldserve.session.errors import SnapshotError
 from worldserve.session.plan import ModelState
 from worldserve.session.session import Session, SessionConfig
@@ -24,8 +24,9 @@ def valid_snapshot() -> bytes:
     session, _ = Session.create(SessionConfig(bucket=4, seed=9), scene="hills", clock=FakeClock())
     for block in range(3):
         session.accept_block(block)
-        session.push_action(block + 1, action(1.0, 0.0, 0.0, 1.0, 0.5))
-        session.take_action(block)
+        session.record_block(block, applied(action(1.0, 0.0, 0.0, 1.0, 0.5 * block), block + 1,
+                                            bucket=4, scene="sea" if block == 2 else None),
+                             np.zeros((1, 4, 4, 3), np.uint8))
     session.set_scene("sea")
     return snapshot(session, model_state(bucket=4, frames=2))
 
@@ -46,7 +47,7 @@ def test_valid_snapshot_restores_what_was_saved() -> None:
     session, model = restore(valid_snapshot())
     assert (session.config.bucket, session.config.seed, session.scene) == (4, 9, "sea")
     assert (session.blocks_committed, session.last_block_idx) == (0, 2)
-    assert session.controls.last_seq == 3
+    assert [getattr(e, "seq", None) for e in session.log] == [1, 2, None, 3]  # the scene's
     saved = model_state(bucket=4, frames=2)
     assert (model.bucket, model.sink_count, model.frame_index, model.scene) == (4, 1, 2, saved.scene)
     assert np.array_equal(model.frames, saved.frames) and np.array_equal(model.rng, saved.rng)

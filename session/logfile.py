@@ -1,0 +1,106 @@
+"""A served session's replay log as a file: what ``GET /admin/sessions/{id}/log`` returns
+and ``worldserve replay LOG`` (model/replay.py) regenerates frame for frame.
+
+msgpack, one map::
+
+    {"format": "worldserve/session-log", "version": 1,
+     "session": id, "epoch": n, "model": family name, "dtype": the runner's float type,
+     "log":     the snapshot's log map (session/snapshot.py): capacity, dropped, start, events,
+     "frames":  {digest: array} the real frames the observation events name,
+     "outputs": [[block_idx, digest of the block's frames], ...] (the newest ``capacity``)}
+
+The log records what the runner was given (session/eventlog.py), so a runner of the same
+family and weights, started from the seed and fed the same inputs, makes the same frames;
+``outputs`` lets the replay check every block. Reading validates like a snapshot does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import msgpack
+
+from worldserve.session.errors import SnapshotError
+from worldserve.session.eventlog import EventLog, ObservationEvent, digest
+from worldserve.session.session import Session
+from worldserve.session.snapshot import (
+    _LOG_KEYS,
+    MAX_INT,
+    MAX_SNAPSHOT_BYTES,
+    _Map,
+    _pack_array,
+    _pack_event,
+    _pack_start,
+    _restore_log,
+)
+
+FORMAT = "worldserve/session-log"
+VERSION = 1
+_KEYS = {"format", "version", "session", "epoch", "model", "dtype", "log", "frames", "outputs"}
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    session_id: str
+    epoch: int
+    model: str  # the family that served it (model/registry.py's name)
+    dtype: str  # the runner's float type ("float32", "bfloat16")
+    log: EventLog  # observation events carry their frames
+    outputs: dict[int, str]  # block_idx -> digest of the frames the runner made
+
+
+def pack(session: Session, model: str, dtype: str) -> bytes:
+    """A session's replay log as bytes."""
+    log = session.log
+    frames = {e.digest: _pack_array(e.frame) for e in log
+              if isinstance(e, ObservationEvent) and e.frame is not None}
+    doc = {
+        "format": FORMAT, "version": VERSION, "session": session.id, "epoch": session.epoch,
+        "model": model, "dtype": dtype,
+        "log": {"capacity": log.capacity, "dropped": log.dropped, "start": _pack_start(log.start),
+                "events": [_pack_event(e) for e in log]},
+        "frames": frames,
+        "outputs": [[b, d] for b, d in log.outputs],
+    }
+    data: bytes = msgpack.packb(doc, use_bin_type=True)
+    return data
+
+
+def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
+    """Validate and read a log file; SnapshotError names what is wrong."""
+    if len(data) > max_bytes:
+        raise SnapshotError(f"{len(data)} bytes, over the limit of {max_bytes}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=False, max_ext_len=0)
+    except Exception as exc:  # the C unpacker raises a zoo of types on bad input
+        raise SnapshotError(f"not valid msgpack: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise SnapshotError(f"not a session log (format {FORMAT!r})")
+    if obj.get("version") != VERSION:
+        raise SnapshotError(f"unsupported session log version; this reads {VERSION}")
+    top = _Map(obj, "log file", _KEYS)
+    log = _restore_log(top.get_map("log", _LOG_KEYS))
+    raw_frames = obj.get("frames")
+    if not isinstance(raw_frames, dict):
+        raise SnapshotError("log file.frames: expected a map")
+    frames = {}
+    for key in raw_frames:
+        if not isinstance(key, str):
+            raise SnapshotError("log file.frames: keys must be digests")
+        frame = _Map(raw_frames, "log file.frames", set(raw_frames)).get_array(key, "uint8", 3)
+        if digest(frame) != key:
+            raise SnapshotError(f"log file.frames[{key[:12]}...]: the frame does not match its digest")
+        frames[key] = frame
+    events = [replace(e, frame=frames.get(e.digest)) if isinstance(e, ObservationEvent) else e
+              for e in log]
+    log = EventLog.from_events(log.start, events, dropped=log.dropped, capacity=log.capacity)
+    outputs: dict[int, str] = {}
+    for i, pair in enumerate(top.get_list("outputs", log.capacity)):
+        if (not isinstance(pair, list) or len(pair) != 2 or type(pair[0]) is not int
+                or not 0 <= pair[0] <= MAX_INT or not isinstance(pair[1], str) or len(pair[1]) != 64):
+            raise SnapshotError(f"log file.outputs[{i}]: expected [block_idx, digest]")
+        outputs[pair[0]] = pair[1]
+    return LogFile(
+        top.get_str("session", 64), top.get_int("epoch", 0, MAX_INT), top.get_str("model", 64),
+        top.get_str("dtype", 32), log, outputs,
+    )
