@@ -41,6 +41,7 @@ class Sessions:
             clock=clock,
             on_dispose=self._disposed,
             retry_after_s=settings.admission_retry_after_s,
+            log_capacity=settings.log_capacity,
         )
         self._live: dict[str, Live] = {}
         self._evicted_seen = 0

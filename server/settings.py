@@ -129,6 +129,8 @@ class Settings:
     capacity: int = setting(8, "sessions held at once, active and detached")
     detached_ttl_s: float = setting(30.0, "seconds a dropped session stays resumable")
     replay_blocks: int = setting(16, "recent blocks kept per session, re-sent on resume")
+    log_capacity: int = setting(1024, "events kept in a session's replay log (worldserve "
+                                      "replay; changes only), 1-65536")
     # --- scheduler knobs (session/options.py SchedulerOptions) ---
     batching: bool = setting(True, "batch the sessions whose deadlines line up (off: step each alone)")
     batch_window_s: float = setting(0.010, "sessions due within this many seconds share a batch")
@@ -217,6 +219,7 @@ class Settings:
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
         need(self.replay_blocks >= 1, f"replay_blocks {self.replay_blocks!r} must be >= 1")
+        need(1 <= self.log_capacity <= 65536, f"log_capacity {self.log_capacity!r} must be in [1, 65536]")
         need(0 <= self.migrate_replay_blocks <= 64,
              f"migrate_replay_blocks {self.migrate_replay_blocks!r} must be in [0, 64]")
         need(math.isfinite(self.snapshot_interval_s) and self.snapshot_interval_s >= 0,
