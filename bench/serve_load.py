@@ -24,7 +24,18 @@ session drains its latest-frame holder, as a transport would. Reports:
 - overload: twice sessions_at_24fps with degradation on: every session's share of its expected
   frames (overload_min_share = the lowest) and the histogram of ladder levels over time.
 
-Last line: ``serve_load sessions_at_24fps=<n> miss_rate=<x> overhead=<x> batching_gain=<x> overload_min_share=<x>``
+Each load level's line is followed by where its time went: the batch sizes formed, the
+model thread's busy share, the engine's hand-off to it (ms a plan beyond the runner's own
+time), the share of batches over 1.25x the cost model's prediction, the engine's batch
+times over the runner alone's at the same size, the event loop's lag (p99 of a 10 ms timer)
+and the missed frames by cause (``late_start``: the batch was on time but started too late;
+``slow_batch``: it took longer than predicted; ``skipped``: display slots that got no frame).
+
+- capacity_sessions: the largest N whose batches of N, run back to back by the runner alone,
+  make N x 24 frames/s at full quality (the model's physical limit on this machine);
+  held_share = sessions_at_24fps / capacity_sessions.
+
+Last line: ``serve_load sessions_at_24fps=<n> capacity_sessions=<n> held_share=<x> miss_rate=<x> overhead=<x> batching_gain=<x> overload_min_share=<x>``
 """
 
 from __future__ import annotations
@@ -47,8 +58,15 @@ from worldserve.server.engine import Engine, model_executor
 from worldserve.session.admission import AdmissionOptions
 from worldserve.session.costmodel import CostModel
 from worldserve.session.degrade import DegradationChanged, DegradeOptions
-from worldserve.session.events import ChunkReady, Event, SessionStats
-from worldserve.session.plan import ACTION_DIM, BatchTiming, ChunkWork, SessionSpec, StepPlan
+from worldserve.session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped, SessionStats
+from worldserve.session.plan import (
+    ACTION_DIM,
+    BatchTiming,
+    ChunkWork,
+    SessionSpec,
+    StepOutput,
+    StepPlan,
+)
 from worldserve.session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
 from worldserve.session.warmup import warm_up
 
@@ -67,6 +85,13 @@ class LoadResult:
     ladder: list[tuple[str, ...]] = field(default_factory=list)
     batches: Counter[tuple[int, int]] = field(default_factory=Counter)  # (size, steps) -> count
     first_frames: float = 0.0  # seconds from the first join to every session's first frame
+    # where the time goes (measured while measuring):
+    busy: float = 0.0  # share of the wall time the model thread spent in plans
+    handoff_ms: float = 0.0  # mean per plan: the engine's wait for the model thread beyond the runner's own time
+    slow_share: float = 0.0  # batches that took over 1.25x the cost model's prediction
+    tax: float = float("nan")  # mean in-engine batch time over the runner alone's at that size
+    loop_lag_ms: float = 0.0  # p99 of the event loop's lateness waking a 10 ms timer
+    causes: Counter[str] = field(default_factory=Counter)  # missed frames by cause
 
     @property
     def delivered_fps(self) -> float:
@@ -80,7 +105,7 @@ class LoadResult:
 async def run_load(
     runner: ModelRunner, timings: list[BatchTiming], sessions: int, seconds: float, *,
     fps: float = 24.0, batching: bool = True, degrade: bool = False, join_spread: float = 0.0,
-    batch_sizes: tuple[int, ...] = BATCH_SIZES,
+    batch_sizes: tuple[int, ...] = BATCH_SIZES, alone: dict[int, float] | None = None,
 ) -> LoadResult:
     bucket = runner.buckets[0]
     info = RunnerInfo(runner.buckets, runner.frames_per_chunk, runner.max_steps, batch_sizes)
@@ -92,9 +117,11 @@ async def run_load(
     changes: list[DegradationChanged] = []
     batches: Counter[tuple[int, int]] = Counter()
     measuring = False
+    w = _Where()
 
-    def on_step(plan: StepPlan, out: object, seconds: float) -> None:
+    def on_step(plan: StepPlan, out: StepOutput, seconds: float) -> None:
         if measuring:
+            w.step(plan, out, seconds, scheduler.cost, alone)
             for b in plan.batches:
                 batches[(len(b.items), b.steps)] += 1
 
@@ -103,6 +130,8 @@ async def run_load(
             changes.append(e)
         elif isinstance(e, ChunkReady) and e.display_time is not None:  # shown at its display time
             asyncio.get_running_loop().call_later(max(0.0, e.display_time - time.monotonic()), shown, e.session_id)
+        if measuring:
+            w.event(e)
 
     engine = Engine(  # a fresh model thread per run; stop() shuts it down
         scheduler, runner, executor=model_executor(), batching=batching,
@@ -142,7 +171,7 @@ async def run_load(
                                          lookahead=1, mode=Mode.PUSH)
             if not verdict.admitted:
                 raise RuntimeError(f"{sid} refused: {verdict}")
-        tasks = [asyncio.create_task(steer())]
+        tasks = [asyncio.create_task(steer()), asyncio.create_task(w.tick(stop))]
         # measure from the moment every session has its first frame: opening a session
         # (rendering its start frame, filling its cache) is not the steady load
         t_joined = time.monotonic()
@@ -167,7 +196,83 @@ async def run_load(
     finally:
         await engine.stop()
     return LoadResult(sessions, elapsed, frames, elapsed * fps, missed / max(due, 1), levels,
-                      [c.changes for c in changes], batches, first_frames)
+                      [c.changes for c in changes], batches, first_frames, *w.summary(elapsed))
+
+
+class _Where:
+    """Where a load level's time goes: the model thread's busy share, the hand-off to it,
+    batches slower than predicted, the engine's batch times against the runner alone's, the
+    event loop's lag, and each missed frame by cause."""
+
+    def __init__(self) -> None:
+        self.busy = self.handoff = 0.0
+        self.plans = self.batches = self.slow = 0
+        self.ratios: list[float] = []
+        self.lags: list[float] = []
+        self.causes: Counter[str] = Counter()
+        self.slow_sids: set[str] = set()
+
+    def step(self, plan: StepPlan, out: StepOutput, seconds: float, cost: CostModel,
+             alone: dict[int, float] | None) -> None:
+        self.plans += 1
+        self.busy += seconds
+        self.handoff += max(0.0, seconds - sum(t.seconds for t in out.timings))
+        self.slow_sids = set()
+        for batch, t in zip(plan.batches, out.timings, strict=False):
+            self.batches += 1
+            if t.seconds > 1.25 * cost.predict(t.bucket, t.steps, t.size):
+                self.slow += 1
+                self.slow_sids.update(w.session_id for w in batch.items)
+            if alone and t.size in alone and t.steps == 4:
+                self.ratios.append(t.seconds / alone[t.size])
+
+    def event(self, e: Event) -> None:
+        if isinstance(e, DeadlineMiss):  # the plan's own events follow its on_step
+            self.causes["slow_batch" if e.session_id in self.slow_sids else "late_start"] += 1
+        elif isinstance(e, FrameSkipped):
+            self.causes["skipped"] += e.frames
+
+    async def tick(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            t = time.monotonic()
+            await asyncio.sleep(0.01)
+            self.lags.append(time.monotonic() - t - 0.01)
+
+    def summary(self, elapsed: float) -> tuple[float, float, float, float, float, Counter[str]]:
+        lag = float(np.percentile(self.lags, 99)) * 1e3 if self.lags else 0.0
+        tax = float(np.mean(self.ratios)) if self.ratios else float("nan")
+        return (self.busy / elapsed, 1e3 * self.handoff / max(self.plans, 1),
+                self.slow / max(self.batches, 1), tax, lag, self.causes)
+
+
+def where_line(res: LoadResult) -> str:
+    """A level's breakdown: batch sizes formed, model thread busy, hand-off, slow batches,
+    engine/alone batch time, loop lag p99, missed frames by cause."""
+    sizes: Counter[int] = Counter()
+    for (size, _), n in res.batches.items():
+        sizes[size] += n
+    mix = " ".join(f"{k}:{v}" for k, v in sorted(sizes.items())) or "-"
+    causes = " ".join(f"{k}={v}" for k, v in sorted(res.causes.items())) or "none"
+    return (f"batches {mix} | model busy {res.busy:.2f} handoff {res.handoff_ms:.2f} ms "
+            f"slow {res.slow_share:.2f} engine/alone {res.tax:.2f} | loop lag p99 "
+            f"{res.loop_lag_ms:.1f} ms | misses {causes}")
+
+
+def alone_by_size(runner: ModelRunner, limit: int, period: float, seconds: float) -> dict[int, float]:
+    """Seconds per chunk of the runner alone at full steps, batch sizes 1 .. the first whose
+    chunk takes over a frame period (or ``limit``)."""
+    out: dict[int, float] = {}
+    for n in range(1, limit + 1):
+        out[n] = runner_alone_seconds(runner, n, runner.max_steps, seconds)
+        if out[n] > period:
+            break
+    return out
+
+
+def capacity_sessions(alone: dict[int, float], period: float) -> int:
+    """The largest N whose batches of N, back to back, make N frames a period: the model's
+    physical limit at full quality on this machine."""
+    return max((n for n, t in alone.items() if t <= period), default=0)
 
 
 def _frames_due(stats: list[SessionStats]) -> int:
@@ -230,6 +335,7 @@ async def largest_held(holds: Callable[[int], Awaitable[bool]], limit: int) -> i
 async def capacity(
     runner: ModelRunner, timings: list[BatchTiming], seconds: float, batching: bool, limit: int,
     join_spread: float, batch_sizes: tuple[int, ...] = BATCH_SIZES,
+    alone: dict[int, float] | None = None,
 ) -> tuple[int, float, list[LoadResult]]:
     """The most sessions held at 24 fps with < 1% misses: the load doubles from one session
     until a level fails (or ``limit`` holds), then bisects between the last level held and
@@ -239,11 +345,12 @@ async def capacity(
 
     async def holds(n: int) -> bool:
         res = await run_load(runner, timings, n, seconds, batching=batching, join_spread=join_spread,
-                             batch_sizes=batch_sizes)
+                             batch_sizes=batch_sizes, alone=alone)
         results.append(res)
         print(f"  batching={'on ' if batching else 'off'} sessions={n:3d} delivered={res.delivered_fps:7.1f} fps "
               f"miss_rate={res.miss_rate:.3f} min_share={res.min_share:.2f} "
               f"all_first_frames={res.first_frames:.2f}s", flush=True)
+        print(f"      {where_line(res)}", flush=True)
         if res.miss_rate < 0.01:
             held[n] = res.miss_rate
             return True
@@ -267,8 +374,14 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"weights {args.weights}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
           f"bucket {runner.buckets[0]}, {runner.max_steps} steps, {seconds:.0f} s per load level, "
           f"sessions join over {spread:g} s")
-    n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread, sizes)
-    n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread, sizes)
+    period = runner.frames_per_chunk / 24.0
+    alone = alone_by_size(runner, args.limit, period, min(seconds, 2.0))
+    cap = capacity_sessions(alone, period)
+    print("  runner alone, ms a chunk by batch size: "
+          + " ".join(f"{n}:{1e3 * t:.1f}" for n, t in alone.items())
+          + f" (frame period {1e3 * period:.1f} ms) -> capacity {cap} sessions")
+    n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread, sizes, alone)
+    n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread, sizes, alone)
     sat = max(sizes[-1], n_on + 1)
     res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0, batch_sizes=sizes)
     alone = runner_fps_on_mix(runner, res.batches, min(seconds, 10))
@@ -288,7 +401,9 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"  overload: {over.sessions} sessions, min share {over.min_share:.2f}, levels {hist}, "
           f"ladder order seen: {' -> '.join(firsts) or 'none'}")
     gain = n_on / n_off if n_off else float("inf")
-    print(f"serve_load sessions_at_24fps={n_on} miss_rate={miss_on:.4f} overhead={overhead:.3f} "
+    held_share = n_on / cap if cap else float("nan")
+    print(f"serve_load sessions_at_24fps={n_on} capacity_sessions={cap} held_share={held_share:.2f} "
+          f"miss_rate={miss_on:.4f} overhead={overhead:.3f} "
           f"batching_gain={gain:.2f} overload_min_share={over.min_share:.2f}")
 
 

@@ -32,3 +32,35 @@ async def test_small_limit_tries_each_level_at_most_once() -> None:
 
     assert await largest_held(holds, 12) == 12
     assert tried == [1, 2, 4, 8, 12]
+
+
+def test_capacity_is_the_largest_batch_that_fits_a_frame_period() -> None:
+    from worldserve.bench.serve_load import capacity_sessions
+
+    period = 1 / 24
+    assert capacity_sessions({1: 0.020, 2: 0.025, 3: 0.040, 4: 0.045}, period) == 3
+    assert capacity_sessions({1: 0.050}, period) == 0
+
+
+def test_a_miss_is_charged_to_a_slow_batch_or_a_late_start() -> None:
+    import numpy as np
+
+    from worldserve.bench.serve_load import _Where
+    from worldserve.session.costmodel import CostModel
+    from worldserve.session.events import DeadlineMiss, FrameSkipped
+    from worldserve.session.plan import Batch, BatchTiming, ChunkWork, StepOutput, StepPlan
+
+    cost = CostModel([BatchTiming(64, 4, n, 0.01 * n) for n in (1, 2, 4)])
+    a = np.zeros((1, 6), np.float32)
+    w = _Where()
+    slow = StepPlan(batches=[Batch(64, 4, [ChunkWork("a", 0, a), ChunkWork("b", 0, a)])])
+    w.step(slow, StepOutput(timings=[BatchTiming(64, 4, 2, 0.05)]), 0.051, cost, {2: 0.02})
+    w.event(DeadlineMiss("a", 0, 1.0, 1.01))
+    on_time = StepPlan(batches=[Batch(64, 4, [ChunkWork("c", 0, a)])])
+    w.step(on_time, StepOutput(timings=[BatchTiming(64, 4, 1, 0.01)]), 0.011, cost, {1: 0.01})
+    w.event(DeadlineMiss("c", 0, 1.0, 1.01))
+    w.event(FrameSkipped("c", 1, 0, 2, 1.0))
+    busy, handoff_ms, slow_share, tax, _, causes = w.summary(1.0)
+    assert causes == {"slow_batch": 1, "late_start": 1, "skipped": 2}
+    assert slow_share == 0.5 and abs(tax - 1.75) < 1e-9 and abs(busy - 0.062) < 1e-9
+    assert abs(handoff_ms - 1.0) < 1e-6
