@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event as MpEvent
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from worldserve.bench._steer import steer
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES
@@ -45,7 +45,7 @@ from worldserve.session.admission import AdmissionOptions
 from worldserve.session.costmodel import CostModel
 from worldserve.session.degrade import DegradationChanged, DegradeOptions
 from worldserve.session.events import ChunkReady, DeadlineMiss, Event, FrameSkipped
-from worldserve.session.plan import ACTION_DIM, BatchTiming, SessionSpec
+from worldserve.session.plan import BatchTiming, SessionSpec
 from worldserve.session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
 from worldserve.session.warmup import warm_up
 
@@ -124,17 +124,6 @@ async def run_burn(
             counts[sid] += 1
             delivered.append(time.monotonic())
 
-    async def steer() -> None:
-        rng = np.random.default_rng(0)
-        seq = 0
-        while not stop.is_set():
-            for sid in ids:
-                a = np.zeros(ACTION_DIM, np.float32)
-                a[int(rng.integers(4))] = 1.0
-                seq += 1
-                engine.set_action(sid, a, seq)
-            await asyncio.sleep(0.25)
-
     ctx = mp.get_context("spawn")
     started, stop_burn = ctx.Event(), ctx.Event()
     burner = ctx.Process(target=burn, args=(started, stop_burn), daemon=True)
@@ -149,7 +138,7 @@ async def run_burn(
                                          fps=24.0, lookahead=1, mode=Mode.PUSH)
             if not verdict.admitted:
                 raise RuntimeError(f"{sid} refused: {verdict}")
-        tasks = [asyncio.create_task(steer())]
+        tasks = [asyncio.create_task(steer(engine, ids, stop))]
         t_join = time.monotonic()
         while min(counts.values()) == 0 and time.monotonic() - t_join < 30.0:
             await asyncio.sleep(0.01)

@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from worldserve.bench._steer import steer
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES
@@ -146,18 +147,9 @@ async def run_load(
         if not stop.is_set():
             counts[sid] += 1
 
-    async def steer() -> None:
-        rng = np.random.default_rng(0)
-        seq = 0
-        while not stop.is_set():
-            for sid in ids:
-                a = np.zeros(ACTION_DIM, np.float32)
-                a[int(rng.integers(4))] = 1.0
-                seq += 1
-                engine.set_action(sid, a, seq)
-            for sid in ids:
-                levels[scheduler.stats(sid).level] += 1
-            await asyncio.sleep(0.25)
+    def count_levels() -> None:
+        for sid in ids:
+            levels[scheduler.stats(sid).level] += 1
 
     await engine.start()
     joins = np.sort(np.random.default_rng(sessions).uniform(0.0, join_spread, sessions))
@@ -171,7 +163,7 @@ async def run_load(
                                          lookahead=1, mode=Mode.PUSH)
             if not verdict.admitted:
                 raise RuntimeError(f"{sid} refused: {verdict}")
-        tasks = [asyncio.create_task(steer()), asyncio.create_task(w.tick(stop))]
+        tasks = [asyncio.create_task(steer(engine, ids, stop, count_levels)), asyncio.create_task(w.tick(stop))]
         # measure from the moment every session has its first frame: opening a session
         # (rendering its start frame, filling its cache) is not the steady load
         t_joined = time.monotonic()
