@@ -183,7 +183,7 @@ class Migration:
             session = Session(
                 session.config, session.token_hash, session_id=sid, scene=session.scene,
                 epoch=session.epoch, status=SessionStatus.DETACHED, clock=self.clock,
-                controls=session.controls, log=session.log, blocks_committed=n,
+                log=session.log, blocks_committed=n,
                 last_block_idx=n - 1, frames_due=self.shape.block_start(n), frames_committed=self.shape.block_start(n),
             )
         self.sessions.store.install(session)

@@ -1,4 +1,4 @@
-"""One client session: its configuration, latest controls, counters and status.
+"""One client session: its configuration, scene, counters, replay log and status.
 
 State changes only through ``Session`` methods, each with a precondition on the status;
 a call whose precondition fails raises ``IllegalTransition``::
@@ -23,7 +23,6 @@ import hmac
 import math
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -34,7 +33,6 @@ import numpy as np
 from worldserve.protocol.vocab import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
 from worldserve.session.errors import IllegalTransition, StaleBlock
 from worldserve.session.eventlog import DEFAULT_CAPACITY, Applied, EpochStart, EventLog
-from worldserve.session.plan import ACTION_DIM, KEYS
 
 Clock = Callable[[], float]
 Mode = Literal["push", "pull"]
@@ -45,14 +43,7 @@ MAX_STEPS = 64
 MAX_LOOKAHEAD = 64
 PRIORITY_RANGE = (-1000, 1000)
 MAX_SCENE_CHARS = 4096
-DEFAULT_QUEUE = 32  # pending actions kept between two chunks
 _FRESH_COUNTERS = (0, -1, 0, 0)  # blocks_committed, last_block_idx, frames_due, frames_committed
-
-# Bounds of each action component: keys are 0/1, mouse deltas in [-1, 1].
-_ACTION_LO = np.array([0.0] * len(KEYS) + [-1.0] * (ACTION_DIM - len(KEYS)), dtype=np.float32)
-_ACTION_HI = np.ones(ACTION_DIM, dtype=np.float32)
-_NO_ACTION = np.zeros(ACTION_DIM, dtype=np.float32)
-_NO_ACTION.setflags(write=False)
 
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
@@ -102,90 +93,6 @@ class SessionStatus(StrEnum):
     CLOSED = "closed"  # final; the store has dropped (or is dropping) its state
 
 
-class Controls:
-    """Latest-wins action input of one session.
-
-    ``push`` accepts an action only if its seq is above every seq accepted before
-    (others are ignored and counted). Accepted actions wait in a bounded deque until
-    the scheduler ``take``s the newest for a chunk; the ones it skips are counted as
-    superseded. The taken action stays held (keys stay pressed) until a newer one comes.
-    Seqs start at 1; seq 0 means "no action yet" (all zeros).
-    """
-
-    __slots__ = ("_held", "_held_seq", "_queue", "ignored", "superseded")
-
-    def __init__(
-        self, maxlen: int = DEFAULT_QUEUE, *, last_seq: int = 0, action: np.ndarray | None = None
-    ) -> None:
-        if maxlen != DEFAULT_QUEUE:
-            _check_int("maxlen", maxlen, 1, 1 << 16)
-        if last_seq != 0:
-            _check_int("last_seq", last_seq, 0, 2**63 - 1)
-        self._queue: deque[tuple[int, np.ndarray]] = deque(maxlen=maxlen)
-        self._held = _NO_ACTION if action is None else _clean_action(action)
-        self._held_seq = last_seq
-        self.ignored = 0  # pushes with a seq at or below the last accepted one
-        self.superseded = 0  # accepted actions that no chunk used (latest won)
-
-    @property
-    def last_seq(self) -> int:
-        """The seq of the newest accepted action (0 before any)."""
-        return self._queue[-1][0] if self._queue else self._held_seq
-
-    @property
-    def pending(self) -> int:
-        """Accepted actions not taken yet."""
-        return len(self._queue)
-
-    def push(self, seq: int, action: np.ndarray) -> bool:
-        """Accept ``action`` if ``seq`` is newer than every accepted one; ValueError if bad."""
-        if isinstance(seq, bool) or not isinstance(seq, int):
-            raise ValueError(f"action seq must be an int, got {seq!r}")
-        if seq <= self.last_seq:
-            self.ignored += 1
-            return False
-        vec = _clean_action(action)
-        if len(self._queue) == self._queue.maxlen:
-            self.superseded += 1
-        self._queue.append((seq, vec))
-        return True
-
-    def latest(self) -> tuple[np.ndarray, int]:
-        """The newest accepted action (read-only float32, ``(ACTION_DIM,)``) and its seq."""
-        if self._queue:
-            seq, vec = self._queue[-1]
-            return vec, seq
-        return self._held, self._held_seq
-
-    def held(self) -> tuple[np.ndarray, int]:
-        """The action the last chunk used (taken last) and its seq; pending ones excluded."""
-        return self._held, self._held_seq
-
-    def take(self) -> tuple[np.ndarray, int]:
-        """``latest()`` for a chunk: clears the pending actions and holds the newest."""
-        vec, seq = self.latest()
-        if self._queue:
-            self.superseded += len(self._queue) - 1
-            self._queue.clear()
-            self._held, self._held_seq = vec, seq
-        return vec, seq
-
-
-def _clean_action(action: np.ndarray) -> np.ndarray:
-    """A read-only float32 copy of ``action``, clipped to the action bounds."""
-    try:
-        vec = np.array(action, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"action must be {ACTION_DIM} numbers: {exc}") from None
-    if vec.shape != (ACTION_DIM,):
-        raise ValueError(f"action must have shape ({ACTION_DIM},), got {vec.shape}")
-    if not np.isfinite(vec).all():
-        raise ValueError(f"action must be finite, got {vec.tolist()}")
-    np.clip(vec, _ACTION_LO, _ACTION_HI, out=vec)
-    vec.setflags(write=False)
-    return vec
-
-
 class Session:
     """One session's logical state (see the module docstring for the rules)."""
 
@@ -200,7 +107,6 @@ class Session:
         "_last_block_idx",
         "_scene",
         "_status",
-        "controls",
         "created_at",
         "id",
         "last_seen",
@@ -218,7 +124,6 @@ class Session:
         epoch: int = 0,
         status: SessionStatus = SessionStatus.ACTIVE,
         clock: Clock = time.monotonic,
-        controls: Controls | None = None,
         log: EventLog | None = None,
         log_capacity: int = DEFAULT_CAPACITY,
         blocks_committed: int = 0,
@@ -252,7 +157,6 @@ class Session:
         self._epoch = epoch
         self._status: SessionStatus = status
         self._clock = clock
-        self.controls = Controls() if controls is None else controls
         if log is None:
             log = EventLog(
                 EpochStart(config.seed, scene, config.bucket, config.steps), log_capacity

@@ -1,39 +1,42 @@
 """Session snapshots: the compact state that lets another worker resume a session.
 
 ``snapshot(session, model_state) -> bytes`` and ``restore(data) -> (Session, ModelState)``.
-The format is msgpack, one map::
+The format is msgpack, one map; this worker writes version 5::
 
-    {"format": "worldserve/session-snapshot", "version": 1,
-     "session": {id, token_sha256, epoch, scene, config{...}, counters{...},
-                 controls{held_seq, held, pending_seq, pending}},
+    {"format": "worldserve/session-snapshot", "version": 5,
+     "session": {id, token_sha256, epoch, scene, config{...}, counters{...}},
      "log":     {capacity, dropped, start{seed, scene, bucket, steps}, events[...]},
-     "model":   {bucket, frames, sink_count, frame_index, rng, scene}}
+     "model":   {bucket, frames, sink_count, frame_index, rng, scene, family,
+                 latents, continuation, actions}}
 
-Version 2 is written for a latent family's state (``ModelState.latents``; the Wan family):
-its "model" map adds ``family`` (a str) and ``latents`` (float32, (N, C, h, w), sink frames
-first), and ``frames`` is empty, (0, height, width, 3), or holds the family's anchor image,
-(1, height, width, 3) (Matrix-Game's). A default-family state is still
-written as version 1, so workers that read only version 1 take it; both are read.
-
-Version 3 is written for a state with a ``Continuation`` (session/plan.py; the default
-family exports one): its "model" map holds ``family``, ``latents`` when the family is not
-"default", and ``continuation``, a map::
+``family`` names the model family ("default" for the embedded one). ``latents`` is nil for
+the default family, which keeps pixel frames: ``frames`` is (N, bucket, bucket, 3), sink
+frames first. A latent family (the Wan family) keeps ``latents``, float32 (N, C, h, w), sink
+frames first, and ``frames`` is empty, (0, height, width, 3), or holds the family's anchor
+image, (1, height, width, 3) (Matrix-Game's). ``continuation`` (session/plan.py; the default
+family exports one) is nil or a map::
 
     {kv: float32 (2, L, N, T, H, D), prev: float32 (C, H, W), anchor: float32 (C, H, W) or nil,
      anchor_offset: float32 (2,) or nil, anchor_wait: int, anchor_age: int}
 
 with N the number of frames (or latents) the state holds. Restored from it the session
-makes exactly the frames it would have made on the old worker.
-
-Version 4 is written for a state with an ``ActionTrace`` (session/plan.py; Matrix-Game
-exports one): its "model" map is version 3's with ``continuation`` nil where there is none,
-plus ``actions``, a map::
+makes exactly the frames it would have made on the old worker. ``actions`` (an
+``ActionTrace``; Matrix-Game exports one) is nil or a map::
 
     {keyboard: float32 (N, K), mouse: float32 (N, M), first: int, anchor_frame: int}
 
 one row a pixel frame (K >= 1 and M >= 0 the family's action widths, at most
 ``MAX_ACTION_WIDTH``; N at most ``MAX_ACTION_ROWS``), ``anchor_frame`` at most the state's
-``frame_index``. Every version is read.
+``frame_index``.
+
+Older workers wrote versions 1 to 4; every version is read. Their "session" map adds
+``controls{held_seq, held, pending_seq, pending}`` (the session's last actions, kept before
+the replay log recorded what each block was made with): it is validated, then ignored.
+Their "model" map has only the keys its version knew: version 1 a default-family state
+(no ``family``, ``latents``, ``continuation`` or ``actions``); version 2 a latent family's
+(``family`` and ``latents``); version 3 adds ``continuation`` (never nil) to version 1's or
+2's by the family; version 4 adds ``actions`` (never nil) to version 3's, whose
+``continuation`` may be nil.
 
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES`` (stored
 little-endian). ``restore`` validates everything (format, version, exact key sets, types,
@@ -50,8 +53,8 @@ Decisions:
   frames it would be close, not exact (they are rounded, and a window frame's keys were
   computed against context that has left the window). Without one (versions 1 and 2)
   the runner rebuilds it from ``model.frames`` or ``model.latents``.
-- Controls carry the held action (used by the last chunk) and the newest pending one, so
-  the restored event log stays exact.
+- A session's actions travel in its replay log (what each block was made with) and, for a
+  family that exports one, in the model state's action trace; no separate controls.
 """
 
 from __future__ import annotations
@@ -79,7 +82,6 @@ from worldserve.session.session import (
     MAX_BUCKET,
     MAX_SCENE_CHARS,
     Clock,
-    Controls,
     Mode,
     Session,
     SessionConfig,
@@ -87,11 +89,12 @@ from worldserve.session.session import (
 )
 
 FORMAT = "worldserve/session-snapshot"
-VERSION = 4  # the newest: a state with its action trace ("model" adds actions to version 3's)
+VERSION = 5  # the one written: no "controls"; "model" has every key, nil where absent
+VERSION_ACTIONS = 4  # a state with its action trace ("model" adds actions to version 3's)
 VERSION_CONTINUATION = 3  # a state with its continuation ("model" adds family and continuation)
 VERSION_LATENT = 2  # a latent family's state without one ("model" adds family and latents)
 VERSION_PIXEL = 1  # a pixel-frame (default family) state without one
-VERSIONS = (VERSION_PIXEL, VERSION_LATENT, VERSION_CONTINUATION, VERSION)
+VERSIONS = (VERSION_PIXEL, VERSION_LATENT, VERSION_CONTINUATION, VERSION_ACTIONS, VERSION)
 MAX_FAMILY_CHARS = 64
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
@@ -114,22 +117,18 @@ DTYPES: dict[str, np.dtype[Any]] = {
 def snapshot(
     session: Session, model_state: ModelState, *, max_bytes: int = MAX_SNAPSHOT_BYTES
 ) -> bytes:
-    """Serialize a session and its runner state. SnapshotError if an array's dtype is not
-    in ``DTYPES`` or the result is over ``max_bytes``."""
-    held, held_seq = session.controls.held()
-    pending, pending_seq = session.controls.latest()
+    """Serialize a session and its runner state as version 5. SnapshotError if an array's
+    dtype is not in ``DTYPES``, the state's latents do not match its family, or the result
+    is over ``max_bytes``."""
     config = session.config
-    latent = model_state.latents is not None or model_state.family != "default"
-    cont, actions = model_state.continuation, model_state.actions
-    if actions is not None:
-        version = VERSION
-    elif cont is not None:
-        version = VERSION_CONTINUATION
-    else:
-        version = VERSION_LATENT if latent else VERSION_PIXEL
+    cont, actions, latents = model_state.continuation, model_state.actions, model_state.latents
+    if (model_state.family == "default") != (latents is None):
+        raise SnapshotError(
+            f"family {model_state.family!r}'s model state: latents are kept by a latent family only"
+        )
     doc = {
         "format": FORMAT,
-        "version": version,
+        "version": VERSION,
         "session": {
             "id": session.id,
             "token_sha256": session.token_hash,
@@ -150,12 +149,6 @@ def snapshot(
                 "frames_due": session.frames_due,
                 "frames_committed": session.frames_committed,
             },
-            "controls": {
-                "held_seq": held_seq,
-                "held": _pack_array(held),
-                "pending_seq": pending_seq,
-                "pending": _pack_array(pending),
-            },
         },
         "log": {
             "capacity": session.log.capacity,
@@ -170,18 +163,12 @@ def snapshot(
             "frame_index": model_state.frame_index,
             "rng": _pack_array(model_state.rng),
             "scene": model_state.scene,
+            "family": model_state.family,
+            "latents": None if latents is None else _pack_array(latents),
+            "continuation": None if cont is None else _pack_continuation(cont),
+            "actions": None if actions is None else _pack_actions(actions),
         },
     }
-    model: dict[str, object] = doc["model"]  # type: ignore[assignment]
-    if latent:
-        if model_state.latents is None:
-            raise SnapshotError(f"family {model_state.family!r}'s model state has no latents")
-        model.update(family=model_state.family, latents=_pack_array(model_state.latents))
-    if cont is not None or actions is not None:
-        packed = None if cont is None else _pack_continuation(cont)
-        model.update(family=model_state.family, continuation=packed)
-    if actions is not None:
-        model.update(actions=_pack_actions(actions))
     data: bytes = msgpack.packb(doc, use_bin_type=True)
     if len(data) > max_bytes:
         raise SnapshotError(f"snapshot is {len(data)} bytes, over the limit of {max_bytes}")
@@ -213,7 +200,7 @@ def restore(
         raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {list(VERSIONS)}")
     top = _Map(obj, "snapshot", {"format", "version", "session", "log", "model"})
     try:
-        session = _restore_session(top, clock)
+        session = _restore_session(top, clock, version)
         if version == VERSION_PIXEL:
             model = _restore_model(top.get_map("model", _MODEL_KEYS), max_frames)
         elif version == VERSION_LATENT:
@@ -287,7 +274,7 @@ def _pack_event(event: Event) -> dict[str, object]:
 
 # Decoding: every read goes through _Map, which raises SnapshotError naming the field.
 
-_SESSION_KEYS = {"id", "token_sha256", "epoch", "scene", "config", "counters", "controls"}
+_SESSION_KEYS = {"id", "token_sha256", "epoch", "scene", "config", "counters"}
 _CONFIG_KEYS = {"fps", "bucket", "steps", "lookahead", "mode", "priority", "seed"}
 _COUNTER_KEYS = {"blocks_committed", "last_block_idx", "frames_due", "frames_committed"}
 _CONTROL_KEYS = {"held_seq", "held", "pending_seq", "pending"}
@@ -389,8 +376,12 @@ class _Map:
         )
 
 
-def _restore_session(top: _Map, clock: Clock) -> Session:
-    s = top.get_map("session", _SESSION_KEYS)
+def _restore_session(top: _Map, clock: Clock, version: int) -> Session:
+    if version < VERSION:
+        s = top.get_map("session", _SESSION_KEYS | {"controls"})
+        _check_controls(s.get_map("controls", _CONTROL_KEYS))
+    else:
+        s = top.get_map("session", _SESSION_KEYS)
     c = s.get_map("config", _CONFIG_KEYS)
     mode_name = c.get_str("mode", 8)
     if mode_name not in ("push", "pull"):
@@ -405,13 +396,6 @@ def _restore_session(top: _Map, clock: Clock) -> Session:
         priority=c.get_int("priority", -MAX_INT, MAX_INT),
         seed=c.get_int("seed", 0, 2**64 - 1),
     )
-    k = s.get_map("controls", _CONTROL_KEYS)
-    controls = Controls(last_seq=k.get_int("held_seq", 0, MAX_INT), action=_action(k, "held"))
-    pending_seq, pending = k.get_int("pending_seq", 0, MAX_INT), _action(k, "pending")
-    if pending_seq > controls.last_seq:
-        controls.push(pending_seq, pending)
-    elif pending_seq < controls.last_seq or not np.array_equal(pending, controls.held()[0]):
-        raise SnapshotError(f"{k.path}: pending action {pending_seq} is older than the held one")
     n = s.get_map("counters", _COUNTER_KEYS)
     token_hash = s.get_bin("token_sha256", 32)
     if len(token_hash) != 32:
@@ -424,7 +408,6 @@ def _restore_session(top: _Map, clock: Clock) -> Session:
         epoch=s.get_int("epoch", 0, MAX_INT),
         status=SessionStatus.DETACHED,
         clock=clock,
-        controls=controls,
         log=_restore_log(top.get_map("log", _LOG_KEYS)),
         blocks_committed=n.get_int("blocks_committed", 0, MAX_INT),
         last_block_idx=n.get_int("last_block_idx", -1, MAX_INT),
@@ -433,10 +416,20 @@ def _restore_session(top: _Map, clock: Clock) -> Session:
     )
 
 
+def _check_controls(k: _Map) -> None:
+    """An older version's controls (its last held and pending actions): checked, unused."""
+    held_seq, held = k.get_int("held_seq", 0, MAX_INT), _action(k, "held")
+    pending_seq, pending = k.get_int("pending_seq", 0, MAX_INT), _action(k, "pending")
+    if pending_seq < held_seq or (pending_seq == held_seq and not np.array_equal(pending, held)):
+        raise SnapshotError(f"{k.path}: pending action {pending_seq} is older than the held one")
+
+
 def _action(m: _Map, key: str) -> np.ndarray:
     vec = m.get_array(key, "float32", 1)
     if vec.shape != (ACTION_DIM,):
         raise SnapshotError(f"{m.path}.{key}: expected shape ({ACTION_DIM},), got {vec.shape}")
+    if not np.isfinite(vec).all():
+        raise SnapshotError(f"{m.path}.{key}: not all finite")
     return vec
 
 
@@ -538,22 +531,28 @@ def _restore_latent_model(m: _Map, max_frames: int) -> ModelState:
 
 
 def _restore_continued_model(top: _Map, max_frames: int, version: int) -> ModelState:
-    """Version 3: a version 1 or 2 "model" map (by its family) with a continuation.
-    Version 4: the same with the continuation nil where there is none, and the actions."""
+    """Versions 3 to 5: a version 1 or 2 "model" map (by its family) with a continuation;
+    version 4 adds the actions and lets the continuation be nil; version 5 has every key,
+    ``latents`` nil for the default family, ``continuation`` and ``actions`` nil where
+    there are none."""
     raw = top._d["model"]
     family = raw.get("family") if isinstance(raw, dict) else None
     if not isinstance(family, str):
         raise SnapshotError("snapshot.model.family: expected a str")
     pixel = family == "default"
     keys = (_MODEL_KEYS if pixel else _LATENT_MODEL_KEYS) | {"family", "continuation"}
-    if version >= VERSION:
+    if version >= VERSION_ACTIONS:
         keys |= {"actions"}
+    if version >= VERSION:
+        keys |= {"latents"}
     m = top.get_map("model", keys)
+    if pixel and version >= VERSION and m._d["latents"] is not None:
+        raise SnapshotError(f"{m.path}.latents: expected nil for the default family")
     state = _restore_model(m, max_frames) if pixel else _restore_latent_model(m, max_frames)
     held = state.frames.shape[0] if state.latents is None else state.latents.shape[0]
     if version == VERSION_CONTINUATION or m._d["continuation"] is not None:
         state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS), held)
-    if version >= VERSION:
+    if version == VERSION_ACTIONS or (version >= VERSION and m._d["actions"] is not None):
         state.actions = _restore_actions(m.get_map("actions", _ACTION_KEYS), state.frame_index)
     return state
 

@@ -1,6 +1,6 @@
 """The contract for model families whose blocks and frames differ from the default's: a shorter
 first block on the frame clock and in the scheduler, frame sizes and controls from the runner,
-and a latent model state through snapshots (version 2)."""
+and a latent model state through snapshots (version 5, and an older worker's version 2)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.session.fakes import model_state
+from tests.session.test_snapshot import as_version
 from worldserve.session.clock import FrameClock, ManualClock
 from worldserve.session.costmodel import CostModel
 from worldserve.session.errors import SnapshotError
@@ -17,7 +18,7 @@ from worldserve.session.options import RunnerInfo
 from worldserve.session.plan import CONTROLS, ModelState, SessionSpec
 from worldserve.session.scheduler import ChunkReady, Scheduler, SchedulerOptions
 from worldserve.session.session import Session, SessionConfig
-from worldserve.session.snapshot import VERSION_LATENT, VERSION_PIXEL, restore, snapshot
+from worldserve.session.snapshot import VERSION, restore, snapshot
 
 
 def test_a_shorter_first_slot_keeps_every_later_slot_one_period_apart() -> None:
@@ -71,16 +72,19 @@ def session() -> Session:
     return Session.create(SessionConfig(fps=16.0, bucket=32, steps=4), scene="fox")[0]
 
 
-def test_a_latent_model_state_round_trips_as_version_2_and_a_pixel_one_stays_version_1() -> None:
+@pytest.mark.parametrize("version", [VERSION, 2])
+def test_a_latent_model_state_round_trips_and_a_pixel_one_has_no_latents(version: int) -> None:
     data = snapshot(session(), latent_state())
-    assert msgpack.unpackb(data)["version"] == VERSION_LATENT == 2
+    if version != VERSION:
+        data = as_version(data, version)  # an older worker's latent state
+    assert msgpack.unpackb(data)["version"] == version
     _, st = restore(data)
     want = latent_state()
     assert st.family == "wan-causal" and st.sink_count == 1 and st.frames.shape == (0, 32, 48, 3)
     assert st.latents is not None and np.array_equal(st.latents, want.latents)
     pixel = snapshot(Session.create(SessionConfig(fps=16.0, bucket=8, steps=4), scene="s")[0], model_state())
-    assert msgpack.unpackb(pixel)["version"] == VERSION_PIXEL == 1
-    assert restore(pixel)[1].latents is None
+    assert msgpack.unpackb(pixel)["model"]["latents"] is None
+    assert restore(pixel)[1].latents is None and restore(as_version(pixel, 1))[1].latents is None
 
 
 def test_a_bad_latent_state_is_a_snapshot_error() -> None:
@@ -94,5 +98,5 @@ def test_a_bad_latent_state_is_a_snapshot_error() -> None:
         restore(msgpack.packb(doc))
     doc = msgpack.unpackb(snapshot(session(), latent_state()))
     del doc["model"]["family"]
-    with pytest.raises(SnapshotError, match="missing keys"):
+    with pytest.raises(SnapshotError, match=r"model\.family: expected a str"):
         restore(msgpack.packb(doc))

@@ -1,4 +1,5 @@
-"""Snapshots: exact round trip, and validation that names what is wrong."""
+"""Snapshots: exact round trip, an older worker's versions still read, and validation that
+names what is wrong."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import pytest
 
 from tests.session.fakes import FakeClock, action, applied, model_state
 from worldserve.session.errors import SnapshotError
-from worldserve.session.plan import ModelState
+from worldserve.session.plan import ActionTrace, ModelState
 from worldserve.session.session import Session, SessionConfig, SessionStatus
 from worldserve.session.snapshot import FORMAT, MAX_FRAMES, VERSION, restore, snapshot
 from worldserve.session.store import SessionStore
 
 
 def busy_session() -> tuple[Session, str]:
-    """A session with every kind of state: counters, log events, held and pending actions."""
+    """A session with every kind of state: counters, log events of every kind."""
     config = SessionConfig(
         fps=30.0, bucket=8, steps=3, lookahead=2, mode="pull", priority=-4, seed=2**63 + 5
     )
@@ -32,9 +33,6 @@ def busy_session() -> tuple[Session, str]:
     session.set_scene("desert")
     session.record_block(4, applied(action(0.0, 1.0), 9, bucket=8, steps=2, scene="desert",
                                     observations=(np.zeros((8, 8, 3), np.uint8),)), out)
-    session.controls.push(4, action(1.0))  # held
-    session.controls.take()
-    session.controls.push(9, action(0.0, 1.0))  # pending
     return session, token
 
 
@@ -43,11 +41,44 @@ def unpack(data: bytes) -> dict[str, Any]:
     return doc
 
 
+def _array(arr: np.ndarray) -> dict[str, object]:
+    return {"dtype": arr.dtype.name, "shape": list(arr.shape), "data": arr.tobytes()}
+
+
+# What versions 1 to 4 carried in "session": the last held action and the newest pending one.
+OLD_CONTROLS = {
+    "held_seq": 4,
+    "held": _array(action(1.0)),
+    "pending_seq": 9,
+    "pending": _array(action(0.0, 1.0)),
+}
+
+
+def as_version(data: bytes, version: int) -> bytes:
+    """The bytes an older worker wrote for the same session and state: version ``version``'s
+    layout (its "model" keys, a "controls" map in "session")."""
+    doc = unpack(data)
+    doc["version"] = version
+    doc["session"]["controls"] = OLD_CONTROLS
+    model = doc["model"]
+    if model["latents"] is None:
+        del model["latents"]
+    if version < 4:
+        assert model.pop("actions") is None, "versions 1 to 3 carry no action trace"
+    if version < 3:
+        assert model.pop("continuation") is None, "versions 1 and 2 carry no continuation"
+    if version == 1:
+        assert model.pop("family") == "default", "version 1 is the default family's"
+    return msgpack.packb(doc, use_bin_type=True)
+
+
 def test_round_trip_is_exact() -> None:
     session, token = busy_session()
     state = model_state(bucket=8, frames=5, scene="desert")
     clock = FakeClock(50.0)
-    restored, model = restore(snapshot(session, state), clock=clock)
+    data = snapshot(session, state)
+    assert unpack(data)["version"] == VERSION == 5 and "controls" not in unpack(data)["session"]
+    restored, model = restore(data, clock=clock)
 
     assert restored.id == session.id and restored.token_hash == session.token_hash
     assert restored.check_token(token)
@@ -55,14 +86,6 @@ def test_round_trip_is_exact() -> None:
     assert (restored.epoch, restored.scene) == (session.epoch, session.scene)
     for name in ("blocks_committed", "last_block_idx", "frames_due", "frames_committed"):
         assert getattr(restored, name) == getattr(session, name), name
-    assert restored.controls.last_seq == session.controls.last_seq == 9
-    for view in ("held", "latest"):
-        (a, a_seq), (b, b_seq) = (
-            getattr(restored.controls, view)(),
-            getattr(session.controls, view)(),
-        )
-        assert a_seq == b_seq
-        np.testing.assert_array_equal(a, b)
     assert restored.log.start == session.log.start
     assert list(restored.log) == list(session.log)
     assert (restored.log.dropped, restored.log.capacity) == (
@@ -165,10 +188,7 @@ def _del(path: str) -> Any:
         (_set("session.config.mode", "poll"), "mode"),
         (_set("session.config.seed", -3), "seed"),
         (_set("session.counters.blocks_committed", 99), "blocks_committed"),
-        (_set("session.controls.held.dtype", "float64"), "dtype"),
-        (_set("session.controls.held.shape", [7]), "needs"),
-        (_set("session.controls.held.shape", [3, 2]), "shape"),
-        (_set("session.controls.pending_seq", 1), "older than the held"),
+        (_set("session.controls", OLD_CONTROLS), "unexpected keys .*controls"),
         (_set("log.capacity", 0), "capacity"),
         (_set("log.events", [{"kind": "teleport", "block": 1}]), "kind"),
         (
@@ -195,6 +215,70 @@ def test_malformed_field_is_a_snapshot_error_naming_it(edit: Any, needle: str) -
     data = mutate(snapshot(session, model_state(frames=5)), edit)
     with pytest.raises(SnapshotError, match=needle):
         restore(data)
+
+
+def trace() -> ActionTrace:
+    keyboard = np.eye(4, dtype=np.float32)[[0, 1, 1, 3, 2]]
+    mouse = np.linspace(-0.5, 0.5, 10, dtype=np.float32).reshape(5, 2)
+    return ActionTrace(keyboard=keyboard, mouse=mouse, first=3, anchor_frame=2)
+
+
+@pytest.mark.parametrize("version", [1, 4])
+def test_an_older_workers_snapshot_with_controls_restores(version: int) -> None:
+    """Versions 1 to 4 carry the session's controls; a worker restores them as the same
+    session and state (the controls are checked, then left: the replay log has the actions)."""
+    session, token = busy_session()
+    state = model_state(bucket=8, frames=5, scene="desert")
+    if version == 4:
+        state.actions = trace()
+    data = as_version(snapshot(session, state), version)
+    assert unpack(data)["session"]["controls"]["pending_seq"] == 9 and "latents" not in unpack(data)["model"]
+    restored, model = restore(data, clock=FakeClock(50.0))
+    assert restored.id == session.id and restored.check_token(token)
+    assert restored.status is SessionStatus.DETACHED and restored.config == session.config
+    for name in ("epoch", "scene", "blocks_committed", "last_block_idx", "frames_due", "frames_committed"):
+        assert getattr(restored, name) == getattr(session, name), name
+    assert list(restored.log) == list(session.log) and restored.log.start == session.log.start
+    assert np.array_equal(model.frames, state.frames) and model.frame_index == state.frame_index
+    if version == 4:
+        assert model.actions is not None and model.actions.keyboard.tobytes() == trace().keyboard.tobytes()
+        assert (model.actions.first, model.actions.anchor_frame) == (3, 2) and model.continuation is None
+    else:
+        assert model.actions is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (_set("session.controls.held.dtype", "float64"), "dtype"),
+        (_set("session.controls.held.shape", [7]), "needs"),
+        (_set("session.controls.held.shape", [3, 2]), "shape"),
+        (_set("session.controls.pending", _array(np.full(6, np.nan, np.float32))), "pending: not all finite"),
+        (_set("session.controls.pending_seq", 1), "older than the held"),
+        (_set("session.controls.held_seq", -1), "held_seq"),
+        (_del("session.controls"), r"missing keys \['controls'\]"),
+        (_set("model.actions", None), "actions: expected a map"),
+    ],
+)
+def test_an_older_versions_bad_controls_are_a_snapshot_error_naming_them(edit: Any, needle: str) -> None:
+    session, _ = busy_session()
+    state = model_state(bucket=8, frames=5)
+    state.actions = trace()
+    data = mutate(as_version(snapshot(session, state), 4), edit)
+    with pytest.raises(SnapshotError, match=needle):
+        restore(data)
+
+
+def test_a_default_family_state_with_latents_is_refused() -> None:
+    session, _ = busy_session()
+    state = model_state()
+    state.latents = np.zeros((3, 4, 2, 2), np.float32)
+    with pytest.raises(SnapshotError, match="latent family only"):
+        snapshot(session, state)
+    doc = unpack(snapshot(session, model_state()))
+    doc["model"]["latents"] = _array(np.zeros((3, 4, 2, 2), np.float32))
+    with pytest.raises(SnapshotError, match=r"latents: expected nil for the default family"):
+        restore(msgpack.packb(doc, use_bin_type=True))
 
 
 def test_too_many_frames_is_rejected() -> None:

@@ -1,6 +1,6 @@
-"""Snapshot version 4: a model state's action trace (the pixel-frame actions its kept frames
-were made with, and its anchor's frame) round trips bit for bit, beside a continuation or
-none, and is validated on load."""
+"""A model state's action trace (the pixel-frame actions its kept frames were made with, and
+its anchor's frame) round trips bit for bit, from version 5 and from an older worker's
+version 4, beside a continuation or none, and is validated on load."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from tests.session.test_snapshot import as_version
 from tests.session.test_snapshot_continuation import continuation
 from worldserve.session.errors import SnapshotError
 from worldserve.session.plan import ActionTrace, ModelState
@@ -18,7 +19,7 @@ from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import (
     MAX_ACTION_ROWS,
     VERSION,
-    VERSION_CONTINUATION,
+    VERSION_ACTIONS,
     restore,
     snapshot,
 )
@@ -49,11 +50,14 @@ def session() -> Session:
     return Session.create(SessionConfig(fps=16.0, bucket=32, steps=3), scene="")[0]
 
 
+@pytest.mark.parametrize("version", [VERSION, VERSION_ACTIONS])
 @pytest.mark.parametrize("mouse", [2, 0])
-def test_an_action_trace_round_trips_bit_for_bit_as_version_4(mouse: int) -> None:
+def test_an_action_trace_round_trips_bit_for_bit(mouse: int, version: int) -> None:
     want = latent_state(trace(mouse=mouse))
     data = snapshot(session(), want)
-    assert msgpack.unpackb(data)["version"] == VERSION == 4
+    if version != VERSION:
+        data = as_version(data, version)
+    assert msgpack.unpackb(data)["version"] == version
     _, got = restore(data)
     assert got.actions is not None and want.actions is not None and got.continuation is None
     assert got.actions.keyboard.dtype == np.float32 and got.actions.keyboard.tobytes() == want.actions.keyboard.tobytes()
@@ -72,14 +76,17 @@ def test_a_trace_travels_beside_a_continuation() -> None:
     assert got.actions is not None and got.actions.first == 37
 
 
-def test_a_state_without_a_trace_is_written_as_before() -> None:
+def test_a_state_without_a_trace_travels_with_none() -> None:
     st = latent_state()
     st.actions = None
     st.continuation = continuation(6, anchor=False)
-    assert msgpack.unpackb(snapshot(session(), st))["version"] == VERSION_CONTINUATION
+    data = snapshot(session(), st)
+    assert msgpack.unpackb(data)["model"]["actions"] is None
+    _, got = restore(data)
+    assert got.actions is None and got.continuation is not None
     st.continuation = None
     data = snapshot(session(), st)
-    assert msgpack.unpackb(data)["version"] == 2 and restore(data)[1].actions is None
+    assert restore(data)[1].actions is None and restore(data)[1].continuation is None
 
 
 def _edit(fn: Callable[[dict[str, Any]], None]) -> bytes:

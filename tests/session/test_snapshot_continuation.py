@@ -1,5 +1,6 @@
-"""Snapshot version 3: a model state's continuation (its cache and what shapes the next
-frames besides) round trips bit for bit and is validated on load."""
+"""A model state's continuation (its cache and what shapes the next frames besides) round
+trips bit for bit, from version 5 and from an older worker's version 3, and is validated on
+load."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import numpy as np
 import pytest
 
 from tests.session.fakes import model_state
+from tests.session.test_snapshot import as_version
 from worldserve.session.errors import SnapshotError
 from worldserve.session.plan import Continuation, ModelState
 from worldserve.session.session import Session, SessionConfig
-from worldserve.session.snapshot import VERSION_CONTINUATION, VERSION_PIXEL, restore, snapshot
+from worldserve.session.snapshot import VERSION, VERSION_CONTINUATION, restore, snapshot
 
 
 def continuation(frames: int, *, anchor: bool = True) -> Continuation:
@@ -42,11 +44,14 @@ def session() -> Session:
     return Session.create(SessionConfig(fps=24.0, bucket=8, steps=4), scene="s")[0]
 
 
+@pytest.mark.parametrize("version", [VERSION, VERSION_CONTINUATION])
 @pytest.mark.parametrize("anchor", [True, False])
-def test_a_continuation_round_trips_bit_for_bit_as_version_3(anchor: bool) -> None:
+def test_a_continuation_round_trips_bit_for_bit(anchor: bool, version: int) -> None:
     want = continued_state(anchor=anchor)
     data = snapshot(session(), want)
-    assert msgpack.unpackb(data)["version"] == VERSION_CONTINUATION == 3
+    if version != VERSION:
+        data = as_version(data, version)
+    assert msgpack.unpackb(data)["version"] == version
     _, got = restore(data)
     assert got.continuation is not None and want.continuation is not None
     a, b = got.continuation, want.continuation
@@ -63,9 +68,9 @@ def test_a_continuation_round_trips_bit_for_bit_as_version_3(anchor: bool) -> No
     assert got.family == "default" and got.latents is None
 
 
-def test_a_state_without_continuation_is_still_written_as_version_1() -> None:
+def test_a_state_without_continuation_travels_with_none() -> None:
     data = snapshot(session(), model_state(bucket=8))
-    assert msgpack.unpackb(data)["version"] == VERSION_PIXEL
+    assert msgpack.unpackb(data)["model"]["continuation"] is None
     assert restore(data)[1].continuation is None
 
 
@@ -116,8 +121,10 @@ def test_a_bad_continuation_is_a_snapshot_error_naming_the_field(
         restore(_edit(edit))
 
 
-def test_a_version_3_snapshot_without_its_family_is_a_snapshot_error() -> None:
-    doc = msgpack.unpackb(snapshot(session(), continued_state()), raw=False)
+@pytest.mark.parametrize("version", [VERSION, VERSION_CONTINUATION])
+def test_a_snapshot_without_its_family_is_a_snapshot_error(version: int) -> None:
+    data = snapshot(session(), continued_state())
+    doc = msgpack.unpackb(data if version == VERSION else as_version(data, version), raw=False)
     del doc["model"]["family"]
     with pytest.raises(SnapshotError, match=r"model\.family"):
         restore(msgpack.packb(doc, use_bin_type=True))

@@ -1,16 +1,20 @@
-"""Fuzzed, truncated and mutated snapshots raise SnapshotError and nothing else."""
+"""Fuzzed, truncated and mutated snapshots (this worker's version 5 and an older worker's
+version 1, with its controls) raise SnapshotError and nothing else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import hypothesis.strategies as st
 import msgpack
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.session.fakes import FakeClock, action, applied, model_state
+from tests.session.test_snapshot import as_version
 from worldserve.session.errors import SnapshotError
 from worldserve.session.plan import ModelState
 from worldserve.session.session import Session, SessionConfig
@@ -31,6 +35,15 @@ def valid_snapshot() -> bytes:
     return snapshot(session, model_state(bucket=4, frames=2))
 
 
+@cache
+def valid_old_snapshot() -> bytes:
+    """The same session and state as an older worker wrote them: version 1, with controls."""
+    return as_version(valid_snapshot(), 1)
+
+
+SEEDS = pytest.mark.parametrize("seed", [valid_snapshot, valid_old_snapshot], ids=["v5", "v1"])
+
+
 def restores_or_rejects(data: bytes) -> None:
     """The only acceptable outcomes: a restored pair, or SnapshotError."""
     try:
@@ -41,10 +54,11 @@ def restores_or_rejects(data: bytes) -> None:
     assert isinstance(session, Session) and isinstance(model, ModelState)
 
 
-def test_valid_snapshot_restores_what_was_saved() -> None:
-    """The fuzz tests' seed is a real snapshot: it restores to the session and model state
-    it was made from (so a mutation that is accepted is judged against a working baseline)."""
-    session, model = restore(valid_snapshot())
+@SEEDS
+def test_valid_snapshot_restores_what_was_saved(seed: Callable[[], bytes]) -> None:
+    """The fuzz tests' seeds are real snapshots: they restore to the session and model state
+    they were made from (so a mutation that is accepted is judged against a working baseline)."""
+    session, model = restore(seed())
     assert (session.config.bucket, session.config.seed, session.scene) == (4, 9, "sea")
     assert (session.blocks_committed, session.last_block_idx) == (0, 2)
     assert [getattr(e, "seq", None) for e in session.log] == [1, 2, None, 3]  # the scene's
@@ -53,8 +67,9 @@ def test_valid_snapshot_restores_what_was_saved() -> None:
     assert np.array_equal(model.frames, saved.frames) and np.array_equal(model.rng, saved.rng)
 
 
-def test_every_truncation_is_rejected() -> None:
-    data = valid_snapshot()
+@SEEDS
+def test_every_truncation_is_rejected(seed: Callable[[], bytes]) -> None:
+    data = seed()
     for n in range(len(data)):
         try:
             restore(data[:n])
@@ -121,10 +136,13 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
+@SEEDS
 @FUZZ
 @given(st.data(), msgpack_values, st.booleans())
-def test_structural_mutations_are_handled(data: st.DataObject, value: Any, delete: bool) -> None:
-    doc = msgpack.unpackb(valid_snapshot(), raw=False)
+def test_structural_mutations_are_handled(
+    seed: Callable[[], bytes], data: st.DataObject, value: Any, delete: bool
+) -> None:
+    doc = msgpack.unpackb(seed(), raw=False)
     path = data.draw(st.sampled_from(_paths(doc)), label="path")
     parent = doc
     for key in path[:-1]:

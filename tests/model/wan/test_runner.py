@@ -118,7 +118,7 @@ def test_a_prompt_change_recaches_the_window_under_the_new_prompt(weights: Path)
 
 
 def snapshot_round_trip(runner: WanRunner, sid: str) -> object:
-    """The session's model state through a real snapshot (msgpack, version 2) and back."""
+    """The session's model state through a real snapshot (msgpack, version 5) and back."""
     session, _ = Session.create(SessionConfig(fps=16.0, bucket=BUCKET, steps=4, seed=1), scene="x")
     data = snapshot(session, runner.export_state(sid))
     _, state = restore(data)
