@@ -29,6 +29,8 @@ another connection holds the session takes it over (the old one is told ``replac
 - ``Sessions`` (server/sessions.py): the store and the ``Live`` table, and how a session
   leaves (the store's ``on_dispose``: out of the engine, ``ended`` to its peer).
 - ``Shape`` (server/live.py): what the runner makes (block frames, sizes, controls).
+- ``Admissions`` (server/admit.py): a live session into the engine (admitted at a rung of
+  the ladder, or refused), a new epoch, and the peer attached with its reply and replay.
 - ``Inputs`` (server/inputs.py): client inputs (``action``, ``prompt``, ``observe``,
   pull-mode ``block``).
 - ``EngineEvents`` (server/engine_events.py): the engine's callbacks (chunks to the peer,
@@ -50,7 +52,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,7 @@ from worldserve.protocol import (
     Start,
     Started,
 )
+from worldserve.server.admit import Admissions
 from worldserve.server.engine import Engine, Suspension
 from worldserve.server.engine_events import EngineEvents
 from worldserve.server.gate import Gate
@@ -88,19 +90,17 @@ from worldserve.server.live import (
     PlacementRequired,
     Remote,
     Shape,
-    rebucket,
 )
 from worldserve.server.metrics import Metrics
 from worldserve.server.migration import Migration
 from worldserve.server.offload import CodecPool
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
-from worldserve.session.admission import Admission
 from worldserve.session.costmodel import CostModel
 from worldserve.session.degrade import Settings as Rung
 from worldserve.session.errors import BadToken, IllegalTransition, SessionStateMissing
-from worldserve.session.plan import BatchTiming, ModelState, Runner, SessionSpec
-from worldserve.session.scheduler import Mode, RunnerInfo, Scheduler
+from worldserve.session.plan import BatchTiming, Runner
+from worldserve.session.scheduler import RunnerInfo, Scheduler
 from worldserve.session.session import Session, SessionConfig, SessionStatus, hash_token
 from worldserve.session.store import SessionStore
 
@@ -137,7 +137,8 @@ class Service:
         self.gate = gate = Gate()
         self.table = table = Sessions(settings, metrics, clock, gate)
         self.shape = shape = Shape()
-        self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, self._new_epoch)
+        self.admit = admit = Admissions(settings, table, shape)
+        self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, admit.new_epoch)
         self.events = EngineEvents(metrics, clock, table, shape, gate)
         self.migration = Migration(settings, metrics, clock, table, shape, gate)
         self._reaper: asyncio.Task[None] | None = None
@@ -319,32 +320,13 @@ class Service:
             Rung(req.fps, config.lookahead, self.shape.max_steps, req.bucket),
             self.clock(),
         )
-        verdict = self._schedule(engine, live, 0, observation=observation)
+        verdict = self.admit.schedule(engine, live, 0, observation=observation)
         if not verdict.admitted:
             self.store.close(sid)  # not in the table yet: nothing else to undo
-            raise self._model_full(verdict)
+            raise self.admit.refused(verdict)
         self.table.add(live)
-        height, width = self.frame_size(live.settings.bucket)
-        started = Started(
-            sid,
-            token,
-            1,
-            req.mode,
-            req.codec,
-            live.settings.fps,  # admitted: the rate its frames are paced at
-            live.settings.bucket,
-            width,
-            height,
-            self.shape.chunk_frames,
-            live.level,
-            live.settings.steps,
-            live.settings.lookahead,
-            live.epoch,
-            buckets,
-            self.block_frames(0),
-            self.shape.controls,
-        )
-        self._attach(live, peer, started, [])
+        started = self.admit.started(live, token)
+        self.admit.attach(live, peer, started, [])
         if live.pull:
             engine.request_block(sid, 0, seconds(req.deadline_ms))
         self.metrics.sessions_started.labels(req.mode).inc()
@@ -376,9 +358,9 @@ class Service:
         if n == 0:
             self.store.resume(sid, msg.token)
             live.suspension = None
-            self._new_epoch(engine, live)
-            reply = self._resumed(live, 0, 0)
-            self._attach(live, peer, reply, [])
+            self.admit.new_epoch(engine, live)
+            reply = self.admit.resumed(live, 0, 0)
+            self.admit.attach(live, peer, reply, [])
             self.metrics.resumes.labels("new_epoch").inc()
             return reply
         replay = [ch for ch in live.ring if n <= ch.block_idx < k]
@@ -392,11 +374,11 @@ class Service:
             gap, replay, k = abs(n - k), [], max(n, k)
         self.store.resume(sid, msg.token)
         state = susp.state
-        verdict = self._schedule(engine, live, k, restore=state)
+        verdict = self.admit.schedule(engine, live, k, restore=state)
         if not verdict.admitted:
             self.store.detach(sid)
             self.metrics.resumes.labels("refused").inc()
-            raise self._model_full(verdict)
+            raise self.admit.refused(verdict)
         live.suspension = None
         live.next_block = k
         live.restored = (k, state) if state is not None else None
@@ -405,8 +387,8 @@ class Service:
             for b in range(k, session.last_block_idx + 1):
                 engine.request_block(sid, b)
         restored_from, live.adopted = (-1 if live.adopted is None else live.adopted), None
-        reply = self._resumed(live, k if gap else n, len(replay), restored_from, gap)
-        self._attach(live, peer, reply, replay)
+        reply = self.admit.resumed(live, k if gap else n, len(replay), restored_from, gap)
+        self.admit.attach(live, peer, reply, replay)
         self.metrics.resumes.labels("ok" if restored_from < 0 else "restored").inc()
         if restored_from >= 0 and self.remote is not None:
             self.remote.resumed(sid, live.epoch, k)
@@ -425,21 +407,6 @@ class Service:
             self.metrics.resumes.labels("bad_token").inc()
             raise BadToken(sid)
         return live
-
-    def _resumed(
-        self, live: Live, block_idx: int, replayed: int, restored_from: int = -1, gap: int = 0
-    ) -> Resumed:
-        requested = -1
-        if live.pull:
-            session = self.store.peek(live.sid)
-            requested = session.last_block_idx if session is not None else -1
-        r = live.request
-        height, width = self.frame_size(live.settings.bucket)
-        return Resumed(
-            live.sid, block_idx, live.epoch, requested, replayed, r.mode, r.codec, live.settings.fps,
-            width, height, self.shape.chunk_frames, live.level, restored_from, gap,
-            self.block_frames(0), self.shape.controls,
-        )
 
     async def disconnected(self, sid: str, peer: Peer) -> None:
         """The peer's connection is gone: detach and suspend (resumable until the TTL)."""
@@ -543,73 +510,6 @@ class Service:
         }
 
     # --- internals ---
-
-    def _model_full(self, verdict: Admission) -> ModelFull:
-        return ModelFull(verdict, self.settings.admission_threshold, self.store.capacity)
-
-    def _schedule(
-        self,
-        engine: Engine,
-        live: Live,
-        first_block: int,
-        *,
-        observation: np.ndarray | None = None,
-        restore: ModelState | None = None,
-    ) -> Admission:
-        """Add the session to the engine (from ``restore`` when resuming)."""
-        req = live.request
-        spec = SessionSpec(live.sid, req.bucket, req.seed, live.scene, observation, restore)
-        kw: dict[str, Any] = dict(
-            fps=req.fps, lookahead=req.lookahead, mode=Mode(req.mode), first_block=first_block
-        )
-        verdict = engine.add_session(live.sid, spec, **kw)
-        if (
-            verdict.admitted
-            and verdict.settings is not None
-            and restore is not None
-            and verdict.settings.bucket != restore.bucket
-        ):  # admitted at another bucket than the state's: resize the state's frames
-            engine.remove_session(live.sid)  # not opened yet: nothing reaches the runner
-            moved = rebucket(restore, verdict.settings.bucket)
-            verdict = engine.add_session(live.sid, replace(spec, restore=moved), **kw)
-        if verdict.admitted and verdict.settings is not None:
-            live.level, live.settings = verdict.level, verdict.settings
-            if live.action is not None:
-                engine.set_action(live.sid, live.action, live.action_seq)
-        return verdict
-
-    def _new_epoch(self, engine: Engine, live: Live) -> None:
-        """Block 0 on a live session: the store opens a new epoch, the model starts afresh."""
-        sid = live.sid
-        decision = self.store.open_block(sid, 0, frames=self.block_frames(0))
-        if sid in engine.scheduler:
-            engine.remove_session(sid)
-        live.drop_held()
-        live.epoch = decision.epoch
-        live.ring.clear()
-        live.next_block = 0
-        live.restored = None
-        verdict = self._schedule(engine, live, 0)
-        if not verdict.admitted:
-            self.close(sid, "refused")
-            raise self._model_full(verdict)
-        live.shown = -1
-        if live.pull:
-            engine.request_block(sid, 0)
-        log.info("new epoch", extra={"sid": sid, "epoch": live.epoch})
-
-    def _attach(
-        self,
-        live: Live,
-        peer: Peer,
-        reply: Started | Resumed,
-        replay: list[Chunk],
-    ) -> None:
-        live.peer = peer
-        peer.attached(reply, live.request.quality or self.settings.jpeg_quality)
-        for ch in replay:
-            peer.chunk(ch, ordered=True)
-        live.shown = live.next_block - 1  # the newest block the peer has (replayed up to it)
 
     async def _reap_loop(self) -> None:
         period = min(1.0, self.settings.detached_ttl_s / 2)
