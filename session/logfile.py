@@ -32,6 +32,7 @@ from worldserve.session.snapshot import (
     _pack_event,
     _pack_start,
     _restore_log,
+    unpack,
 )
 
 FORMAT = "worldserve/session-log"
@@ -68,12 +69,7 @@ def pack(session: Session, model: str, dtype: str) -> bytes:
 
 def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
     """Validate and read a log file; SnapshotError names what is wrong."""
-    if len(data) > max_bytes:
-        raise SnapshotError(f"{len(data)} bytes, over the limit of {max_bytes}")
-    try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=False, max_ext_len=0)
-    except Exception as exc:  # the C unpacker raises a zoo of types on bad input
-        raise SnapshotError(f"not valid msgpack: {type(exc).__name__}: {exc}") from exc
+    obj = unpack(data, max_bytes)
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise SnapshotError(f"not a session log (format {FORMAT!r})")
     if obj.get("version") != VERSION:

@@ -183,14 +183,7 @@ def restore(
     max_frames: int = MAX_FRAMES,
 ) -> tuple[Session, ModelState]:
     """Validate and rebuild a snapshot: a DETACHED ``Session`` and its ``ModelState``."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise SnapshotError(f"expected bytes, got {type(data).__name__}")
-    if len(data) > max_bytes:
-        raise SnapshotError(f"{len(data)} bytes, over the limit of {max_bytes}")
-    try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
-    except Exception as exc:  # the C unpacker raises a zoo of types on bad input
-        raise SnapshotError(f"not valid msgpack: {type(exc).__name__}: {exc}") from exc
+    obj = unpack(data, max_bytes)
     # Format and version first: another version may have other keys.
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise SnapshotError(f"not a snapshot map with format {FORMAT!r}")
@@ -210,6 +203,19 @@ def restore(
     except ValueError as exc:  # a constructor's own validation
         raise SnapshotError(str(exc)) from exc
     return session, model
+
+
+def unpack(data: bytes, max_bytes: int) -> object:
+    """Bytes of at most ``max_bytes`` as msgpack (string keys, no ext types); SnapshotError
+    if they are not."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise SnapshotError(f"expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise SnapshotError(f"{len(data)} bytes, over the limit of {max_bytes}")
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
+    except Exception as exc:  # the C unpacker raises a zoo of types on bad input
+        raise SnapshotError(f"not valid msgpack: {type(exc).__name__}: {exc}") from exc
 
 
 # Encoding helpers.
