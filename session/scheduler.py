@@ -57,6 +57,7 @@ import numpy as np
 
 from worldserve.session.admission import Admission, decide
 from worldserve.session.batching import Item, Key, form_batches
+from worldserve.session.changes import Changes, note_applied
 from worldserve.session.clock import FrameClock, pull_due
 from worldserve.session.costmodel import CostModel, Demand, Load
 from worldserve.session.degrade import (
@@ -82,7 +83,6 @@ from worldserve.session.plan import (
     Batch,
     ChunkWork,
     SessionSpec,
-    SessionUpdate,
     StepOutput,
     StepPlan,
 )
@@ -129,9 +129,7 @@ class Scheduler:
         self.controller = DegradeController(o.degrade)
         self._records: dict[str, Record] = {}
         self._inflight: dict[str, Record] = {}
-        self._pending_open: list[Record] = []
-        self._dirty: dict[str, Record] = {}
-        self._freed: list[str] = []
+        self._changes = Changes()
         self._events: list[Event] = []
         self._order = 0
         self._last_control = float("-inf")
@@ -198,7 +196,7 @@ class Scheduler:
         )
         self._set_release(rec)
         self._records[session_id] = rec
-        self._pending_open.append(rec)
+        self._changes.open(rec)
         self.load.add(self._demand_of(s))
         if verdict.level > 0:  # admitted below what it asked for: said like any other move
             self._events.append(
@@ -210,12 +208,8 @@ class Scheduler:
         """Stop scheduling; the runner frees the session's state in the next plan."""
         rec = self._get(session_id)
         del self._records[session_id]
-        self._dirty.pop(session_id, None)
         self.load.remove(self._demand_of(rec.ladder.settings))
-        if rec.opened:
-            self._freed.append(session_id)
-        else:
-            self._pending_open.remove(rec)
+        self._changes.remove(rec)
 
     def set_action(self, session_id: str, action: np.ndarray, seq: int) -> bool:
         """Latest action wins; an older ``seq`` than the last one is ignored (returns False)."""
@@ -234,7 +228,7 @@ class Scheduler:
         rec.spec = replace(rec.spec, scene=prompt)  # a (re-)open starts from the latest scene
         if rec.opened:
             rec.scene = prompt
-            self._dirty[session_id] = rec
+            self._changes.mark(rec)
 
     def observe(self, session_id: str, frame: np.ndarray) -> None:
         """Commit a real frame ((H, W, 3) uint8) into the session's cache before its next chunk."""
@@ -247,7 +241,7 @@ class Scheduler:
             rec.spec = replace(rec.spec, observation=frame)
             return
         rec.observation = frame
-        self._dirty[session_id] = rec
+        self._changes.mark(rec)
 
     def request_block(
         self,
@@ -292,7 +286,7 @@ class Scheduler:
         now = self.clock() if now is None else now
         o = self.options
         plan = StepPlan()
-        self._open_and_free(plan, now)
+        self._changes.into(plan, now)
         window = o.batch_window if self._max_batch > 1 else 0.0
         horizon = now + window
         groups: dict[Key, list[_Item]] = {}
@@ -368,7 +362,7 @@ class Scheduler:
             if drift is not None:
                 events.append(drift)
         results = {r.session_id: r for r in out.results}
-        self._note_applied(plan, out)
+        note_applied(plan, out, self._records)
         failed: set[str] = set()
         for batch, done in zip(plan.batches, self._finish_times(plan, out, now), strict=True):
             for work in batch.items:
@@ -395,7 +389,7 @@ class Scheduler:
             rec.in_flight = False
         self._inflight.clear()
         if failed:
-            self._retry(plan, failed, now)
+            self._changes.retry(plan, failed, self._records, now)
         self._control(now, events)
         return events
 
@@ -407,10 +401,7 @@ class Scheduler:
     def next_wakeup(self, now: float | None = None) -> float:
         """When ``schedule`` next has something to do (``now`` if it has now; inf if never)."""
         now = self.clock() if now is None else now
-        if self._freed:
-            return now
-        pending = (*self._pending_open, *self._dirty.values())
-        best = min((r.retry_at for r in pending), default=float("inf"))
+        best = self._changes.next_retry()
         if best <= now:
             return now
         for rec in self._records.values():
@@ -489,53 +480,6 @@ class Scheduler:
     def _demand_of(self, s: Settings) -> Demand:
         return Demand(s.bucket, s.steps, self.info.frames_per_chunk / s.fps)
 
-    def _open_and_free(self, plan: StepPlan, now: float) -> None:
-        freed = set(self._freed)
-        plan.freed, self._freed = self._freed, []
-        keep = []
-        for rec in self._pending_open:
-            if rec.sid in freed or rec.retry_at > now:  # open only after the old state is freed
-                keep.append(rec)
-                continue
-            if rec.observation is not None:  # re-opening: the spec carries everything pending
-                rec.spec = replace(rec.spec, observation=rec.observation)
-            rec.scene, rec.observation, rec.bucket_dirty = None, None, False
-            self._dirty.pop(rec.sid, None)
-            plan.new_sessions.append(rec.spec)
-            rec.opened = True
-        self._pending_open = keep
-        if not self._dirty:
-            return
-        dirty, self._dirty = self._dirty, {}
-        for rec in dirty.values():
-            if rec.retry_at > now:
-                self._dirty[rec.sid] = rec
-                continue
-            bucket = rec.ladder.settings.bucket if rec.bucket_dirty else None
-            plan.updates.append(SessionUpdate(rec.sid, rec.scene, bucket, rec.observation))
-            rec.scene, rec.observation, rec.bucket_dirty = None, None, False
-
-    def _retry(self, plan: StepPlan, failed: set[str], now: float) -> None:
-        """The runner's state of a failed session is unknown: if this plan opened it, free
-        and open it again; if it switched its bucket, switch again; after one chunk period."""
-        opened = {spec.session_id for spec in plan.new_sessions}
-        rebucket = {u.session_id for u in plan.updates if u.bucket is not None}
-        for sid in failed:
-            rec = self._records.get(sid)
-            if rec is None:
-                continue
-            rec.errors += 1
-            if sid in opened and rec.opened:
-                rec.opened = False
-                self._freed.append(sid)
-                self._pending_open.append(rec)
-            elif sid in rebucket:
-                rec.bucket_dirty = True
-                self._dirty[sid] = rec
-            else:
-                continue
-            rec.retry_at = now + rec.clock.chunk_period
-
     def _catch_up_costs(self, now: float) -> dict[Key, float]:
         """Per key, the predicted time of one batch holding every push session of that key
         that is too late for its slot even alone (capped at the largest batch size)."""
@@ -573,23 +517,6 @@ class Scheduler:
         rec.slot = slot
         self._set_release(rec)
         self.controller.note_miss(now)
-
-    def _note_applied(self, plan: StepPlan, out: StepOutput) -> None:
-        """Scenes and real frames the runner applied in this plan, kept for the next block's
-        ``Applied`` (what the replay log records)."""
-        changes: list[tuple[str, str | None, np.ndarray | None]] = [
-            (spec.session_id, spec.scene, spec.observation)
-            for spec in plan.new_sessions if spec.restore is None
-        ]
-        changes += [(u.session_id, u.scene, u.observation) for u in plan.updates]
-        for sid, scene, observation in changes:
-            rec = self._records.get(sid)
-            if rec is None or sid in out.errors:
-                continue
-            if scene is not None:
-                rec.applied_scene = scene
-            if observation is not None:
-                rec.applied_observations.append(observation)
 
     def _commit(
         self,
@@ -647,7 +574,7 @@ class Scheduler:
                 rec.spec = replace(rec.spec, bucket=new.bucket)
                 if rec.opened:
                     rec.bucket_dirty = True
-                    self._dirty[rec.sid] = rec
+                    self._changes.mark(rec)
             events.append(
                 DegradationChanged(rec.sid, old_level, state.level, describe_change(old, new), new)
             )
