@@ -44,7 +44,7 @@ def test_matrix_game_runs_the_loop_with_its_actions_and_adds_the_key_to_frame_es
     assert [r[0] for r in rows] == ["1", "2"] and {r[5] for r in rows} == {"8"}
     for r in rows:  # the chunk end to end, then half a period (p50) or a whole one (max) before it
         serial, p50, worst = float(r[3]), float(r[-2]), float(r[-1])
-        assert serial < p50 < worst <= 2 * serial + 0.1
+        assert serial < p50 < worst <= 2 * serial + 0.2  # each printed to 0.1
     assert float(m["key"]) == float(rows[0][-2])
 
 
