@@ -8,15 +8,18 @@ time rotation (``model/rope.py``): a chunk sees itself, the sink frames and the 
 
 The head predicts the clean frame as a per-token motion kernel applied to the previous frame
 (separable, ±radius pixels in y and x: the shift the action causes) plus a residual for what
-the shift cannot explain (new terrain at the edges, things that move on their own).
+the shift cannot explain (new terrain at the edges, things that move on their own). With
+``unet_width``, a convolutional path (``model/default/unet.py``) refines that guess on the
+sampler's last forward, below and across the token grid.
 
 Explicit steps, no whole-video API:
 - ``prepare_chunk``: what every step of one chunk shares, computed once (the previous frame's
   half of the stem, the action and scene tokens, every block's adaLN modulation for each
   noise level of the chunk, the action's motion prior);
 - ``denoise_step``: one denoising forward of a prepared chunk against its cached context ->
-  x0 guess; ``commit_step``: the clean chunk at noise 0 -> per-layer keys/values for the
-  cache; ``denoise_chunk`` / ``commit_chunk`` prepare and run one step in one call;
+  x0 guess; ``final_step``: the sampler's last one, refined by the convolutional path;
+  ``commit_step``: the clean chunk at noise 0 -> per-layer keys/values for the cache;
+  ``denoise_chunk`` / ``commit_chunk`` prepare and run one step in one call;
 - ``forward_sequence``: every frame of a sequence in one pass with the block-causal mask
   (training, re-caching after a scene/bucket change or a restore, and the equality tests);
 - ``decode``: clean frames in [-1, 1] -> uint8 pixels (the whole "decoder": a clamp).
