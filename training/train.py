@@ -184,10 +184,8 @@ def self_rollout(
         if i > 0:
             xt = randn((b, 1, c, h, w), g)
             x0 = xt
-            inp = model.prepare_chunk(prev, a, sc, levels)
-            for k, t in enumerate(levels):  # the last forward as the sampler's: refined where the model can
-                step = model.final_step if k + 1 == len(levels) else model.denoise_step
-                x0 = step(xt, inp, k, ctx).clamp(-1, 1)
+            for k, t in enumerate(levels):
+                x0 = model.denoise_chunk(xt, prev, t, a, sc, ctx).clamp(-1, 1)
                 if k + 1 < len(levels):
                     xt = next_noisy(xt, x0, t, levels[k + 1], randn(x0.shape, g), ROLLOUT_ETA)
             out[:, i : i + 1] = WorldModel.encode(WorldModel.decode(x0))
@@ -285,24 +283,16 @@ def train_step(
     seq_pos = torch.tensor(pos + pos)
     flags = torch.cat((torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)))
     kernels: list[torch.Tensor] | None = [] if motion_weight > 0 else None
-    refined: list[torch.Tensor] | None = [] if cfg.unet_width else None
-    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags, kernels=kernels,
-                                    refined=refined)
+    out, _ = model.forward_sequence(seq, seq_prev, seq_noise, seq_act, seq_scene, seq_pos, flags, kernels=kernels)
     pred = out[:, n:]
-    # the transformer's guess makes the sampler's earlier steps, the refined one (``unet_width``)
-    # its last: both are charged the frame terms
-    loss = pred.new_zeros(())
-    for name, guess in (("", pred), *((("_refined", refined[0]),) if refined else ())):
-        mse = F.mse_loss(guess, x) if pix_weight is None else masked_mse(guess, x, pix_weight)
-        loss = loss + mse
-        if name:
-            stats["mse_guess"], stats["mse_refined"] = F.mse_loss(pred, x).detach(), mse.detach()
-        if edge_weight > 0 and pix_weight is None:  # sharp guesses matter most at the low noise levels that make the output
-            edges = edge_loss(guess, x, 1.0 - t)
-            stats["edge" + name] = edges.detach()
-            loss = loss + edge_weight * edges
-    if refined:
-        pred = refined[0]  # what is served: the texture term and the critic judge it
+    if pix_weight is None:
+        loss = F.mse_loss(pred, x)
+    else:
+        loss = masked_mse(pred, x, pix_weight)
+    if edge_weight > 0 and pix_weight is None:  # sharp guesses matter most at the low noise levels that make the output
+        edges = edge_loss(pred, x, 1.0 - t)
+        stats["edge"] = edges.detach()
+        loss = loss + edge_weight * edges
     if kernels:  # the noisy half's kernels against the commanded camera shift
         h = x.shape[-1]
         targets = put(shift_targets(batch["actions"], h, cfg.radius(h)))

@@ -19,7 +19,7 @@ SAMPLER_FIELDS = ("denoising_steps", "sampler_eta")
 # exactly that value, and names the trial where it does not
 RETIRED_FIELDS: dict[str, object] = {
     "renoise": 1.0, "commit_noise": 0.0, "motion_layers": 1,
-    "canvas_memory": False, "refine_channels": 0, "recall_patch": 0,
+    "canvas_memory": False, "refine_channels": 0, "recall_patch": 0, "unet_width": 0,
 }
 
 
@@ -52,7 +52,6 @@ class ModelConfig:
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
     anchor_warp: bool = True  # also copy from an anchor frame moved by the accumulated camera shift (model/default/anchor.py)
-    unet_width: int = 0  # full-resolution channels of the convolutional path to pixels (model/default/unet.py); 0: none
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -84,10 +83,6 @@ class ModelConfig:
             )
         if not 0.0 <= self.sampler_eta <= 1.0:
             raise ValueError(f"sampler_eta must lie in [0, 1], got {self.sampler_eta}")
-        if self.unet_width < 0:
-            raise ValueError(f"unet_width must be 0 (no convolutional path) or positive, got {self.unet_width}")
-        if self.unet_width and self.patch % 4:
-            raise ValueError(f"unet_width needs a patch that is a multiple of 4, got {self.patch}")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 

@@ -8,18 +8,15 @@ time rotation (``model/rope.py``): a chunk sees itself, the sink frames and the 
 
 The head predicts the clean frame as a per-token motion kernel applied to the previous frame
 (separable, ±radius pixels in y and x: the shift the action causes) plus a residual for what
-the shift cannot explain (new terrain at the edges, things that move on their own). With
-``unet_width``, a convolutional path (``model/default/unet.py``) refines that guess on the
-sampler's last forward, below and across the token grid.
+the shift cannot explain (new terrain at the edges, things that move on their own).
 
 Explicit steps, no whole-video API:
 - ``prepare_chunk``: what every step of one chunk shares, computed once (the previous frame's
   half of the stem, the action and scene tokens, every block's adaLN modulation for each
   noise level of the chunk, the action's motion prior);
 - ``denoise_step``: one denoising forward of a prepared chunk against its cached context ->
-  x0 guess; ``final_step``: the sampler's last one, refined by the convolutional path;
-  ``commit_step``: the clean chunk at noise 0 -> per-layer keys/values for the cache;
-  ``denoise_chunk`` / ``commit_chunk`` prepare and run one step in one call;
+  x0 guess; ``commit_step``: the clean chunk at noise 0 -> per-layer keys/values for the
+  cache; ``denoise_chunk`` / ``commit_chunk`` prepare and run one step in one call;
 - ``forward_sequence``: every frame of a sequence in one pass with the block-causal mask
   (training, re-caching after a scene/bucket change or a restore, and the equality tests);
 - ``decode``: clean frames in [-1, 1] -> uint8 pixels (the whole "decoder": a clamp).
@@ -42,7 +39,6 @@ from torch import nn
 from worldserve.model.attention import attend
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.flow import level_tensor, next_noisy
-from worldserve.model.default.unet import PixelUNet
 from worldserve.model.default.warp import shift_warp
 from worldserve.model.rope import Rope, RopeTables
 
@@ -257,8 +253,6 @@ class WorldModel(nn.Module):
             self.anchor_stems = nn.ModuleDict({f"b{b}": nn.Linear((c + 1) * p * p, w) for b in cfg.buckets})
             self.anchor_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, p * p) for b in cfg.buckets})
             self.shift_head = nn.Linear(cfg.action_dim, 2)
-        if cfg.unet_width:  # the convolutional path to pixels, on the last denoising forward
-            self.unet = PixelUNet(c, cfg.prev_channels, w, p, cfg.unet_width)
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -282,8 +276,6 @@ class WorldModel(nn.Module):
                 nn.init.zeros_(head.weight)
                 nn.init.constant_(head.bias, ANCHOR_START)
             nn.init.zeros_(self.shift_head.weight)
-        if self.cfg.unet_width:
-            self.unet.reset_parameters()
 
     # --- pieces shared by every path ---
 
@@ -336,10 +328,9 @@ class WorldModel(nn.Module):
     def _head(
         self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, prev: torch.Tensor,
         prior: torch.Tensor, kernels: list[torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Final tokens -> clean-frame guess (B, F, C, H, W) and the modulated final tokens
-        (B, F*T, W) the convolutional path reads. ``kernels``, if given, receives the motion
-        kernels (B*F, gh, gw, 2, taps), y then x, softmax over the offsets."""
+    ) -> torch.Tensor:
+        """Final tokens -> clean-frame guess (B, F, C, H, W). ``kernels``, if given, receives
+        the motion kernels (B*F, gh, gw, 2, taps), y then x, softmax over the offsets."""
         cfg, p = self.cfg, self.cfg.patch
         ch = cfg.channels
         b, f, _, h, w = prev.shape
@@ -358,15 +349,7 @@ class WorldModel(nn.Module):
             ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
             logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
             moved = torch.lerp(moved, ref[:, :ch], logit.sigmoid() * ref[:, ch:])
-        return moved.view(b, f, ch, h, w).to(resid.dtype) + resid, normed
-
-    def _refine(self, guess: torch.Tensor, noisy: torch.Tensor, prev: torch.Tensor, normed: torch.Tensor) -> torch.Tensor:
-        """The convolutional path (``unet_width``): guess, noisy (B, F, C, H, W), prev
-        (B, F, P, H, W), normed (B, F*T, W) -> the refined guess (B, F, C, H, W)."""
-        b, f, c, h, w = guess.shape
-        fix = self.unet(guess.reshape(b * f, c, h, w), noisy.reshape(b * f, c, h, w),
-                        prev.reshape(b * f, -1, h, w), normed.reshape(b * f, normed.shape[1] // f, -1))
-        return guess + fix.view(b, f, c, h, w).to(guess.dtype)
+        return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
     # --- cached, chunk-by-chunk steps ---
 
@@ -406,15 +389,6 @@ class WorldModel(nn.Module):
 
     def denoise_step(self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext) -> torch.Tensor:
         """One denoising forward: noisy chunk (B, F, C, H, W) at ``inp.levels[level]`` -> x0 guess."""
-        return self._denoise(x, inp, level, ctx)[0]
-
-    def final_step(self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext) -> torch.Tensor:
-        """The sampler's last denoising forward: ``denoise_step``'s guess, refined by the
-        convolutional path where the model has one (``unet_width``)."""
-        guess, normed = self._denoise(x, inp, level, ctx)
-        return self._refine(guess, x, inp.prev, normed) if self.cfg.unet_width else guess
-
-    def _denoise(self, x: torch.Tensor, inp: ChunkInputs, level: int, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
         f = x.shape[1]
         tokens = self._tokens(x, inp)
         rope_sp = self.rope.spatial_frames(x.shape[-1], f, tokens.dtype, tokens.device)
@@ -454,8 +428,7 @@ class WorldModel(nn.Module):
         levels, eta = inp.levels[:-1], self.cfg.sampler_eta
         x = x0 = noise(0)
         for i in range(len(levels)):
-            step = self.final_step if i + 1 == len(levels) else self.denoise_step
-            x0 = step(x, inp, i, ctx).clamp(-1, 1)
+            x0 = self.denoise_step(x, inp, i, ctx).clamp(-1, 1)
             if i + 1 < len(levels):
                 x = next_noisy(x, x0, levels[i], levels[i + 1], noise(i + 1), eta)
         pixels = self.decode(x0)
@@ -482,7 +455,6 @@ class WorldModel(nn.Module):
         self, x: torch.Tensor, prev: torch.Tensor, noise: torch.Tensor, actions: torch.Tensor,
         scene: torch.Tensor, frame_pos: torch.Tensor, noisy: torch.Tensor,
         return_kv: bool = False, kernels: list[torch.Tensor] | None = None,
-        refined: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         """All N frames of a sequence in one pass with the block-causal mask.
 
@@ -491,9 +463,7 @@ class WorldModel(nn.Module):
         generation query: it sees the clean context of its chunk's window and the noisy
         frames of its own chunk, and nothing attends to it (see ``sequence_mask``).
         Returns x0 guesses (B, N, C, H, W) and, if asked, keys/values (L, B, N*T, H, D);
-        ``kernels`` receives the motion kernels (see ``_head``); ``refined`` (``unet_width``
-        models) receives the noisy frames' guesses refined by the convolutional path, as the
-        sampler's last step makes them, (B, Nq, C, H, W) in the order of the noisy frames.
+        ``kernels`` receives the motion kernels (see ``_head``).
         """
         n, h = x.shape[1], x.shape[3]
         cfg = self.cfg
@@ -515,14 +485,7 @@ class WorldModel(nn.Module):
                 ks.append(k)
                 vs.append(v)
         shift, scale = self.final_ada(c).chunk(2, -1)
-        out, normed = self._head(tokens, shift, scale, prev, self._prior(actions, h), kernels)
-        if refined is not None:
-            if not cfg.unet_width:
-                raise ValueError("refined guesses need a model with a convolutional path (unet_width > 0)")
-            sel = noisy.nonzero()[:, 0].to(dev)  # (Nq,) the noisy frames
-            b = x.shape[0]
-            normed_q = normed.view(b, n, t, -1)[:, sel].reshape(b, len(sel) * t, -1)
-            refined.append(self._refine(out[:, sel], x[:, sel], prev[:, sel], normed_q))
+        out = self._head(tokens, shift, scale, prev, self._prior(actions, h), kernels)
         return out, ((torch.stack(ks), torch.stack(vs)) if return_kv else None)
 
     @staticmethod

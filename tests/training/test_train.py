@@ -268,38 +268,3 @@ def test_every_config_field_has_its_flag(monkeypatch) -> None:
     assert tc.restart_schedule and resume and export is None
     mt.main([])
     assert got[1][0] == TrainConfig()  # no flags: the config's own defaults
-
-
-def test_a_model_with_the_convolutional_path_trains_both_guesses_and_serves(tmp_path: Path) -> None:
-    import torch
-
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
-    from worldserve.training.data import WorldPool
-    from worldserve.training.train import train_step
-
-    cfg = ModelConfig(**TINY, anchor_warp=True, unet_width=4)
-    model = WorldModel(cfg)
-    batch = WorldPool(1, cfg.buckets, np.random.default_rng(0), map_size=256).sequences(2, 5, 64, far=False)
-    g = torch.Generator().manual_seed(0)
-    loss, stats = train_step(model, batch, cfg, g, use_rollout=True, edge_weight=0.1)
-    # at the start the path adds nothing: the refined guess is the transformer's
-    assert float(stats["mse_refined"]) == float(stats["mse_guess"]) > 0
-    assert "edge_refined" in stats
-    loss.backward()
-    assert float(model.unet.out.weight.grad.abs().sum()) > 0  # the path learns from the frame terms
-    assert float(model.heads["b64"].weight.grad.abs().sum()) > 0  # and so does the transformer's own guess
-
-    cfg_t = _config(tmp_path, 4, rollout_after=0)
-    cfg_t.model = {**TINY, "anchor_warp": True, "unet_width": 4}
-    cfg_t.self_rollout_share = 0.5
-    report = train(cfg_t, resume=False, export=tmp_path / "w")
-    assert report["steps"] == 4 and np.isfinite(report["loss_last_10_this_run"])
-    runner = ModelRunner.from_pretrained(tmp_path / "w.safetensors")
-    assert runner.cfg.unet_width == 4
-    assert float(runner.model.unet.out.weight.detach().abs().sum()) > 0  # trained, exported, served
-    runner.execute(StepPlan(new_sessions=[SessionSpec("s", 64, seed=0, scene="snowy night")]))
-    a = np.zeros((1, ACTION_DIM), np.float32)
-    for i in range(2):
-        out = runner.execute(StepPlan(batches=[Batch(64, 4, [ChunkWork("s", i, a)])]))
-        assert not out.errors and out.results[0].frames.shape == (1, 64, 64, 3)
