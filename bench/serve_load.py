@@ -1,7 +1,7 @@
 """Serving load: the real default model behind the engine, in-process, no network.
 
     python -m bench.serve_load [--quick] [--seconds S] [--threads N] [--dtype D] [--weights PATH]
-                               [--device cpu|cuda] [--cuda-graphs] [--batch-sizes 1 2 4 8] [--limit N]
+                               [--device cpu|cuda] [--cuda-graphs] [--no-cpu-trace] [--batch-sizes 1 2 4 8] [--limit N]
 
 Sessions join one by one at random moments over ``--join-spread`` seconds (as clients do,
 not in lockstep); the scheduler starts each new clock in phase with the running ones. A level
@@ -356,13 +356,15 @@ async def main_async(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     sizes = tuple(args.batch_sizes)
     runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(64, 2 * args.limit + 2),
-                                         dtype=args.dtype, device=args.device, graphs=args.cuda_graphs)
+                                         dtype=args.dtype, device=args.device, graphs=args.cuda_graphs,
+                                         trace=args.cpu_trace)
     steps = tuple(range(2, runner.max_steps + 1))
     timings = warm_up(runner, runner.buckets[:1], steps, sizes)  # the bench may block
     seconds = args.seconds
     spread = args.join_spread
     where = (f"{torch.cuda.get_device_name(runner.device)}{', CUDA graphs' if args.cuda_graphs else ''}"
-             if runner.device.type == "cuda" else f"{args.threads} thread(s)")
+             if runner.device.type == "cuda"
+             else f"{args.threads} thread(s), {'traced' if args.cpu_trace else 'eager'} chunks")
     print(f"weights {args.weights}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
           f"bucket {runner.buckets[0]}, {runner.max_steps} steps, {seconds:.0f} s per load level, "
           f"sessions join over {spread:g} s")
@@ -411,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     ap.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     ap.add_argument("--cuda-graphs", action="store_true", help="replay steady-state chunks as CUDA graphs")
+    ap.add_argument("--cpu-trace", action=argparse.BooleanOptionalAction, default=True,
+                    help="on the CPU, chunks as TorchScript traces, as the server runs them by default")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES),
                     help="batch sizes the scheduler forms (the server's --batch-sizes)")
     args = ap.parse_args(argv)

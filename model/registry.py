@@ -48,6 +48,7 @@ class LoadOptions:
     device: str = "cpu"
     max_sessions: int = 9  # KV cache slots
     cuda_graphs: bool = False
+    cpu_trace: bool = True  # on the CPU, chunks as TorchScript traces (model/default/chunk_graph.py)
     sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
 
 
@@ -67,6 +68,7 @@ def _load_default(o: LoadOptions) -> Any:
     return ModelRunner.from_pretrained(
         o.weights or DEFAULT_WEIGHTS, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype,
         device=o.device, graphs=o.cuda_graphs and o.device.startswith("cuda"),
+        trace=o.cpu_trace and o.device == "cpu",
     )
 
 

@@ -16,7 +16,8 @@ and a PNG a block).
 
 Frames are reproducible where the server's runner was: a server in float32 with batches of
 one (``--dtype float32 --warmup-batch-sizes 1``), replayed with the same threads on the same
-kind of CPU, matches bit for bit. Frames made in a batch with other sessions, or in bfloat16,
+kind of CPU and the same ``--cpu-trace`` setting (traced chunks and eager ones round apart
+by an 8-bit level now and then), matches bit for bit. Frames made in a batch with other sessions, or in bfloat16,
 differ in the last bits, and such differences grow as the session goes on; the summary says
 from which block.
 """
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="the weights the server ran (default: the family's shipped ones)")
     ap.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or auto")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--cpu-trace", action=argparse.BooleanOptionalAction, default=True,
+                    help="run chunks as TorchScript traces, as the server does by default "
+                         "(--no-cpu-trace for a server run with it)")
     ap.add_argument("--blocks", type=int, default=None, help="replay only the first N blocks")
     ap.add_argument("--out", type=Path, default=None, help="write frames.npz and PNGs here")
     args = ap.parse_args(argv)
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     if lf.dtype != args.dtype:
         print(f"note: the server ran {lf.dtype}, this replay runs {args.dtype}", file=sys.stderr)
     runner = registry.load(lf.model, registry.LoadOptions(
-        weights=args.weights, threads=args.threads, dtype=args.dtype, max_sessions=1))
+        weights=args.weights, threads=args.threads, dtype=args.dtype, max_sessions=1,
+        cpu_trace=args.cpu_trace))
     n = blocks_of(lf) if args.blocks is None else min(args.blocks, blocks_of(lf))
     made: list[np.ndarray] = []
     same, first_diff = 0, None

@@ -64,7 +64,8 @@ def load_model_runner(settings: Settings) -> Runner:
     slots = max(settings.capacity, max(settings.warmup_batch_sizes)) + 1
     options = registry.LoadOptions(
         weights=settings.weights, threads=settings.threads, dtype=settings.dtype, device=settings.device,
-        max_sessions=slots, cuda_graphs=settings.cuda_graphs, sizes=settings.sizes,
+        max_sessions=slots, cuda_graphs=settings.cuda_graphs, cpu_trace=settings.cpu_trace,
+        sizes=settings.sizes,
     )
     runner: Runner = registry.load(settings.model, options)
     log.info("model %s from %s, %s on %s, %s thread(s)", settings.model, settings.weights or "the shipped weights",

@@ -119,7 +119,9 @@ class Settings:
                                  "instructions, AVX-512 BF16 or AMX; fp32 elsewhere), float32 (what "
                                  "the model was trained in) or bfloat16")
     device: str = setting("cpu", "cpu, cuda or cuda:N: where the model runs")
-    cuda_graphs: bool = setting(True, "on a GPU, replay chunks as CUDA graphs (the CPU runs eagerly)")
+    cuda_graphs: bool = setting(True, "on a GPU, replay chunks as CUDA graphs")
+    cpu_trace: bool = setting(True, "on the CPU, run the default model's chunks as TorchScript traces: "
+                                    "no Python between kernels, the GIL released while they run")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
     warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at")

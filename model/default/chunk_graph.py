@@ -1,4 +1,5 @@
-"""A whole chunk of a batch as one replayable CUDA graph.
+"""A whole chunk of a batch as one replayable graph: a CUDA graph on a GPU, a TorchScript
+trace on the CPU.
 
 At this model's size a denoising forward is a few hundred small kernels, and on a GPU their
 launches, not their arithmetic, set its time (``bench.gpu_check``). A ``ChunkGraph`` runs
@@ -18,15 +19,27 @@ the steady state, a full cache, and the frames that fill the cache first, whose 
 take the eager path; with a start frame or an observation that is its anchor alone, so
 every frame it generates replays a graph. The two variants of a shape are captured
 together, so a session that goes from filling to steady (or a degradation step to another
-step count) meets graphs that are already there. On the CPU the same buffers run eagerly
-(``capture=False``): that is how the tests hold this path to the eager one.
+step count) meets graphs that are already there.
+
+On the CPU a chunk's cost is mostly Python between small kernels, and the thread running it
+needs the GIL for every one of them: beside an event loop that runs Python a quarter of the
+time, an eager chunk took 1.5-1.9x its time alone (``bench.serve_load``'s engine/alone
+column). ``mode="trace"`` records ``_body`` once per shape with ``torch.jit.trace`` and runs
+the recording, which executes in C++ with the GIL released. The trace holds the shapes and the
+Python branches of the shape it was recorded on, which is why there is one per shape, as for
+CUDA graphs. Traces are of the steady state only: a batch with a cache still filling runs
+eagerly, which halves the shapes a warm-up records. ``mode="eager"`` runs the same buffers eagerly: that is how the tests hold this
+path to the eager one.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
+from typing import Literal
 
 import torch
+from torch import nn
 
 from worldserve.model.default.dit import ChunkContext, WorldModel
 from worldserve.model.rope import Rope
@@ -37,11 +50,27 @@ def padded(batch: int) -> int:
     return 1 << max(0, batch - 1).bit_length()
 
 
+Mode = Literal["capture", "trace", "eager"]  # CUDA graph, TorchScript trace, buffers run eagerly
+
+
+class _Traced(nn.Module):
+    """``ChunkGraph._body`` as a module with its buffers as inputs, for ``torch.jit.trace``:
+    the model's weights are its parameters, not constants of the recording."""
+
+    def __init__(self, graph: ChunkGraph):
+        super().__init__()
+        self.model = graph.model
+        self._graph = [graph]  # not a submodule
+
+    def forward(self, *buffers: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self._graph[0]._body(*buffers)
+
+
 class ChunkGraph:
     def __init__(self, model: WorldModel, bucket: int, steps: int, batch: int, dtype: torch.dtype,
-                 device: torch.device, capture: bool, masked: bool = False):
+                 device: torch.device, mode: Mode, masked: bool = False):
         cfg = model.cfg
-        self.model, self.steps, self.batch, self.capture = model, steps, batch, capture
+        self.model, self.steps, self.batch, self.mode = model, steps, batch, mode
         self.levels = cfg.noise_levels(steps)
         fc, c, t = cfg.frames_per_chunk, cfg.channels, cfg.tokens_per_frame(bucket)
         new = lambda *shape: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
@@ -56,40 +85,52 @@ class ChunkGraph:
         none = torch.empty(0, dtype=dtype, device=device)
         self._identity = Rope(none, none, identity=True)
         self._graph: torch.cuda.CUDAGraph | None = None
+        self._trace: torch.jit.ScriptModule | None = None
         self._out: tuple[torch.Tensor, ...] = ()
 
-    def _body(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(pixels uint8 (B, F, H, W, 3), clean (B, F, C, H, W), keys, values (L, B, F*T, H, D))."""
-        model, levels = self.model, self.levels
-        ctx = ChunkContext(k=self.ctx_k, v=self.ctx_v, mask=self.mask, rope_q=self._identity, rope_k=self._identity)
-        fc = self.actions.shape[1]
-        prev = self.prev[:, None].expand(-1, fc, -1, -1, -1)
-        inp = model.prepare_chunk(prev, self.actions, self.scene, [*levels, 0.0])
-        return model.sample_chunk(inp, ctx, lambda i: self.noise[i], self.prev.dtype)
+    def _buffers(self) -> tuple[torch.Tensor, ...]:
+        return (self.ctx_k, self.ctx_v, self.prev, self.actions, self.scene, self.noise,
+                *(() if self.mask is None else (self.mask,)))
+
+    def _body(self, ctx_k: torch.Tensor, ctx_v: torch.Tensor, prev: torch.Tensor, actions: torch.Tensor,
+              scene: torch.Tensor, noise: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """The chunk on the given buffers (``_buffers``' order) -> (pixels uint8 (B, F, H, W, 3),
+        clean (B, F, C, H, W), keys, values (L, B, F*T, H, D))."""
+        model = self.model
+        ctx = ChunkContext(k=ctx_k, v=ctx_v, mask=mask, rope_q=self._identity, rope_k=self._identity)
+        fc = actions.shape[1]
+        inp = model.prepare_chunk(prev[:, None].expand(-1, fc, -1, -1, -1), actions, scene, [*self.levels, 0.0])
+        return model.sample_chunk(inp, ctx, lambda i: noise[i], prev.dtype)
 
     def capture_now(self) -> None:
-        """Capture the graph (CUDA only; after warm-up runs on a side stream, as capture
-        requires). Runs on whatever the buffers hold: the next ``run`` replays on its own."""
-        if not self.capture or self._graph is not None:
+        """Record the graph: capture it (CUDA; after warm-up runs on a side stream, as capture
+        requires) or trace it (``mode="trace"``). Runs on whatever the buffers hold: the next
+        ``run`` replays on its own."""
+        if self.mode == "trace" and self._trace is None:
+            self._trace = trace_body(_Traced(self), self._buffers())
+        if self.mode != "capture" or self._graph is not None:
             return
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._body()
+                self._body(*self._buffers())
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._out = self._body()
+            self._out = self._body(*self._buffers())
         self._graph = graph
 
     def run(self) -> tuple[torch.Tensor, ...]:
-        """Run the chunk on what the buffers hold now: eagerly (``capture=False``), else by
-        replaying the graph, captured on the first call. A replay's outputs are the graph's
-        own buffers until the next one."""
-        if not self.capture:
-            return self._body()
+        """Run the chunk on what the buffers hold now: eagerly, through its trace, or by
+        replaying the CUDA graph; trace and graph are recorded on the first call. A replay's
+        outputs are the graph's own buffers until the next one."""
+        if self.mode == "eager":
+            return self._body(*self._buffers())
         self.capture_now()
+        if self._trace is not None:
+            with torch.jit.optimized_execution(False):
+                return tuple(self._trace(*self._buffers()))
         assert self._graph is not None
         self._graph.replay()
         return self._out
@@ -99,9 +140,12 @@ class ChunkGraphs:
     """The graphs of one runner, least recently used dropped past ``limit``: one per
     (bucket, step count, padded batch, masked)."""
 
-    def __init__(self, model: WorldModel, dtype: torch.dtype, device: torch.device, limit: int = 64):
+    def __init__(self, model: WorldModel, dtype: torch.dtype, device: torch.device, limit: int = 64,
+                 trace: bool = False):
+        """On CUDA, graphs are captured; on the CPU they are traced with ``trace``, else their
+        buffers run eagerly."""
         self.model, self.dtype, self.device, self.limit = model, dtype, device, limit
-        self.capture = device.type == "cuda"
+        self.mode: Mode = "capture" if device.type == "cuda" else "trace" if trace else "eager"
         self._graphs: OrderedDict[tuple[int, int, int, bool], ChunkGraph] = OrderedDict()
 
     def get(self, bucket: int, steps: int, batch: int, masked: bool = False) -> ChunkGraph:
@@ -112,7 +156,7 @@ class ChunkGraphs:
         if graph is None:
             graph = self._make(key)
             sibling = (bucket, steps, key[2], not masked)
-            if sibling not in self._graphs:
+            if sibling not in self._graphs and not (self.mode == "trace" and sibling[3]):
                 self._graphs[sibling] = self._make(sibling)
                 self._graphs[sibling].capture_now()
         self._graphs[key] = graph
@@ -122,7 +166,23 @@ class ChunkGraphs:
 
     def _make(self, key: tuple[int, int, int, bool]) -> ChunkGraph:
         bucket, steps, batch, masked = key
-        return ChunkGraph(self.model, bucket, steps, batch, self.dtype, self.device, self.capture, masked)
+        return ChunkGraph(self.model, bucket, steps, batch, self.dtype, self.device, self.mode, masked)
 
     def __len__(self) -> int:
         return len(self._graphs)
+
+
+def trace_body(body: nn.Module, buffers: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
+    """``body`` recorded on ``buffers`` by ``torch.jit.trace``, then run once (the first call
+    of a trace sets it up). It runs without the graph executor's optimization passes: their
+    profiling runs cost ~0.7 s a shape and the optimized chunk was no faster."""
+    with warnings.catch_warnings():
+        # the recording turns shapes into constants (what a per-shape trace means), and
+        # torch marks tracing as deprecated in favour of compilers that need a C++ toolchain
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated")
+        with torch.no_grad():
+            traced = torch.jit.trace(body, buffers, check_trace=False)
+    with torch.inference_mode(), torch.jit.optimized_execution(False):
+        traced(*buffers)
+    return traced

@@ -97,13 +97,16 @@ class ModelRunner:
         scene_encoder: SceneEncoder = default_scene_encoder,
         start_frame: StartFrame | None = None,
         graphs: bool = False,
+        trace: bool = False,
     ):
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
         without one such a session starts from an all-zero previous frame. ``graphs``:
         run one-frame chunks past the sink from fixed buffers (``model/default/chunk_graph.py``),
-        captured and replayed as CUDA graphs on a GPU (off by default: on the CPU it gains
-        nothing; ``bench.gpu_check`` holds the replay to the eager path on a GPU)."""
+        captured and replayed as CUDA graphs on a GPU (``bench.gpu_check`` holds the replay to
+        the eager path there). ``trace``: on the CPU, the same chunks run as TorchScript traces,
+        with the GIL released (the event loop's Python no longer stalls them) and no Python
+        between kernels; ``graphs`` alone runs their buffers eagerly there (the tests)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -121,7 +124,8 @@ class ModelRunner:
         # room for every shape a chunk can take (buckets x step counts x padded batch sizes x
         # cache filling or full), so a server that warmed them all never captures one again
         shapes = len(self.cfg.buckets) * self.cfg.denoising_steps * padded(max_sessions).bit_length() * 2
-        self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes) if graphs else None
+        on = graphs or (trace and self.device.type == "cpu")
+        self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes, trace=trace) if on else None
 
     @classmethod
     def from_pretrained(
@@ -415,7 +419,7 @@ class ModelRunner:
         states = [self.sessions[it.session_id] for it in items]
         fc, c = cfg.frames_per_chunk, cfg.channels
         pool = self.pools[bucket]
-        if self.graphs is not None and self._graphable(states):
+        if self.graphs is not None and self._graphable(states) and not self._traced_but_filling(pool, states):
             return self._run_graph(bucket, steps, items, states)
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
         actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
@@ -469,6 +473,11 @@ class ModelRunner:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
         frames (its own queries and keys take no time rotation)."""
         return self.cfg.frames_per_chunk == 1 and all(s.frame_index >= self.cfg.sink_frames for s in states)
+
+    def _traced_but_filling(self, pool: KVCachePool, states: list[SessionSlot]) -> bool:
+        """Whether a traced runner meets a cache still filling (traces are of the steady state)."""
+        assert self.graphs is not None
+        return self.graphs.mode == "trace" and not bool((pool.frame_at[[s.slot for s in states]] >= 0).all())
 
     def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot]) -> np.ndarray:
         """``_run_chunk`` through a ``ChunkGraph``: the same chunk from fixed buffers (the

@@ -26,14 +26,14 @@ def test_batches_pad_to_a_power_of_two() -> None:
     assert [padded(b) for b in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 4, 4, 8, 8, 16]
 
 
-def _rollout(graphs: bool, plan: list[tuple[int, int]]) -> tuple[list[np.ndarray], ModelRunner]:
+def _rollout(graphs: bool, plan: list[tuple[int, int]], trace: bool = False) -> tuple[list[np.ndarray], ModelRunner]:
     """Frames of a rollout: ``plan`` lists (sessions in the batch, steps) per chunk."""
     torch.manual_seed(0)
     model = WorldModel(TINY)
     with torch.no_grad():  # off the identity init, so frames depend on every input
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
-    runner = ModelRunner(model, max_sessions=4, graphs=graphs)
+    runner = ModelRunner(model, max_sessions=4, graphs=graphs, trace=trace)
     ids = [f"s{i}" for i in range(max(n for n, _ in plan))]
     rng = np.random.default_rng(0)
     runner.execute(StepPlan(new_sessions=[
@@ -115,3 +115,66 @@ def test_every_shape_a_chunk_can_take_keeps_its_graph() -> None:
     made = {k: runner.graphs.get(*k) for k in shapes}
     assert len(runner.graphs) == len(shapes) == 144
     assert all(runner.graphs.get(*k) is g for k, g in made.items())
+
+
+def test_traced_chunks_give_the_eager_frames_to_rounding() -> None:
+    # the CPU's TorchScript traces: the same kernels recorded once per shape; fusing a few of
+    # them into one may round differently, never by more than an 8-bit level
+    plan = [(4, 4)] * (TINY.cache_frames + 3) + [(2, 2)] * 2 + [(3, 4)] * 2
+    eager, _ = _rollout(False, plan)
+    traced, runner = _rollout(False, plan, trace=True)
+    assert runner.graphs is not None and runner.graphs.mode == "trace"
+    # the steady state only: batches with a cache still filling ran eagerly
+    assert sorted(runner.graphs._graphs) == [(64, 2, 2, False), (64, 4, 4, False)]
+    assert all(g._trace is not None for g in runner.graphs._graphs.values())  # recorded, not eager
+    diff = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(eager, traced, strict=True)]
+    assert max(d.max() for d in diff) <= 1 and np.mean([np.mean(d > 0) for d in diff]) < 0.01
+    assert not np.array_equal(traced[-1], traced[-2])
+
+
+def test_a_traced_rollout_repeats_bit_for_bit() -> None:
+    # what replay and an exact migration rest on: the same inputs, the same frames
+    plan = [(2, 4)] * (TINY.cache_frames + 3)
+    first, _ = _rollout(False, plan, trace=True)
+    again, _ = _rollout(False, plan, trace=True)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_a_trace_runs_with_the_gil_released() -> None:
+    # beside a thread that only runs Python, an eager chunk waits for the GIL at every kernel;
+    # a traced one runs its kernels without it
+    import threading
+    import time
+
+    from worldserve.model.default.chunk_graph import ChunkGraph
+
+    model = WorldModel(ModelConfig(width=96, depth=4, heads=2, time_rope_dims=8))
+    model.requires_grad_(False)
+    graph = ChunkGraph(model, 64, 4, 8, torch.float32, torch.device("cpu"), "trace")
+    graph.run()  # recorded and warmed
+
+    def chunks_per_s_beside_python() -> float:
+        stop = threading.Event()
+
+        def spin() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+
+        t = threading.Thread(target=spin)
+        t.start()
+        n, t0 = 0, time.perf_counter()
+        try:
+            with torch.inference_mode():
+                while time.perf_counter() - t0 < 1.0:
+                    graph.run()
+                    n += 1
+        finally:
+            stop.set()
+            t.join()
+        return n / (time.perf_counter() - t0)
+
+    traced = chunks_per_s_beside_python()
+    graph.mode = "eager"
+    eager = chunks_per_s_beside_python()
+    assert traced > 5 * eager
