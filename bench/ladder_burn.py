@@ -1,7 +1,7 @@
 """The degradation ladder under a burst of contention: another process burns one core for a while.
 
     python -m bench.ladder_burn [--sessions N] [--before S] [--burn S] [--after S]
-                                [--threads N] [--dtype D] [--weights PATH] [--batch-sizes 1 2 4 8]
+                                [--threads N] [--dtype D] [--weights PATH] [--no-cpu-trace] [--batch-sizes 1 2 4 8]
 
 The real default model behind the engine, in-process, as ``bench.serve_load`` runs it: push
 sessions at the smallest bucket asking for 24 fps at full quality with lookahead 1, degradation
@@ -187,7 +187,8 @@ def print_report(run: BurnRun, sessions: int) -> None:
 async def main_async(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     sizes = tuple(args.batch_sizes)
-    runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(16, 2 * args.sessions), dtype=args.dtype)
+    runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(16, 2 * args.sessions), dtype=args.dtype,
+                                         trace=args.cpu_trace)
     steps = tuple(range(2, runner.max_steps + 1))
     timings = warm_up(runner, runner.buckets[:1], steps, sizes)
     print(f"weights {args.weights}, {args.threads} thread(s), {str(runner.dtype).removeprefix('torch.')}, "
@@ -208,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="auto", choices=DTYPES, help="the model's float type (the server's --dtype)")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    ap.add_argument("--cpu-trace", action=argparse.BooleanOptionalAction, default=True,
+                    help="chunks as TorchScript traces, as the server runs them by default")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
     args = ap.parse_args(argv)
     if args.sessions < 1 or args.burn <= 0 or args.before < 0 or args.after <= 0:

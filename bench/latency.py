@@ -1,6 +1,6 @@
 """Loopback latency: time to first frame and WebSocket action-to-frame latency.
 
-    python -m bench.latency [--weights PATH] [--actions 40] [--fps 24] [--bucket 64]
+    python -m bench.latency [--weights PATH] [--actions 40] [--fps 24] [--bucket 64] [--no-cpu-trace]
 
 Starts the real server in this process on a free loopback port (default weights, or
 ``--weights``), opens one push session with the Python SDK and measures:
@@ -66,6 +66,7 @@ async def run(args: argparse.Namespace) -> str:
         buckets=(args.bucket,),
         warmup_batch_sizes=(1,),
         capacity=2,
+        cpu_trace=args.cpu_trace,
     )
     app = create_app(settings)
     runner = web.AppRunner(app, access_log=None)
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fps", type=float, default=24.0)
     ap.add_argument("--bucket", type=int, default=64)
     ap.add_argument("--lookahead", type=int, default=0)
+    ap.add_argument("--cpu-trace", action=argparse.BooleanOptionalAction, default=True,
+                    help="chunks as TorchScript traces (the server's default)")
     ap.add_argument("--actions", type=int, default=40)
     ap.add_argument("--interval", type=float, default=0.15, help="seconds between actions")
     ap.add_argument("--encode-buckets", type=lambda t: tuple(int(x) for x in t.split(",")),

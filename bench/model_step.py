@@ -1,7 +1,7 @@
 """Model step speed: ms per denoising forward, frames/s and efficiency per bucket and batch size.
 
     python -m bench.model_step [--threads N] [--dtype auto|float32|bfloat16] [--weights PATH]
-                               [--device cpu|cuda] [--cuda-graphs] [--batches 1 2 4 8 16] [--compile]
+                               [--device cpu|cuda] [--cuda-graphs] [--no-cpu-trace] [--batches 1 2 4 8 16] [--compile]
                                [--moving]
 
 First measures this machine's matmul peak (GFLOP/s, same dtype and threads), then for each
@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="time whole chunks as the runner replays them from CUDA graphs")
+    ap.add_argument("--cpu-trace", action=argparse.BooleanOptionalAction, default=True,
+                    help="time whole chunks as the server runs them on the CPU: TorchScript traces")
     ap.add_argument("--compile", action="store_true",
                     help="also time the denoising forward compiled by torch.compile (minutes of compiling)")
     ap.add_argument("--moving", action="store_true",
@@ -154,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     shaped = max(matmul_gflops(dtype, m, k, n, 0.4, device) for _ in range(3))
     print(f"matmul at the model's MLP shape, batch 8 ({m}x{k}x{n}): {shaped:.1f} GFLOP/s "
           f"({shaped / peak:.2f} of the peak)")
-    runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches), device=device, graphs=args.cuda_graphs)
+    runner = ModelRunner(model, dtype=dtype, max_sessions=max(args.batches), device=device, graphs=args.cuda_graphs,
+                         trace=args.cpu_trace)
     print(f"{'bucket':>6} {'batch':>5} {'tokens':>6} {'ms/fwd':>8} {'ms/chunk':>9} {'frames/s':>9} "
           f"{'GFLOP/s':>8} {'eff':>5}" + (f" {'compiled ms/fwd':>15} {'eff':>5}" if args.compile else ""))
     throughput: dict[tuple[int, int], float] = {}
