@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from worldserve.session.plan import BatchTiming
@@ -181,17 +181,21 @@ class Load:
 
     def with_change(self, remove: Demand | None, add: Demand | None) -> float:
         """Utilisation if ``remove`` left and ``add`` joined (the load itself is unchanged)."""
-        if remove is not None:
-            self.remove(remove)
-        if add is not None:
-            self.add(add)
+        return self.with_changes(() if remove is None else (remove,), () if add is None else (add,))
+
+    def with_changes(self, remove: Sequence[Demand], add: Sequence[Demand]) -> float:
+        """Utilisation if every demand of ``remove`` left and every one of ``add`` joined."""
+        for d in remove:
+            self.remove(d)
+        for d in add:
+            self.add(d)
         try:
             return self.utilisation()
         finally:
-            if add is not None:
-                self.remove(add)
-            if remove is not None:
-                self.add(remove)
+            for d in add:
+                self.remove(d)
+            for d in remove:
+                self.add(d)
 
     def _group_cost(self, d: Demand, n: int) -> float:
         full, rest = divmod(n, self.max_batch)

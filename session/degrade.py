@@ -26,7 +26,17 @@ recent misses (deadline misses and skipped frames). Every ``control_interval`` i
   slower machine must not talk the ladder up; a falling scale errs on the safe side and
   does not wait). Then one rung every ``climb`` seconds for each session of the class
   that recovers (as many in one tick as stay below ``low``), so a session four rungs down
-  is back at full quality about ``4 * climb`` after the load went away.
+  is back at full quality about ``4 * climb`` after the load went away. Sessions at the
+  same settings climb together where that fits: they share batches, and one climbing alone
+  would split a batch in two, which costs more model time than all of them climbing.
+- Calm restores what ran before. ``low`` alone would strand a load between ``low`` and
+  ``high``: it ran at full quality without trouble, a burst (another program taking the
+  core) degraded it, and no recovery could take it back above ``low``. After ``calm``
+  seconds with no miss, no degradation and no rising scale, recovery may take the
+  utilisation up to ``restore`` (below ``high``, so the prediction alone never undoes it).
+  A restore followed by a degradation within twice that calm was misjudged: the calm it
+  waits for doubles (up to 8x ``calm``), so a load that cannot hold full quality flips
+  ever more rarely; a degradation long after the last restore resets the wait.
 
 Cool-down: a session degrades at most once per ``cooldown``. Priority: the lowest
 priority class goes all the way down before a higher class gives up anything, and the
@@ -112,13 +122,18 @@ class DegradeOptions:
     miss_window: float = 0.5  # seconds over which misses count as recent
     miss_threshold: int = 3  # this many recent misses is an overloaded tick, whatever the prediction
     settle: float = 0.1  # cost scale rising more than this (log) per tick: predictions not trusted
+    restore: float = 0.85  # after ``calm`` seconds of calm, recovering may take the utilisation up to
+    # this (kept within [low, high])
+    calm: float = 2.0  # seconds without a miss, a degradation or a rising scale before ``restore`` applies
 
     def __post_init__(self) -> None:
         if not 0 < self.low < self.high:
             raise ValueError(f"need 0 < low < high, got low={self.low!r} high={self.high!r}")
+        if not self.restore > 0:
+            raise ValueError(f"restore must be positive, got {self.restore!r}")
         if self.miss_threshold < 1:
             raise ValueError(f"miss_threshold must be >= 1, got {self.miss_threshold!r}")
-        times = ("sustain", "cooldown", "recover_cooldown", "climb", "miss_window")
+        times = ("sustain", "cooldown", "recover_cooldown", "climb", "miss_window", "calm")
         bad = {n: getattr(self, n) for n in times if not getattr(self, n) >= 0}
         if bad:
             raise ValueError(f"need non-negative seconds, got {bad}")
@@ -157,9 +172,13 @@ class DegradeController:
         self._scale = 1.0  # the cost model's scale at the last tick
         self._rising = float("-inf")  # when the scale last rose by more than ``settle``
         self._over_since: float | None = None  # first tick of the current overload
+        self._last_miss = float("-inf")
+        self._calm = self.options.calm  # the calm ``restore`` waits for; doubles when it misjudged
+        self._restored = float("-inf")  # when a recovery last went above ``low``
 
     def note_miss(self, now: float) -> None:
         self._misses.append(now)
+        self._last_miss = max(self._last_miss, now)
 
     def recent_misses(self, now: float) -> int:
         cutoff = now - self.options.miss_window
@@ -186,8 +205,13 @@ class DegradeController:
             return self._degrade(now, states, load, demand_of, predicted=u > o.high)
         self._over_since = None
         quiet = now - max(self._last_degrade, self._rising) >= o.recover_cooldown
-        if misses == 0 and quiet and u < o.low:
-            return self._recover(now, states, load, demand_of)
+        calm = now - max(self._last_degrade, self._rising, self._last_miss) >= self._calm
+        ceiling = max(o.low, min(o.restore, o.high)) if calm else o.low
+        if misses == 0 and quiet and u < ceiling:
+            moved = self._recover(now, states, load, demand_of, ceiling)
+            if moved and load.utilisation() >= o.low:
+                self._restored = now
+            return moved
         return []
 
     def _degrade(
@@ -215,15 +239,19 @@ class DegradeController:
             if not predicted or load.utilisation() <= self.options.high:
                 break
         if moved:
+            if now - self._restored < 2 * self._calm:  # a recovery above ``low`` did not hold
+                self._calm = min(2 * self._calm, 8 * self.options.calm)
+            elif now - self._restored > 8 * self.options.calm:
+                self._calm = self.options.calm
             self._last_degrade = now
             self._misses.clear()
         return moved
 
     def _recover(
-        self, now: float, states: Sequence[LadderState], load: Load, demand_of: DemandOf
+        self, now: float, states: Sequence[LadderState], load: Load, demand_of: DemandOf, ceiling: float
     ) -> list[tuple[LadderState, int]]:
         """One rung up for each session of the highest degraded class that may climb, most
-        degraded first, while the utilisation after each move stays below ``low``."""
+        degraded first, while the utilisation after each move stays below ``ceiling``."""
         movable = [s for s in states if s.level > 0]
         if not movable:
             return []
@@ -232,14 +260,25 @@ class DegradeController:
             (s for s in movable if s.priority == highest), key=lambda s: (-s.level, s.order)
         )
         moved: list[tuple[LadderState, int]] = []
-        for s in klass:
-            if now - s.changed_at < self.options.climb:
-                continue
-            up = s.rungs[s.level - 1]
-            if load.with_change(demand_of(s.settings), demand_of(up)) < self.options.low:
-                moved.append((s, s.level))
-                _move(s, s.level - 1, now, load, demand_of)
+        ready = [s for s in klass if now - s.changed_at >= self.options.climb]
+        for group in _alike(ready):
+            # sessions that run alike share batches: one of them climbing alone would split
+            # a batch in two and cost more model time than all of them climbing together
+            ups = [demand_of(s.rungs[s.level - 1]) for s in group]
+            together = len(group) > 1 and load.with_changes([demand_of(s.settings) for s in group], ups) < ceiling
+            for s in group:
+                if together or load.with_change(demand_of(s.settings), demand_of(s.rungs[s.level - 1])) < ceiling:
+                    moved.append((s, s.level))
+                    _move(s, s.level - 1, now, load, demand_of)
         return moved
+
+
+def _alike(states: list[LadderState]) -> list[list[LadderState]]:
+    """``states`` grouped by the settings they run at, in the order of their first member."""
+    groups: dict[Settings, list[LadderState]] = {}
+    for s in states:
+        groups.setdefault(s.settings, []).append(s)
+    return list(groups.values())
 
 
 def _move(s: LadderState, level: int, now: float, load: Load, demand_of: DemandOf) -> None:

@@ -274,3 +274,59 @@ def test_after_a_burn_like_slowdown_of_10_s_the_session_is_back_at_level_0_withi
     back_at = next(t for t, level in levels if level == 0)
     assert back_at <= t_end + 5.0, f"from level {fell_to} back at level 0 {back_at - t_end:.2f} s after"
     assert all(level == 0 for t, level in levels if t >= back_at)  # and it stays there
+
+
+def _burn(w: World, seconds: float, per_tick: int = 3) -> None:
+    """Misses every tick for ``seconds``: another program took the model's core."""
+    end = w.t + seconds
+    while w.t < end:
+        for _ in range(per_tick):
+            w.ctrl.note_miss(w.t)
+        w.run(0.25)
+
+
+def test_after_a_burst_a_load_that_ran_at_full_quality_gets_it_back_within_seconds() -> None:
+    # 0.8 of the model at full quality ran without trouble; a burst of misses degrades it,
+    # and once the burst is over, the calm lets recovery go back above `low` up to `restore`
+    w = World([0, 0, 0], scale=1.0, cooldown=0.5, sustain=1.0)
+    w.cost.scale = 0.8 / w.load.utilisation()
+    w.run(5)
+    assert w.moves == []
+    _burn(w, 3.0)
+    assert max(w.levels()) >= 2
+    end = w.t
+    w.run(10)
+    assert w.levels() == [0, 0, 0]
+    assert w.move_times[-1] - end <= 5.0
+    assert 0.7 < w.load.utilisation() < 0.85
+
+
+def test_without_calm_recovery_stops_at_low() -> None:
+    # a stray miss every second is no overload, but it is no calm either: the climb stops at
+    # `low`; once the misses stop, it goes on to full quality
+    w = World([0, 0, 0], scale=1.0, cooldown=0.5, sustain=1.0, calm=2.0)
+    w.cost.scale = 0.8 / w.load.utilisation()
+    _burn(w, 3.0)
+    for _ in range(10):
+        w.ctrl.note_miss(w.t)
+        w.run(1.0)
+    assert w.load.utilisation() < 0.7 and max(w.levels()) > 0
+    w.run(5.0)
+    assert w.levels() == [0, 0, 0]
+
+
+def test_a_restore_that_does_not_hold_waits_longer_each_time() -> None:
+    # every climb back to full quality brings misses again: the ladder flips ever more slowly
+    w = World([0], scale=1.0, cooldown=0.5, sustain=1.0, calm=2.0)
+    w.cost.scale = 0.8 / w.load.utilisation()
+    restores: list[float] = []
+    while w.t < 90:
+        if w.levels() == [0]:
+            if not restores or w.t - restores[-1] > 1.0:
+                restores.append(w.t)
+            _burn(w, 1.5)  # at full quality the deadlines are missed
+        else:
+            w.run(0.25)
+    gaps = [b - a for a, b in pairwise(restores)]
+    assert len(gaps) >= 3
+    assert gaps[-1] > 2 * gaps[0]  # the calm it waits for doubled (up to 8x)
