@@ -20,7 +20,9 @@ session drains its latest-frame holder, as a transport would. Reports:
   (240 fps); the engine's delivered frames/s is set against what the runner alone reaches on
   the very batches the engine ran (their sizes and step counts, each timed back to back in
   this run): 1 - engine / runner. The batch mix is printed; a scheduler that picks small
-  deadline-safe batches at saturation shows up in the mix, not as overhead;
+  deadline-safe batches at saturation shows up in the mix, not as overhead. Its breakdown
+  line says whether the overhead is idle model time (model busy) or slower batches
+  (engine/alone, against the runner alone at the largest batch size timed just before);
 - overload: twice sessions_at_24fps with degradation on: every session's share of its expected
   frames (overload_min_share = the lowest) and the histogram of ladder levels over time.
 
@@ -377,12 +379,14 @@ async def main_async(args: argparse.Namespace) -> None:
     n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread, sizes, alone)
     n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread, sizes, alone)
     sat = max(sizes[-1], n_on + 1)
-    res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0, batch_sizes=sizes)
+    full = {sizes[-1]: runner_alone_seconds(runner, sizes[-1], runner.max_steps, min(seconds, 2.0))}
+    res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0, batch_sizes=sizes, alone=full)
     alone = runner_fps_on_mix(runner, res.batches, min(seconds, 10))
     overhead = 1 - res.delivered_fps / alone
     mix = " ".join(f"{size}x{steps}steps:{n}" for (size, steps), n in sorted(res.batches.items()))
     print(f"  saturation: {sat} sessions, engine {res.delivered_fps:.1f} frames/s, runner alone on the "
           f"same batches {alone:.1f} frames/s; batches (size x steps: count) {mix}")
+    print(f"      {where_line(res)}")
     over = await run_load(runner, timings, max(2, 2 * n_on), seconds, degrade=True, join_spread=spread,
                           batch_sizes=sizes)
     hist = " ".join(f"L{k}:{v}" for k, v in sorted(over.levels.items()))

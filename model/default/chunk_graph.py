@@ -21,15 +21,15 @@ every frame it generates replays a graph. The two variants of a shape are captur
 together, so a session that goes from filling to steady (or a degradation step to another
 step count) meets graphs that are already there.
 
-On the CPU a chunk's cost is mostly Python between small kernels, and the thread running it
-needs the GIL for every one of them: beside an event loop that runs Python a quarter of the
-time, an eager chunk took 1.5-1.9x its time alone (``bench.serve_load``'s engine/alone
-column). ``mode="trace"`` records ``_body`` once per shape with ``torch.jit.trace`` and runs
-the recording, which executes in C++ with the GIL released. The trace holds the shapes and the
-Python branches of the shape it was recorded on, which is why there is one per shape, as for
-CUDA graphs. Traces are of the steady state only: a batch with a cache still filling runs
-eagerly, which halves the shapes a warm-up records. ``mode="eager"`` runs the same buffers eagerly: that is how the tests hold this
-path to the eager one.
+On the CPU the same few hundred small kernels run eagerly from Python, and the thread running
+them needs the GIL back after every one: beside a thread that runs Python a quarter of the
+time, an eager chunk took 1.5x its time alone (``bench.gil_contention``). ``mode="trace"``
+records ``_body`` once per shape with ``torch.jit.trace`` and runs the recording, which
+executes in C++ with the GIL released (1.02x there) and is 5-15 % faster alone. The trace holds the shapes and the Python
+branches of the shape it was recorded on, which is why there is one per shape, as for CUDA
+graphs. Traces are of the steady state only: a batch with a cache still filling runs eagerly,
+which halves the shapes a warm-up records. ``mode="eager"`` runs the same buffers eagerly:
+that is how the tests hold this path to the eager one.
 """
 
 from __future__ import annotations
