@@ -28,7 +28,8 @@ records ``_body`` once per shape with ``torch.jit.trace`` and runs the recording
 executes in C++ with the GIL released (1.02x there) and is 5-15 % faster alone. The trace holds the shapes and the Python
 branches of the shape it was recorded on, which is why there is one per shape, as for CUDA
 graphs. Traces are of the steady state only: a batch with a cache still filling runs eagerly,
-which halves the shapes a warm-up records. ``mode="eager"`` runs the same buffers eagerly:
+which halves the shapes a warm-up records (a shape first met after warm-up is recorded then:
+about half a second of the model thread). ``mode="eager"`` runs the same buffers eagerly:
 that is how the tests hold this path to the eager one.
 """
 
