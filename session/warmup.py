@@ -4,7 +4,10 @@ Only the shapes asked for are warmed: the server passes its served buckets x the
 step counts x the configured batch sizes; ``ModelRunner.warmup`` passes every step count the
 model knows. Torch-free, so the model and the server share it. It drives the runner through its
 public ``execute`` with throwaway sessions, so any ``Runner`` works, and it must run on
-the model thread. The first run of a shape pays one-off costs; the second is timed.
+the model thread. The first run of a shape pays one-off costs; the second is timed. A runner
+that pads batches to a few recorded shapes (``batch_run_as``: the default model's graphs and
+traces pad to a power of two) gets every unwarmed size up to the largest timed as the size it
+runs as, so the cost model does not predict a batch of 3 cheaper than the 4 it costs.
 """
 
 from __future__ import annotations
@@ -67,7 +70,24 @@ def warm_up(
                     timings.extend(out.timings)  # the second run's
             finally:
                 runner.execute(StepPlan(freed=ids))
-    return timings
+    return timings + padded_timings(runner, timings, max(batch_sizes))
+
+
+def padded_timings(runner: Runner, timings: list[BatchTiming], largest: int) -> list[BatchTiming]:
+    """For a runner that pads batches (``batch_run_as``), each unwarmed size up to ``largest``
+    timed as the warmed size it runs as: a batch of 3 padded to 4 costs what 4 does, where
+    interpolating between 2 and 4 would predict less."""
+    run_as = getattr(runner, "batch_run_as", None)
+    if run_as is None:
+        return []
+    measured = {(t.bucket, t.steps, t.size): t for t in timings}
+    out: list[BatchTiming] = []
+    for bucket, steps, _ in sorted({(b, s, 0) for b, s, _ in measured}):
+        for n in range(1, largest + 1):
+            padded = measured.get((bucket, steps, run_as(n)))
+            if (bucket, steps, n) not in measured and padded is not None:
+                out.append(BatchTiming(bucket, steps, n, padded.seconds))
+    return out
 
 
 def _check(errors: dict[str, str]) -> None:

@@ -186,6 +186,11 @@ class ModelRunner:
                 out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
         return out
 
+    def batch_run_as(self, size: int) -> int:
+        """The batch size a steady-state batch of ``size`` chunks runs as: padded to a power of
+        two where chunks run as graphs or traces (``model/default/chunk_graph.py``)."""
+        return size if self.graphs is None else padded(size)
+
     def export_state(self, session_id: str) -> ModelState:
         """The session's compact state, with its ``Continuation``: restored from it, the
         session makes exactly the frames it would have made here."""
@@ -419,8 +424,13 @@ class ModelRunner:
         states = [self.sessions[it.session_id] for it in items]
         fc, c = cfg.frames_per_chunk, cfg.channels
         pool = self.pools[bucket]
-        if self.graphs is not None and self._graphable(states) and not self._traced_but_filling(pool, states):
-            return self._run_graph(bucket, steps, items, states)
+        if self.graphs is not None and self._graphable(states):
+            if not self._traced_but_filling(pool, states):
+                return self._run_graph(bucket, steps, items, states)
+            # traces are of the steady state: record this shape's now, as a CUDA graph's two
+            # variants are captured together, so the warm-up (whose caches are still filling
+            # at its first step counts) leaves none to record while serving
+            self.graphs.get(bucket, steps, len(items)).capture_now()
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
         actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
         prev, offsets = self._prev_inputs(states, actions)
