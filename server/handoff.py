@@ -32,6 +32,7 @@ import numpy as np
 from worldserve.protocol import ProtocolError, Start, from_wire
 from worldserve.protocol.vocab import SESSION_ID_RE
 from worldserve.session.errors import SnapshotError
+from worldserve.session.msgfields import MAX_INT
 from worldserve.session.plan import ACTION_DIM, ModelState
 from worldserve.session.session import Clock, Session
 from worldserve.session.snapshot import MAX_SNAPSHOT_BYTES
@@ -40,7 +41,6 @@ from worldserve.session.snapshot import restore as restore_snapshot
 FORMAT = "worldserve/handoff"
 VERSION = 1
 MAX_REPLAY = 64  # blocks
-MAX_INT = 2**63 - 1
 MAX_BYTES = MAX_SNAPSHOT_BYTES * 2
 Kind = Literal["checkpoint", "migration"]
 _KEYS = {"format", "version", "kind", "session_id", "epoch", "next_block", "level", "created",

@@ -22,17 +22,14 @@ import msgpack
 
 from worldserve.session.errors import SnapshotError
 from worldserve.session.eventlog import EventLog, ObservationEvent, digest
+from worldserve.session.msgfields import MAX_INT, Fields, pack_array, unpack
 from worldserve.session.session import Session
 from worldserve.session.snapshot import (
     _LOG_KEYS,
-    MAX_INT,
     MAX_SNAPSHOT_BYTES,
-    _Map,
-    _pack_array,
     _pack_event,
     _pack_start,
     _restore_log,
-    unpack,
 )
 
 FORMAT = "worldserve/session-log"
@@ -53,7 +50,7 @@ class LogFile:
 def pack(session: Session, model: str, dtype: str) -> bytes:
     """A session's replay log as bytes."""
     log = session.log
-    frames = {e.digest: _pack_array(e.frame) for e in log
+    frames = {e.digest: pack_array(e.frame) for e in log
               if isinstance(e, ObservationEvent) and e.frame is not None}
     doc = {
         "format": FORMAT, "version": VERSION, "session": session.id, "epoch": session.epoch,
@@ -74,7 +71,7 @@ def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
         raise SnapshotError(f"not a session log (format {FORMAT!r})")
     if obj.get("version") != VERSION:
         raise SnapshotError(f"unsupported session log version; this reads {VERSION}")
-    top = _Map(obj, "log file", _KEYS)
+    top = Fields(obj, "log file", _KEYS)
     log = _restore_log(top.get_map("log", _LOG_KEYS))
     raw_frames = obj.get("frames")
     if not isinstance(raw_frames, dict):
@@ -83,7 +80,7 @@ def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
     for key in raw_frames:
         if not isinstance(key, str):
             raise SnapshotError("log file.frames: keys must be digests")
-        frame = _Map(raw_frames, "log file.frames", set(raw_frames)).get_array(key, "uint8", 3)
+        frame = Fields(raw_frames, "log file.frames", set(raw_frames)).get_array(key, "uint8", 3)
         if digest(frame) != key:
             raise SnapshotError(f"log file.frames[{key[:12]}...]: the frame does not match its digest")
         frames[key] = frame

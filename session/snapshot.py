@@ -38,8 +38,8 @@ Their "model" map has only the keys its version knew: version 1 a default-family
 2's by the family; version 4 adds ``actions`` (never nil) to version 3's, whose
 ``continuation`` may be nil.
 
-Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES`` (stored
-little-endian). ``restore`` validates everything (format, version, exact key sets, types,
+Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES``
+(``session/msgfields.py``, stored little-endian). ``restore`` validates everything (format, version, exact key sets, types,
 ranges, dtype and shape against the byte length, ``max_bytes`` and ``max_frames``) and
 raises ``SnapshotError`` on anything malformed, never another exception. No pickle.
 
@@ -59,9 +59,7 @@ Decisions:
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Any
 
 import msgpack
 import numpy as np
@@ -77,6 +75,7 @@ from worldserve.session.eventlog import (
     SceneEvent,
     SettingsEvent,
 )
+from worldserve.session.msgfields import MAX_INT, Fields, pack_array, unpack
 from worldserve.session.plan import ACTION_DIM, ActionTrace, Continuation, ModelState
 from worldserve.session.session import (
     MAX_BUCKET,
@@ -101,17 +100,7 @@ MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
 MAX_RNG_BYTES = 1 << 16
 MAX_ACTION_ROWS = 4096  # pixel frames of an action trace
 MAX_ACTION_WIDTH = 64  # a family's keyboard or mouse width
-MAX_INT = 2**63 - 1
-DTYPES: dict[str, np.dtype[Any]] = {
-    name: np.dtype(code)
-    for name, code in [
-        ("uint8", "|u1"),
-        ("float16", "<f2"),
-        ("float32", "<f4"),
-        ("int32", "<i4"),
-        ("int64", "<i8"),
-    ]
-}
+
 
 
 def snapshot(
@@ -158,13 +147,13 @@ def snapshot(
         },
         "model": {
             "bucket": model_state.bucket,
-            "frames": _pack_array(model_state.frames),
+            "frames": pack_array(model_state.frames),
             "sink_count": model_state.sink_count,
             "frame_index": model_state.frame_index,
-            "rng": _pack_array(model_state.rng),
+            "rng": pack_array(model_state.rng),
             "scene": model_state.scene,
             "family": model_state.family,
-            "latents": None if latents is None else _pack_array(latents),
+            "latents": None if latents is None else pack_array(latents),
             "continuation": None if cont is None else _pack_continuation(cont),
             "actions": None if actions is None else _pack_actions(actions),
         },
@@ -191,7 +180,7 @@ def restore(
     if type(version) is not int or version not in VERSIONS:
         shown = repr(version) if isinstance(version, int | float | str | None) else "?"
         raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {list(VERSIONS)}")
-    top = _Map(obj, "snapshot", {"format", "version", "session", "log", "model"})
+    top = Fields(obj, "snapshot", {"format", "version", "session", "log", "model"})
     try:
         session = _restore_session(top, clock, version)
         if version == VERSION_PIXEL:
@@ -205,37 +194,16 @@ def restore(
     return session, model
 
 
-def unpack(data: bytes, max_bytes: int) -> object:
-    """Bytes of at most ``max_bytes`` as msgpack (string keys, no ext types); SnapshotError
-    if they are not."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise SnapshotError(f"expected bytes, got {type(data).__name__}")
-    if len(data) > max_bytes:
-        raise SnapshotError(f"{len(data)} bytes, over the limit of {max_bytes}")
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
-    except Exception as exc:  # the C unpacker raises a zoo of types on bad input
-        raise SnapshotError(f"not valid msgpack: {type(exc).__name__}: {exc}") from exc
-
-
 # Encoding helpers.
-
-
-def _pack_array(arr: np.ndarray) -> dict[str, object]:
-    name = arr.dtype.name
-    if name not in DTYPES:
-        raise SnapshotError(f"dtype {name} is not one of {sorted(DTYPES)}")
-    flat = np.ascontiguousarray(arr, dtype=DTYPES[name])
-    return {"dtype": name, "shape": list(arr.shape), "data": flat.tobytes()}
 
 
 def _pack_continuation(c: Continuation) -> dict[str, object]:
     return {
-        "kv": _pack_array(np.asarray(c.kv, np.float32)),
-        "prev": _pack_array(np.asarray(c.prev, np.float32)),
-        "anchor": None if c.anchor is None else _pack_array(np.asarray(c.anchor, np.float32)),
+        "kv": pack_array(np.asarray(c.kv, np.float32)),
+        "prev": pack_array(np.asarray(c.prev, np.float32)),
+        "anchor": None if c.anchor is None else pack_array(np.asarray(c.anchor, np.float32)),
         "anchor_offset": (
-            None if c.anchor_offset is None else _pack_array(np.asarray(c.anchor_offset, np.float32))
+            None if c.anchor_offset is None else pack_array(np.asarray(c.anchor_offset, np.float32))
         ),
         "anchor_wait": c.anchor_wait,
         "anchor_age": c.anchor_age,
@@ -244,8 +212,8 @@ def _pack_continuation(c: Continuation) -> dict[str, object]:
 
 def _pack_actions(a: ActionTrace) -> dict[str, object]:
     return {
-        "keyboard": _pack_array(np.asarray(a.keyboard, np.float32)),
-        "mouse": _pack_array(np.asarray(a.mouse, np.float32)),
+        "keyboard": pack_array(np.asarray(a.keyboard, np.float32)),
+        "mouse": pack_array(np.asarray(a.mouse, np.float32)),
         "first": a.first,
         "anchor_frame": a.anchor_frame,
     }
@@ -263,7 +231,7 @@ def _pack_event(event: Event) -> dict[str, object]:
                 "kind": "action",
                 "block": event.block_idx,
                 "seq": event.seq,
-                "action": _pack_array(action),
+                "action": pack_array(action),
             }
         case SceneEvent():
             return {"kind": "scene", "block": event.block_idx, "scene": event.scene}
@@ -278,7 +246,7 @@ def _pack_event(event: Event) -> dict[str, object]:
             }
 
 
-# Decoding: every read goes through _Map, which raises SnapshotError naming the field.
+# Decoding: every read goes through Fields, which raises SnapshotError naming the field.
 
 _SESSION_KEYS = {"id", "token_sha256", "epoch", "scene", "config", "counters"}
 _CONFIG_KEYS = {"fps", "bucket", "steps", "lookahead", "mode", "priority", "seed"}
@@ -298,91 +266,7 @@ _EVENT_KEYS = {
 }
 
 
-class _Map:
-    """A decoded msgpack map with exactly the expected keys, read field by field."""
-
-    __slots__ = ("_d", "path")
-
-    def __init__(self, obj: object, path: str, keys: set[str]) -> None:
-        if not isinstance(obj, dict):
-            raise SnapshotError(f"{path}: expected a map, got {type(obj).__name__}")
-        if set(obj) != keys:
-            missing, extra = sorted(keys - set(obj)), sorted(map(repr, set(obj) - keys))
-            raise SnapshotError(f"{path}: missing keys {missing}, unexpected keys {extra}")
-        self._d: dict[str, object] = obj
-        self.path = path
-
-    def _fail(self, key: str, what: str, value: object) -> SnapshotError:
-        shown = (
-            repr(value) if isinstance(value, int | float | bool | None) else type(value).__name__
-        )
-        return SnapshotError(f"{self.path}.{key}: expected {what}, got {shown}")
-
-    def get_int(self, key: str, lo: int, hi: int) -> int:
-        v = self._d[key]
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise self._fail(key, f"an int in [{lo}, {hi}]", v)
-        return v
-
-    def get_float(self, key: str) -> float:
-        v = self._d[key]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise self._fail(key, "a finite number", v)
-        return float(v)
-
-    def get_str(self, key: str, max_chars: int) -> str:
-        v = self._d[key]
-        if not isinstance(v, str) or len(v) > max_chars:
-            raise self._fail(key, f"a str of at most {max_chars} chars", v)
-        return v
-
-    def get_bin(self, key: str, max_len: int) -> bytes:
-        v = self._d[key]
-        if not isinstance(v, bytes) or len(v) > max_len:
-            raise self._fail(key, f"bytes of at most {max_len}", v)
-        return v
-
-    def get_list(self, key: str, max_len: int) -> list[object]:
-        v = self._d[key]
-        if not isinstance(v, list) or len(v) > max_len:
-            raise self._fail(key, f"a list of at most {max_len} items", v)
-        return v
-
-    def get_map(self, key: str, keys: set[str]) -> _Map:
-        return _Map(self._d[key], f"{self.path}.{key}", keys)
-
-    def get_optional_array(self, key: str, dtype: str, ndim: int) -> np.ndarray | None:
-        """A typed array field, or None where it is nil."""
-        return None if self._d[key] is None else self.get_array(key, dtype, ndim)
-
-    def get_array(self, key: str, dtype: str, ndim: int) -> np.ndarray:
-        """A typed array field of the given dtype and rank."""
-        m = self.get_map(key, {"dtype", "shape", "data"})
-        name = m.get_str("dtype", 16)
-        if name not in DTYPES or name != dtype:
-            raise SnapshotError(f"{m.path}.dtype: expected {dtype!r}, got {name[:16]!r}")
-        shape_list = m.get_list("shape", 8)
-        if len(shape_list) != ndim or not all(
-            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_INT for n in shape_list
-        ):
-            raise SnapshotError(f"{m.path}.shape: expected {ndim} non-negative ints")
-        shape = tuple(n for n in shape_list if isinstance(n, int))
-        data = m._d["data"]
-        if not isinstance(data, bytes):
-            raise m._fail("data", "bytes", data)
-        want = math.prod(shape) * DTYPES[name].itemsize
-        if want != len(data):
-            raise SnapshotError(
-                f"{m.path}: shape {shape} of {name} needs {want} bytes, got {len(data)}"
-            )
-        return (
-            np.frombuffer(data, dtype=DTYPES[name])
-            .reshape(shape)
-            .astype(DTYPES[name].newbyteorder("="))
-        )
-
-
-def _restore_session(top: _Map, clock: Clock, version: int) -> Session:
+def _restore_session(top: Fields, clock: Clock, version: int) -> Session:
     if version < VERSION:
         s = top.get_map("session", _SESSION_KEYS | {"controls"})
         _check_controls(s.get_map("controls", _CONTROL_KEYS))
@@ -422,7 +306,7 @@ def _restore_session(top: _Map, clock: Clock, version: int) -> Session:
     )
 
 
-def _check_controls(k: _Map) -> None:
+def _check_controls(k: Fields) -> None:
     """An older version's controls (its last held and pending actions): checked, unused."""
     held_seq, held = k.get_int("held_seq", 0, MAX_INT), _action(k, "held")
     pending_seq, pending = k.get_int("pending_seq", 0, MAX_INT), _action(k, "pending")
@@ -430,7 +314,7 @@ def _check_controls(k: _Map) -> None:
         raise SnapshotError(f"{k.path}: pending action {pending_seq} is older than the held one")
 
 
-def _action(m: _Map, key: str) -> np.ndarray:
+def _action(m: Fields, key: str) -> np.ndarray:
     vec = m.get_array(key, "float32", 1)
     if vec.shape != (ACTION_DIM,):
         raise SnapshotError(f"{m.path}.{key}: expected shape ({ACTION_DIM},), got {vec.shape}")
@@ -439,7 +323,7 @@ def _action(m: _Map, key: str) -> np.ndarray:
     return vec
 
 
-def _block_actions(m: _Map, key: str) -> np.ndarray:
+def _block_actions(m: Fields, key: str) -> np.ndarray:
     """A logged block's actions: (frames, ACTION_DIM) floats, row-major."""
     vec = m.get_array(key, "float32", 1)
     if vec.size == 0 or vec.size % ACTION_DIM or vec.size > MAX_ACTION_ROWS * ACTION_DIM:
@@ -450,7 +334,7 @@ def _block_actions(m: _Map, key: str) -> np.ndarray:
     return vec
 
 
-def _restore_log(m: _Map) -> EventLog:
+def _restore_log(m: Fields) -> EventLog:
     capacity = m.get_int("capacity", 1, MAX_CAPACITY)
     st = m.get_map("start", _START_KEYS)
     start = EpochStart(
@@ -470,7 +354,7 @@ def _restore_event(obj: object, path: str) -> Event:
     kind = obj.get("kind") if isinstance(obj, dict) else None
     if not isinstance(kind, str) or kind not in _EVENT_KEYS:
         raise SnapshotError(f"{path}: expected a map with a known kind")
-    e = _Map(obj, path, _EVENT_KEYS[kind])
+    e = Fields(obj, path, _EVENT_KEYS[kind])
     block = e.get_int("block", 0, MAX_INT)
     if kind == "action":
         return ActionEvent(
@@ -486,7 +370,7 @@ def _restore_event(obj: object, path: str) -> Event:
     return SettingsEvent(block, e.get_int("bucket", 1, MAX_BUCKET), e.get_int("steps", 1, MAX_INT))
 
 
-def _restore_model(m: _Map, max_frames: int) -> ModelState:
+def _restore_model(m: Fields, max_frames: int) -> ModelState:
     bucket = m.get_int("bucket", 1, MAX_BUCKET)
     frames = m.get_array("frames", "uint8", 4)
     if frames.shape[1:] != (bucket, bucket, 3) or frames.shape[0] > max_frames:
@@ -506,7 +390,7 @@ def _restore_model(m: _Map, max_frames: int) -> ModelState:
     )
 
 
-def _restore_latent_model(m: _Map, max_frames: int) -> ModelState:
+def _restore_latent_model(m: Fields, max_frames: int) -> ModelState:
     bucket = m.get_int("bucket", 1, MAX_BUCKET)
     frames = m.get_array("frames", "uint8", 4)
     if frames.shape[0] > 1 or frames.shape[3] != 3 or not all(1 <= n <= 4 * MAX_BUCKET for n in frames.shape[1:3]):
@@ -536,7 +420,7 @@ def _restore_latent_model(m: _Map, max_frames: int) -> ModelState:
     )
 
 
-def _restore_continued_model(top: _Map, max_frames: int, version: int) -> ModelState:
+def _restore_continued_model(top: Fields, max_frames: int, version: int) -> ModelState:
     """Versions 3 to 5: a version 1 or 2 "model" map (by its family) with a continuation;
     version 4 adds the actions and lets the continuation be nil; version 5 has every key,
     ``latents`` nil for the default family, ``continuation`` and ``actions`` nil where
@@ -563,7 +447,7 @@ def _restore_continued_model(top: _Map, max_frames: int, version: int) -> ModelS
     return state
 
 
-def _restore_actions(m: _Map, frame_index: int) -> ActionTrace:
+def _restore_actions(m: Fields, frame_index: int) -> ActionTrace:
     keyboard = m.get_array("keyboard", "float32", 2)
     mouse = m.get_array("mouse", "float32", 2)
     rows = keyboard.shape[0]
@@ -586,7 +470,7 @@ def _restore_actions(m: _Map, frame_index: int) -> ActionTrace:
     )
 
 
-def _restore_continuation(m: _Map, frames: int) -> Continuation:
+def _restore_continuation(m: Fields, frames: int) -> Continuation:
     kv = m.get_array("kv", "float32", 6)
     if kv.shape[0] != 2 or kv.shape[2] != frames:
         raise SnapshotError(f"{m.path}.kv: expected (2, L, {frames}, T, H, D), got {kv.shape}")

@@ -82,7 +82,7 @@ def padded_timings(runner: Runner, timings: list[BatchTiming], largest: int) -> 
         return []
     measured = {(t.bucket, t.steps, t.size): t for t in timings}
     out: list[BatchTiming] = []
-    for bucket, steps, _ in sorted({(b, s, 0) for b, s, _ in measured}):
+    for bucket, steps in sorted({(b, s) for b, s, _ in measured}):
         for n in range(1, largest + 1):
             padded = measured.get((bucket, steps, run_as(n)))
             if (bucket, steps, n) not in measured and padded is not None:

@@ -61,10 +61,10 @@ class _Traced(nn.Module):
     def __init__(self, graph: ChunkGraph):
         super().__init__()
         self.model = graph.model
-        self._graph = [graph]  # not a submodule
+        self.graph = graph  # not a module: holds no parameters of its own
 
     def forward(self, *buffers: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self._graph[0]._body(*buffers)
+        return self.graph._body(*buffers)
 
 
 class ChunkGraph:
@@ -157,13 +157,19 @@ class ChunkGraphs:
         if graph is None:
             graph = self._make(key)
             sibling = (bucket, steps, key[2], not masked)
-            if sibling not in self._graphs and not (self.mode == "trace" and sibling[3]):
+            if sibling not in self._graphs and not (self.steady_only and sibling[3]):
                 self._graphs[sibling] = self._make(sibling)
                 self._graphs[sibling].capture_now()
         self._graphs[key] = graph
         while len(self._graphs) > self.limit:
             self._graphs.popitem(last=False)
         return graph
+
+    @property
+    def steady_only(self) -> bool:
+        """Whether only steady-state shapes are recorded (traces): a batch whose cache is still
+        filling runs eagerly instead of through a masked graph."""
+        return self.mode == "trace"
 
     def _make(self, key: tuple[int, int, int, bool]) -> ChunkGraph:
         bucket, steps, batch, masked = key

@@ -16,7 +16,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,12 @@ from worldserve.model.default.chunk_graph import ChunkGraphs, padded
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.prompt import parse_prompt
+from worldserve.model.default.slot import (
+    SessionSlot,
+    cached_ids,
+    export_continuation,
+    install_continuation,
+)
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import pick_dtype
 from worldserve.model.kv_cache import KVCachePool
@@ -44,7 +49,6 @@ from worldserve.session.plan import (
     BatchTiming,
     ChunkResult,
     ChunkWork,
-    Continuation,
     ModelState,
     SessionSpec,
     SessionUpdate,
@@ -63,27 +67,6 @@ StartFrame = Callable[[str, int, int], np.ndarray]  # (scene, seed, bucket) -> (
 
 def default_scene_encoder(text: str) -> np.ndarray:
     return parse_prompt(text).to_vector()
-
-
-@dataclass(slots=True)
-class SessionSlot:
-    """Physical state of one session."""
-
-    bucket: int
-    slot: int
-    frame_index: int  # epoch index of the next frame to generate
-    prev: torch.Tensor  # (C, H, W) last committed clean frame; zeros before the first
-    scene_text: str
-    scene: torch.Tensor  # (scene_dim,)
-    gen: torch.Generator  # the session's noise, on the runner's device
-    sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
-    window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
-    # the anchor reference (``anchor_warp`` models, model/default/anchor.py): the frame it moves, the
-    # camera shift summed since (dy, dx) px, and frames to wait before re-anchoring when none
-    anchor: torch.Tensor | None = None  # (C, H, W) model floats
-    offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
-    anchor_wait: int = 1
-    anchor_age: int = 0  # frames generated since the anchor
 
 
 class ModelRunner:
@@ -204,34 +187,8 @@ class ModelRunner:
             frame_index=s.frame_index,
             rng=s.gen.get_state().numpy().copy(),
             scene=s.scene_text,
-            continuation=self._continuation(s),
+            continuation=export_continuation(self.cfg, self.pools[s.bucket], s),
         )
-
-    def _continuation(self, s: SessionSlot) -> Continuation:
-        """The slot's cached keys/values in frame order, the exact previous frame and the
-        anchor reference's state, as float32 copies."""
-        cfg, pool = self.cfg, self.pools[s.bucket]
-        ids = self._cached_ids(s)
-        pos = [pool.position(i) for i in ids]
-        held = pool.frame_at[s.slot, pos].tolist()
-        if held != ids:
-            raise RuntimeError(f"session cache holds frames {held} where its window says {ids}")
-        t = cfg.tokens_per_frame(s.bucket)
-        per_frame = (cfg.depth, cfg.cache_frames, t, cfg.heads, cfg.head_dim)
-        k = pool.k[:, s.slot].reshape(per_frame)[:, pos]  # (L, N, T, H, D)
-        v = pool.v[:, s.slot].reshape(per_frame)[:, pos]
-        return Continuation(
-            kv=torch.stack((k, v)).float().cpu().numpy(),  # (2, L, N, T, H, D)
-            prev=s.prev.float().cpu().numpy(),
-            anchor=None if s.anchor is None else s.anchor.float().cpu().numpy(),
-            anchor_offset=None if s.offset is None else s.offset.float().cpu().numpy(),
-            anchor_wait=s.anchor_wait,
-            anchor_age=s.anchor_age,
-        )
-
-    def _cached_ids(self, s: SessionSlot) -> list[int]:
-        """The epoch indices of the frames the session's cache holds: sinks, then window."""
-        return [*range(len(s.sinks)), *range(s.frame_index - len(s.window), s.frame_index)]
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         """``start_frame``'s view for a fresh session (None without one); thread-safe."""
@@ -310,7 +267,7 @@ class ModelRunner:
             s.gen.manual_seed(_reseed(st))
             log.info("snapshot's noise state is from another device kind: noise reseeded")
         if st.continuation is not None:
-            self._continue(s, st.continuation)
+            install_continuation(self.cfg, self.pools[s.bucket], s, st.continuation, self.device, self.dtype)
             return
         # no continuation: rebuilt from the frames, close but not exact (their uint8 rounding,
         # and context that rolled out of the window), anchored on the newest frame
@@ -318,42 +275,6 @@ class ModelRunner:
             s.prev = self._encode(st.frames[-1:])[0]
             self._anchor_on(s, s.prev)
         self._recache(s)
-
-    def _continue(self, s: SessionSlot, c: Continuation) -> None:
-        """Install an exported ``Continuation``: the cache and the state beside it exactly as
-        they were, no re-cache."""
-        cfg, b = self.cfg, s.bucket
-        ids = self._cached_ids(s)
-        t = cfg.tokens_per_frame(b)
-        want = (2, cfg.depth, len(ids), t, cfg.heads, cfg.head_dim)
-        frame = (cfg.channels, b, b)
-        if c.kv.shape != want:
-            raise ValueError(f"snapshot keys/values {c.kv.shape} do not fit this model's cache {want}")
-        if c.prev.shape != frame:
-            raise ValueError(f"snapshot previous frame {c.prev.shape}, expected {frame}")
-        if c.anchor is not None and (not cfg.anchor_warp or c.anchor.shape != frame):
-            raise ValueError(f"snapshot anchor {c.anchor.shape} does not fit this model (anchor_warp="
-                             f"{cfg.anchor_warp}, frames {frame})")
-        if c.anchor_offset is not None and c.anchor_offset.shape != (2,):
-            raise ValueError(f"snapshot anchor offset {c.anchor_offset.shape}, expected (2,)")
-        if c.anchor_wait < 0 or c.anchor_age < 0:
-            raise ValueError(f"snapshot anchor wait {c.anchor_wait} and age {c.anchor_age} must be >= 0")
-        arrays = [c.kv, c.prev, *(a for a in (c.anchor, c.anchor_offset) if a is not None)]
-        if not all(np.isfinite(a).all() for a in arrays):
-            raise ValueError("snapshot continuation holds values that are not finite")
-
-        def tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(self.device, dtype)
-
-        pool = self.pools[b]
-        pool.frame_at[s.slot] = -1
-        if ids:
-            kv = tensor(c.kv, self.dtype).flatten(2, 3)[:, :, None]  # (2, L, 1, N*T, H, D)
-            pool.commit([s.slot], np.asarray([ids]), kv[0], kv[1])
-        s.prev = tensor(c.prev, self.dtype)
-        s.anchor = None if c.anchor is None else tensor(c.anchor, self.dtype)
-        s.offset = None if c.anchor_offset is None else tensor(c.anchor_offset, torch.float32)
-        s.anchor_wait, s.anchor_age = c.anchor_wait, c.anchor_age
 
     def _scene(self, text: str) -> torch.Tensor:
         vec = np.asarray(self.scene_encoder(text), dtype=np.float32)
@@ -391,7 +312,7 @@ class ModelRunner:
         if not frames:
             return
         n = len(frames)
-        ids = self._cached_ids(s)
+        ids = cached_ids(s)
         x = self._encode(np.stack(frames))[None]  # (1, N, C, H, W)
         # re-cached without references: the frames are already made
         prev = self._without_reference(torch.cat((torch.zeros_like(x[:, :1]), x[:, :-1]), 1))
@@ -425,8 +346,9 @@ class ModelRunner:
         fc, c = cfg.frames_per_chunk, cfg.channels
         pool = self.pools[bucket]
         if self.graphs is not None and self._graphable(states):
-            if not self._traced_but_filling(pool, states):
-                return self._run_graph(bucket, steps, items, states)
+            filling = not bool((pool.frame_at[[st.slot for st in states]] >= 0).all())
+            if not (filling and self.graphs.steady_only):
+                return self._run_graph(bucket, steps, items, states, filling)
             # traces are of the steady state: record this shape's now, as a CUDA graph's two
             # variants are captured together, so the warm-up (whose caches are still filling
             # at its first step counts) leaves none to record while serving
@@ -484,18 +406,13 @@ class ModelRunner:
         frames (its own queries and keys take no time rotation)."""
         return self.cfg.frames_per_chunk == 1 and all(s.frame_index >= self.cfg.sink_frames for s in states)
 
-    def _traced_but_filling(self, pool: KVCachePool, states: list[SessionSlot]) -> bool:
-        """Whether a traced runner meets a cache still filling (traces are of the steady state)."""
-        assert self.graphs is not None
-        return self.graphs.mode == "trace" and not bool((pool.frame_at[[s.slot for s in states]] >= 0).all())
-
-    def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot]) -> np.ndarray:
+    def _run_graph(self, bucket: int, steps: int, items: list[ChunkWork], states: list[SessionSlot],
+                   masked: bool) -> np.ndarray:
         """``_run_chunk`` through a ``ChunkGraph``: the same chunk from fixed buffers (the
         masked variant while a session's cache is still filling)."""
         assert self.graphs is not None
         pool = self.pools[bucket]
         slots = [s.slot for s in states]
-        masked = not bool((pool.frame_at[slots] >= 0).all())
         graph = self.graphs.get(bucket, steps, len(items), masked)
         b = len(items)
         ctx = pool.context(slots, np.array([s.frame_index for s in states]), out=(graph.ctx_k, graph.ctx_v))

@@ -1,0 +1,106 @@
+"""One session's physical state in the default runner, and its exact hand-off.
+
+``SessionSlot`` is what the runner holds for a session beside its KV cache slot. A
+``Continuation`` (session/plan.py) carries what shapes the session's next frames: the cached
+keys/values in frame order, the exact previous frame and the anchor reference's state.
+``export_continuation`` takes it from a slot, ``install_continuation`` puts it back, so a
+restored session makes exactly the frames it would have made where it was.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from worldserve.model.default.config import ModelConfig
+from worldserve.model.kv_cache import KVCachePool
+from worldserve.session.plan import Continuation
+
+
+@dataclass(slots=True)
+class SessionSlot:
+    """Physical state of one session."""
+
+    bucket: int
+    slot: int
+    frame_index: int  # epoch index of the next frame to generate
+    prev: torch.Tensor  # (C, H, W) last committed clean frame; zeros before the first
+    scene_text: str
+    scene: torch.Tensor  # (scene_dim,)
+    gen: torch.Generator  # the session's noise, on the runner's device
+    sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
+    window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
+    # the anchor reference (``anchor_warp`` models, model/default/anchor.py): the frame it moves, the
+    # camera shift summed since (dy, dx) px, and frames to wait before re-anchoring when none
+    anchor: torch.Tensor | None = None  # (C, H, W) model floats
+    offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
+    anchor_wait: int = 1
+    anchor_age: int = 0  # frames generated since the anchor
+
+
+def cached_ids(s: SessionSlot) -> list[int]:
+    """The epoch indices of the frames the session's cache holds: sinks, then window."""
+    return [*range(len(s.sinks)), *range(s.frame_index - len(s.window), s.frame_index)]
+
+
+def export_continuation(cfg: ModelConfig, pool: KVCachePool, s: SessionSlot) -> Continuation:
+    """The slot's cached keys/values in frame order, the exact previous frame and the
+    anchor reference's state, as float32 copies."""
+    ids = cached_ids(s)
+    pos = [pool.position(i) for i in ids]
+    held = pool.frame_at[s.slot, pos].tolist()
+    if held != ids:
+        raise RuntimeError(f"session cache holds frames {held} where its window says {ids}")
+    t = cfg.tokens_per_frame(s.bucket)
+    per_frame = (cfg.depth, cfg.cache_frames, t, cfg.heads, cfg.head_dim)
+    k = pool.k[:, s.slot].reshape(per_frame)[:, pos]  # (L, N, T, H, D)
+    v = pool.v[:, s.slot].reshape(per_frame)[:, pos]
+    return Continuation(
+        kv=torch.stack((k, v)).float().cpu().numpy(),  # (2, L, N, T, H, D)
+        prev=s.prev.float().cpu().numpy(),
+        anchor=None if s.anchor is None else s.anchor.float().cpu().numpy(),
+        anchor_offset=None if s.offset is None else s.offset.float().cpu().numpy(),
+        anchor_wait=s.anchor_wait,
+        anchor_age=s.anchor_age,
+    )
+
+
+def install_continuation(
+    cfg: ModelConfig, pool: KVCachePool, s: SessionSlot, c: Continuation, device: torch.device, dtype: torch.dtype,
+) -> None:
+    """Install an exported ``Continuation``: the cache and the state beside it exactly as
+    they were, no re-cache."""
+    b = s.bucket
+    ids = cached_ids(s)
+    t = cfg.tokens_per_frame(b)
+    want = (2, cfg.depth, len(ids), t, cfg.heads, cfg.head_dim)
+    frame = (cfg.channels, b, b)
+    if c.kv.shape != want:
+        raise ValueError(f"snapshot keys/values {c.kv.shape} do not fit this model's cache {want}")
+    if c.prev.shape != frame:
+        raise ValueError(f"snapshot previous frame {c.prev.shape}, expected {frame}")
+    if c.anchor is not None and (not cfg.anchor_warp or c.anchor.shape != frame):
+        raise ValueError(f"snapshot anchor {c.anchor.shape} does not fit this model (anchor_warp="
+                         f"{cfg.anchor_warp}, frames {frame})")
+    if c.anchor_offset is not None and c.anchor_offset.shape != (2,):
+        raise ValueError(f"snapshot anchor offset {c.anchor_offset.shape}, expected (2,)")
+    if c.anchor_wait < 0 or c.anchor_age < 0:
+        raise ValueError(f"snapshot anchor wait {c.anchor_wait} and age {c.anchor_age} must be >= 0")
+    arrays = [c.kv, c.prev, *(a for a in (c.anchor, c.anchor_offset) if a is not None)]
+    if not all(np.isfinite(a).all() for a in arrays):
+        raise ValueError("snapshot continuation holds values that are not finite")
+
+    def tensor(a: np.ndarray, kind: torch.dtype) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(device, kind)
+
+    pool.frame_at[s.slot] = -1
+    if ids:
+        kv = tensor(c.kv, dtype).flatten(2, 3)[:, :, None]  # (2, L, 1, N*T, H, D)
+        pool.commit([s.slot], np.asarray([ids]), kv[0], kv[1])
+    s.prev = tensor(c.prev, dtype)
+    s.anchor = None if c.anchor is None else tensor(c.anchor, dtype)
+    s.offset = None if c.anchor_offset is None else tensor(c.anchor_offset, torch.float32)
+    s.anchor_wait, s.anchor_age = c.anchor_wait, c.anchor_age
