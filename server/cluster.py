@@ -23,7 +23,9 @@
   the target's slot for ``handover_ttl_s`` at most, until its client resumes there) and
   send its client ``migrate`` with the target's URL. With no worker free the client is told to ask the
   router later. Sessions not handed over by ``drain_timeout_s`` end (``shutdown``); then
-  the worker deregisters and ``drained`` is set (the CLI exits on it).
+  the worker deregisters and ``drained`` is set (the CLI exits on it). Leaving is bounded
+  too (the drain's deadline plus 5 s): a worker that cannot deregister exits anyway and the
+  directory forgets it when its TTL runs out.
 
 Background loops have the house shape: ``CancelledError`` exits quietly, other errors are
 logged, ``stop()`` cancels then awaits.
@@ -221,15 +223,22 @@ class WorkerAgent:
                     )
                 if self.service.sessions():
                     await asyncio.sleep(0.25)
-            await self._stop_loops()  # no heartbeat may register it again
-            with suppress(DirectoryError):
-                await self._call(self.directory.deregister_worker(self.worker_id))
-                self._registered = False
+            try:  # leaving is bounded too: the directory forgets a worker whose TTL ran out
+                await asyncio.wait_for(self._leave(), max(0.0, deadline - time.monotonic()) + 5.0)
+            except TimeoutError:
+                log.warning("drain: leaving the directory timed out; the worker's TTL expires it")
             log.info("drained", extra={"seconds": round(time.monotonic() - t0, 3)})
         except Exception:
             log.exception("drain failed")
         finally:
             self.drained.set()
+
+    async def _leave(self) -> None:
+        """Stop the loops (no heartbeat may register the worker again), then deregister."""
+        await self._stop_loops()
+        with suppress(DirectoryError):
+            await self._call(self.directory.deregister_worker(self.worker_id))
+            self._registered = False
 
     async def _migrate(self, sid: str) -> None:
         """Hand one session over; errors are logged and the drain loop tries again."""
