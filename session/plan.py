@@ -218,8 +218,9 @@ class Runner(Protocol):
     Optional members (see the module docstring; ``RunnerInfo.of`` supplies the defaults):
     ``first_chunk_frames: int`` (frames of block 0), ``frame_size(bucket) -> (height,
     width)``, ``controls: tuple[str, ...]`` (a subset of ``CONTROLS``) and
-    ``batch_run_as(size) -> int`` (the batch size a batch of ``size`` chunks really runs as,
-    for a runner that pads batches to a few recorded shapes; warm-up times it so)."""
+    ``batch_run_as(bucket, steps, size) -> int`` (the batch size a batch of ``size`` chunks
+    really runs as, for a runner that pads batches to a few recorded shapes; warm-up times
+    it so)."""
 
     @property
     def buckets(self) -> tuple[int, ...]: ...

@@ -6,8 +6,9 @@ model knows. Torch-free, so the model and the server share it. It drives the run
 public ``execute`` with throwaway sessions, so any ``Runner`` works, and it must run on
 the model thread. The first run of a shape pays one-off costs; the second is timed. A runner
 that pads batches to a few recorded shapes (``batch_run_as``: the default model's graphs and
-traces pad to a power of two) gets every unwarmed size up to the largest timed as the size it
-runs as, so the cost model does not predict a batch of 3 cheaper than the 4 it costs.
+traces run a batch in the smallest one recorded that holds it) gets every unwarmed size up to
+the largest timed as the size it runs as, so the cost model does not predict a batch of 3
+cheaper than the 4 it costs.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def padded_timings(runner: Runner, timings: list[BatchTiming], largest: int) -> 
     out: list[BatchTiming] = []
     for bucket, steps in sorted({(b, s) for b, s, _ in measured}):
         for n in range(1, largest + 1):
-            padded = measured.get((bucket, steps, run_as(n)))
+            padded = measured.get((bucket, steps, run_as(bucket, steps, n)))
             if (bucket, steps, n) not in measured and padded is not None:
                 out.append(BatchTiming(bucket, steps, n, padded.seconds))
     return out

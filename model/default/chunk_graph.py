@@ -4,14 +4,17 @@ trace on the CPU.
 At this model's size a denoising forward is a few hundred small kernels, and on a GPU their
 launches, not their arithmetic, set its time (``bench.gpu_check``). A ``ChunkGraph`` runs
 every denoising forward, the decode and the commit forward of one chunk from fixed buffers,
-so on CUDA the chunk is captured once per (bucket, step count, padded batch) and replayed.
+so on CUDA the chunk is captured once per (bucket, step count, batch size) and replayed.
 
 Everything that changes between chunks lives in those buffers: the cached keys/values of
 the context, the previous frames, the actions, the scene vectors and each step's noise. The
 runner fills them (the cache gather and each session's own noise stay eager), replays, and
-copies out what it keeps: the static outputs are overwritten by the next replay. Batches are
-padded to a power of two, so a few graphs serve every batch size; pad rows compute on
-whatever their buffers last held and are dropped.
+copies out what it keeps: the static outputs are overwritten by the next replay. A batch runs
+in the smallest graph of its bucket and step count that holds it (a batch larger than every
+graph gets one of its own size), so the sizes warm-up records are the sizes batches run as:
+powers of two make a few graphs serve every size, every size up to the largest makes none
+pay for rows it does not fill. Pad rows compute on whatever their buffers last held and are
+dropped.
 
 One-frame chunks past the sink run here (their own queries and keys take no time rotation):
 the steady state, a full cache, and the frames that fill the cache first, whose graphs
@@ -44,12 +47,6 @@ from torch import nn
 
 from worldserve.model.default.dit import ChunkContext, WorldModel
 from worldserve.model.rope import Rope
-
-
-def padded(batch: int) -> int:
-    """The graph batch size that serves ``batch`` chunks: the next power of two."""
-    return 1 << max(0, batch - 1).bit_length()
-
 
 Mode = Literal["capture", "trace", "eager"]  # CUDA graph, TorchScript trace, buffers run eagerly
 
@@ -139,7 +136,7 @@ class ChunkGraph:
 
 class ChunkGraphs:
     """The graphs of one runner, least recently used dropped past ``limit``: one per
-    (bucket, step count, padded batch, masked)."""
+    (bucket, step count, graph batch size, masked)."""
 
     def __init__(self, model: WorldModel, dtype: torch.dtype, device: torch.device, limit: int = 64,
                  trace: bool = False):
@@ -149,10 +146,15 @@ class ChunkGraphs:
         self.mode: Mode = "capture" if device.type == "cuda" else "trace" if trace else "eager"
         self._graphs: OrderedDict[tuple[int, int, int, bool], ChunkGraph] = OrderedDict()
 
+    def run_as(self, bucket: int, steps: int, batch: int) -> int:
+        """The graph batch size a chunk of ``batch`` sessions runs at: the smallest graph of
+        its bucket and step count that holds it, else its own size (a graph made for it)."""
+        return min((k[2] for k in self._graphs if k[:2] == (bucket, steps) and k[2] >= batch), default=batch)
+
     def get(self, bucket: int, steps: int, batch: int, masked: bool = False) -> ChunkGraph:
-        """The graph for a chunk of ``batch`` sessions; a new one's sibling (the other
-        ``masked``) is made and captured with it."""
-        key = (bucket, steps, padded(batch), masked)
+        """The graph for a chunk of ``batch`` sessions (``run_as``); a new one's sibling (the
+        other ``masked``) is made and captured with it."""
+        key = (bucket, steps, self.run_as(bucket, steps, batch), masked)
         graph = self._graphs.pop(key, None)
         if graph is None:
             graph = self._make(key)

@@ -29,7 +29,7 @@ from worldserve.model.default.anchor import (
     clamped_actions,
     visible_share,
 )
-from worldserve.model.default.chunk_graph import ChunkGraphs, padded
+from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.prompt import parse_prompt
@@ -104,9 +104,9 @@ class ModelRunner:
             for b in self.cfg.buckets
         }
         self.sessions: dict[str, SessionSlot] = {}
-        # room for every shape a chunk can take (buckets x step counts x padded batch sizes x
-        # cache filling or full), so a server that warmed them all never captures one again
-        shapes = len(self.cfg.buckets) * self.cfg.denoising_steps * padded(max_sessions).bit_length() * 2
+        # room for every shape a chunk can take (buckets x step counts x batch sizes x cache
+        # filling or full), so a server that warmed them all never captures one again
+        shapes = len(self.cfg.buckets) * self.cfg.denoising_steps * max_sessions * 2
         on = graphs or (trace and self.device.type == "cpu")
         self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes, trace=trace) if on else None
 
@@ -169,10 +169,11 @@ class ModelRunner:
                 out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
         return out
 
-    def batch_run_as(self, size: int) -> int:
-        """The batch size a steady-state batch of ``size`` chunks runs as: padded to a power of
-        two where chunks run as graphs or traces (``model/default/chunk_graph.py``)."""
-        return size if self.graphs is None else padded(size)
+    def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
+        """The batch size a steady-state batch of ``size`` chunks runs as: where chunks run as
+        graphs or traces, the smallest recorded for its bucket and step count that holds it
+        (``model/default/chunk_graph.py``)."""
+        return size if self.graphs is None else self.graphs.run_as(bucket, steps, size)
 
     def export_state(self, session_id: str) -> ModelState:
         """The session's compact state, with its ``Continuation``: restored from it, the

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from worldserve.model.default.chunk_graph import padded
+from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
@@ -22,18 +22,34 @@ from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, S
 TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 
 
-def test_batches_pad_to_a_power_of_two() -> None:
-    assert [padded(b) for b in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 4, 4, 8, 8, 16]
+def test_a_batch_runs_in_the_smallest_recorded_graph_that_holds_it() -> None:
+    graphs = ChunkGraphs(WorldModel(TINY), torch.float32, torch.device("cpu"))
+    assert graphs.run_as(64, 4, 3) == 3  # nothing recorded: a graph of its own size
+    for n in (1, 2, 4, 8):  # what a warm-up with the sizes 1 2 4 8 leaves
+        graphs.get(64, 4, n)
+    assert [graphs.run_as(64, 4, b) for b in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 4, 4, 8, 8, 9]
+    assert graphs.run_as(64, 2, 3) == 3  # per bucket and step count
+    assert graphs.run_as(128, 4, 3) == 3
+    every = ChunkGraphs(WorldModel(TINY), torch.float32, torch.device("cpu"))
+    for n in (1, 2, 3, 4):  # a warm-up of every size, smallest first: no batch has a pad row
+        every.get(64, 4, n)
+    assert [every.run_as(64, 4, b) for b in (1, 2, 3, 4)] == [1, 2, 3, 4]
+    assert every.get(64, 4, 3).batch == 3
 
 
-def _rollout(graphs: bool, plan: list[tuple[int, int]], trace: bool = False) -> tuple[list[np.ndarray], ModelRunner]:
-    """Frames of a rollout: ``plan`` lists (sessions in the batch, steps) per chunk."""
+def _rollout(graphs: bool, plan: list[tuple[int, int]], trace: bool = False,
+             recorded: tuple[tuple[int, int], ...] = ()) -> tuple[list[np.ndarray], ModelRunner]:
+    """Frames of a rollout: ``plan`` lists (sessions in the batch, steps) per chunk;
+    ``recorded`` the (steps, batch) graphs made before it, as a warm-up makes them."""
     torch.manual_seed(0)
     model = WorldModel(TINY)
     with torch.no_grad():  # off the identity init, so frames depend on every input
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     runner = ModelRunner(model, max_sessions=4, graphs=graphs, trace=trace)
+    for steps, n in recorded:
+        assert runner.graphs is not None
+        runner.graphs.get(64, steps, n)
     ids = [f"s{i}" for i in range(max(n for n, _ in plan))]
     rng = np.random.default_rng(0)
     runner.execute(StepPlan(new_sessions=[
@@ -91,8 +107,8 @@ def test_a_padded_batch_differs_by_rounding_alone() -> None:
     # 3 sessions run in a graph of 4 rows: other matmul shapes, so an 8-bit level may flip
     plan = [(3, 4)] * TINY.cache_frames  # the observation is frame 0: every chunk takes a graph
     eager, _ = _rollout(False, plan)
-    graphed, runner = _rollout(True, plan)
-    assert runner.graphs is not None and len(runner.graphs) == 2
+    graphed, runner = _rollout(True, plan, recorded=((4, 4),))
+    assert runner.graphs is not None and sorted(runner.graphs._graphs) == [(64, 4, 4, False), (64, 4, 4, True)]
     diff = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(eager, graphed, strict=True)]
     assert max(d.max() for d in diff) <= 1 and np.mean([np.mean(d > 0) for d in diff]) < 0.01
 

@@ -20,7 +20,7 @@ class PaddingRunner(FakeRunner):
     def __init__(self) -> None:
         super().__init__(buckets=(64,), cost=lambda b, s, n: LINEAR(b, s, _pow2(n)))
 
-    def batch_run_as(self, size: int) -> int:
+    def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
         return _pow2(size)
 
 
