@@ -45,7 +45,12 @@ def warm_up(
     steps: tuple[int, ...],
     batch_sizes: tuple[int, ...],
 ) -> list[BatchTiming]:
-    """Run and time every shape; raises if the runner fails one (the server is not ready)."""
+    """Run and time every shape; raises if the runner fails one (the server is not ready).
+    A runner with ``prepare_shapes`` is told every shape first (the default model records
+    its CPU traces in one child process then)."""
+    prepare = getattr(runner, "prepare_shapes", None)
+    if prepare is not None:
+        prepare(warmup_shapes(buckets, steps, batch_sizes))
     timings: list[BatchTiming] = []
     fpc = runner.frames_per_chunk
     actions = np.zeros((fpc, ACTION_DIM), np.float32)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from worldserve.model.default.slot import (
     export_continuation,
     install_continuation,
 )
+from worldserve.model.default.trace_recorder import record_in_child
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import pick_dtype
 from worldserve.model.kv_cache import KVCachePool
@@ -195,6 +197,27 @@ class ModelRunner:
         """``start_frame``'s view for a fresh session (None without one); thread-safe."""
         self.cfg.check_bucket(bucket)
         return None if self.start_frame is None else self.start_frame(scene, seed, bucket)
+
+    def prepare_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
+        """Before a warm-up of ``shapes`` ((bucket, steps, batch size)): with CPU traces,
+        record every steady-state trace in a child process (``trace_recorder``: the parent
+        keeps the traces, not the 40-100 MB each recording leaves behind); the warm-up then
+        runs them. Should the child fail, the warm-up records them here as it runs."""
+        graphs = self.graphs
+        if graphs is None or graphs.mode != "trace" or self.cfg.frames_per_chunk != 1:
+            return
+        todo = sorted({s for s in shapes if not graphs.has_trace(*s)})
+        if not todo:
+            return
+        t0 = time.perf_counter()
+        try:
+            traced = record_in_child(self.model, self.dtype, todo)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            log.warning("recording traces in a child process failed, recording them here: %s", exc)
+            return
+        for shape, tr in zip(todo, traced, strict=True):
+            graphs.adopt(*shape, tr)
+        log.info("%d chunk traces recorded in a child process in %.1f s", len(todo), time.perf_counter() - t0)
 
     @torch.inference_mode()
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:

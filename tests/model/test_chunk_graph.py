@@ -38,9 +38,11 @@ def test_a_batch_runs_in_the_smallest_recorded_graph_that_holds_it() -> None:
 
 
 def _rollout(graphs: bool, plan: list[tuple[int, int]], trace: bool = False,
-             recorded: tuple[tuple[int, int], ...] = ()) -> tuple[list[np.ndarray], ModelRunner]:
+             recorded: tuple[tuple[int, int], ...] = (),
+             prepared: tuple[tuple[int, int, int], ...] = ()) -> tuple[list[np.ndarray], ModelRunner]:
     """Frames of a rollout: ``plan`` lists (sessions in the batch, steps) per chunk;
-    ``recorded`` the (steps, batch) graphs made before it, as a warm-up makes them."""
+    ``recorded`` the (steps, batch) graphs made before it, as a warm-up makes them;
+    ``prepared`` the (bucket, steps, batch) shapes handed to ``prepare_shapes`` first."""
     torch.manual_seed(0)
     model = WorldModel(TINY)
     with torch.no_grad():  # off the identity init, so frames depend on every input
@@ -50,6 +52,9 @@ def _rollout(graphs: bool, plan: list[tuple[int, int]], trace: bool = False,
     for steps, n in recorded:
         assert runner.graphs is not None
         runner.graphs.get(64, steps, n)
+    if prepared:
+        runner.prepare_shapes(list(prepared))
+        assert runner.graphs is not None and all(runner.graphs.has_trace(*s) for s in prepared)
     ids = [f"s{i}" for i in range(max(n for n, _ in plan))]
     rng = np.random.default_rng(0)
     runner.execute(StepPlan(new_sessions=[
@@ -146,6 +151,16 @@ def test_traced_chunks_give_the_eager_frames_to_rounding() -> None:
     diff = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(eager, traced, strict=True)]
     assert max(d.max() for d in diff) <= 1 and np.mean([np.mean(d > 0) for d in diff]) < 0.01
     assert not np.array_equal(traced[-1], traced[-2])
+
+
+def test_traces_recorded_in_a_child_process_give_the_same_frames() -> None:
+    # a warm-up records its traces in a child process (trace_recorder) and loads them: the
+    # frames are the ones a trace recorded in this process gives, bit for bit
+    plan = [(2, 4)] * (TINY.cache_frames + 3) + [(1, 4)] * 2
+    here, _ = _rollout(False, plan, trace=True)
+    loaded, runner = _rollout(False, plan, trace=True, prepared=((64, 4, 1), (64, 4, 2)))
+    assert all(np.array_equal(a, b) for a, b in zip(here, loaded, strict=True))
+    assert runner.graphs is not None and len(runner.graphs) == 2  # nothing recorded again
 
 
 def test_a_traced_rollout_repeats_bit_for_bit() -> None:
