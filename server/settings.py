@@ -124,7 +124,9 @@ class Settings:
                                     "no Python between kernels, the GIL released while they run")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
-    warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at")
+    warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at; "
+                                                  "the default model runs a batch as the smallest of them "
+                                                  "that holds it (each costs a recording per shape)")
     warmup_steps: tuple[int, ...] | None = setting(None, "denoising step counts to warm (empty: the "
                                                          "ladder's, min_steps..max steps)")
     # --- sessions ---

@@ -174,16 +174,13 @@ class ChunkGraphs:
 
     def adopt(self, bucket: int, steps: int, batch: int, traced: torch.jit.ScriptModule) -> None:
         """Make ``traced`` (recorded elsewhere for exactly this shape, ``trace_recorder``) the
-        steady-state trace of a chunk of ``batch`` sessions, and run it once (its first call
-        sets it up)."""
+        steady-state trace of a chunk of ``batch`` sessions."""
         assert self.mode == "trace"
         key = (bucket, steps, batch, False)
         graph = self._graphs.get(key) or self._make(key)
         self._graphs[key] = graph
         self._graphs.move_to_end(key)
         graph._trace = traced
-        with torch.inference_mode(), torch.jit.optimized_execution(False):
-            traced(*graph._buffers())
         while len(self._graphs) > self.limit:
             self._graphs.popitem(last=False)
 

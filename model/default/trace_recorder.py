@@ -19,9 +19,12 @@ with shapes ``[(bucket, steps, batch), ...]``; out: ``[trace_bytes, ...]`` in th
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import subprocess
 import sys
+import tempfile
+import time
 import warnings
 
 import torch
@@ -32,27 +35,53 @@ from worldserve.model.default.dit import WorldModel
 Shape = tuple[int, int, int]  # (bucket, steps, batch)
 
 
-def record_in_child(model: WorldModel, dtype: torch.dtype, shapes: list[Shape],
-                    timeout: float = 600.0) -> list[torch.jit.ScriptModule]:
+def record_in_child(model: WorldModel, dtype: torch.dtype, shapes: list[Shape], *,
+                    workers: int | None = None, timeout: float = 600.0) -> list[torch.jit.ScriptModule]:
     """The frozen chunk traces of ``shapes`` for ``model`` on the CPU (buffers in ``dtype``),
-    recorded in a child process and loaded here. Raises ``RuntimeError`` with the child's error
-    output if it fails."""
+    recorded in child processes (``workers`` of them, the CPUs by default, at most 4: each
+    takes every ``workers``-th shape) and loaded here. Raises ``RuntimeError`` with a child's
+    error output if one fails."""
     buf = io.BytesIO()
     torch.save(model, buf)
-    payload = pickle.dumps((buf.getvalue(), str(dtype).removeprefix("torch."), list(shapes)))
-    proc = subprocess.run(
-        [sys.executable, "-m", "worldserve.model.default.trace_recorder"],
-        input=payload, capture_output=True, timeout=timeout, check=False,
-    )
-    if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
-        raise RuntimeError(f"trace recorder exited with {proc.returncode}: {' | '.join(tail)}")
-    blobs = pickle.loads(proc.stdout)
-    if len(blobs) != len(shapes):
-        raise RuntimeError(f"trace recorder returned {len(blobs)} traces for {len(shapes)} shapes")
+    name = str(dtype).removeprefix("torch.")
+    n = max(1, min(workers or os.cpu_count() or 1, 4, len(shapes)))
+    parts = [list(shapes[i::n]) for i in range(n)]
+    errs = [tempfile.TemporaryFile() for _ in parts]  # files: a chatty child never blocks on a pipe
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "worldserve.model.default.trace_recorder"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        for err in errs
+    ]
+    outs: list[bytes] = []
+    try:
+        for proc, part in zip(procs, parts, strict=True):
+            assert proc.stdin is not None
+            proc.stdin.write(pickle.dumps((buf.getvalue(), name, part)))
+            proc.stdin.close()
+            proc.stdin = None  # given whole: communicate() only reads
+        deadline = time.monotonic() + timeout
+        for proc in procs:  # each child records its shapes meanwhile, then writes them at once
+            outs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for proc, err in zip(procs, errs, strict=True):
+        err.seek(0)
+        tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
+        err.close()
+        if proc.returncode != 0:
+            raise RuntimeError(f"trace recorder exited with {proc.returncode}: {' | '.join(tail)}")
+    blobs: list[bytes | None] = [None] * len(shapes)
+    for i, out in enumerate(outs):
+        got = pickle.loads(out)
+        if len(got) != len(parts[i]):
+            raise RuntimeError(f"trace recorder returned {len(got)} traces for {len(parts[i])} shapes")
+        blobs[i::n] = got
     with warnings.catch_warnings():  # deprecated with tracing itself (see ``trace_body``)
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated")
-        return [torch.jit.load(io.BytesIO(b), map_location="cpu") for b in blobs]
+        return [torch.jit.load(io.BytesIO(b), map_location="cpu") for b in blobs if b is not None]
 
 
 def record(model: WorldModel, dtype: torch.dtype, shapes: list[Shape]) -> list[bytes]:

@@ -1,0 +1,84 @@
+"""What a warm-up costs the CPU server: seconds and resident memory, eager against traced.
+
+    python -m bench.warmup_cost [--dtype bfloat16] [--batch-sizes 1 2 4 8] [--buckets 64 128] [--steps 2 3 4]
+
+Runs ``session.warmup.warm_up`` on the real default model, one torch thread, as
+``worldserve serve`` does before it is ready (its buckets x the ladder's step counts x the
+batch sizes), with eager chunks, with TorchScript traces as the server records them (in a
+child process, ``model/default/trace_recorder.py``; ``--cpu-trace``, the default) and with
+traces recorded in the serving process itself, each in a fresh process so that none inherits
+another's memory. Prints, for each, the seconds the warm-up took, the process's resident
+memory before and after it, and the recordings it left. Last line::
+
+    warmup_cost eager_s=<x> traced_s=<x> here_s=<x> eager_mb=<x> traced_mb=<x> here_mb=<x> traces=<n>
+
+the ``_mb`` figures the growth of resident memory over the warm-up, ``here`` the traces
+recorded in the serving process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+MODES = ("eager", "traced", "here")  # eager chunks; traces recorded in a child; traces recorded here
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 1e6
+
+
+def measure(mode: str, dtype: str, sizes: tuple[int, ...], buckets: tuple[int, ...], steps: tuple[int, ...]) -> dict[str, float]:
+    import torch
+
+    from worldserve.model.default.runner import ModelRunner
+    from worldserve.model.default.weights import DEFAULT_WEIGHTS
+    from worldserve.session.warmup import warm_up
+
+    torch.set_num_threads(1)
+    runner = ModelRunner.from_pretrained(DEFAULT_WEIGHTS, max_sessions=max(sizes) + 1, dtype=dtype,
+                                         trace=mode != "eager")
+    if mode == "here":  # no child: each trace recorded when the warm-up first runs its shape
+        runner.prepare_shapes = lambda shapes: None  # type: ignore[method-assign]
+    before, t0 = rss_mb(), time.perf_counter()
+    with torch.inference_mode():
+        warm_up(runner, buckets, steps, sizes)
+    seconds = time.perf_counter() - t0
+    traces = sum(g._trace is not None for g in runner.graphs._graphs.values()) if runner.graphs else 0
+    return {"seconds": seconds, "before": before, "after": rss_mb(), "traces": traces}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Seconds and memory of the CPU server's warm-up, eager and traced.")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--buckets", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--steps", type=int, nargs="+", default=[2, 3, 4])
+    ap.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)  # the child process
+    args = ap.parse_args(argv)
+    shape = (args.dtype, tuple(args.batch_sizes), tuple(args.buckets), tuple(args.steps))
+    if args.one:
+        print(json.dumps(measure(args.one, *shape)))
+        return
+    res = {}
+    for mode in MODES:
+        cmd = [sys.executable, "-m", "worldserve.bench.warmup_cost", "--one", mode, "--dtype", args.dtype,
+               "--batch-sizes", *map(str, args.batch_sizes), "--buckets", *map(str, args.buckets),
+               "--steps", *map(str, args.steps)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        res[mode] = r = json.loads(out.strip().splitlines()[-1])
+        print(f"{mode:6s} warm-up {r['seconds']:.1f} s, resident memory {r['before']:.0f} -> {r['after']:.0f} MB, "
+              f"{r['traces']} traces (buckets {args.buckets}, steps {args.steps}, batch sizes {args.batch_sizes}, {args.dtype})",
+              flush=True)
+    e, t, h = res["eager"], res["traced"], res["here"]
+    print(f"warmup_cost eager_s={e['seconds']:.1f} traced_s={t['seconds']:.1f} here_s={h['seconds']:.1f} "
+          f"eager_mb={e['after'] - e['before']:.0f} traced_mb={t['after'] - t['before']:.0f} "
+          f"here_mb={h['after'] - h['before']:.0f} traces={t['traces']}")
+
+
+if __name__ == "__main__":
+    main()
