@@ -217,7 +217,7 @@ class ModelRunner:
             return
         for shape, tr in zip(todo, traced, strict=True):
             graphs.adopt(*shape, tr)
-        log.info("%d chunk traces recorded in a child process in %.1f s", len(todo), time.perf_counter() - t0)
+        log.info("%d chunk traces recorded in child processes in %.1f s", len(todo), time.perf_counter() - t0)
 
     @torch.inference_mode()
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:
