@@ -6,7 +6,12 @@ and every rung below it gives up one more thing, always in this order::
     lookahead L -> 0,  steps 4 -> 3 -> 2,  fps 24 -> 16 -> 12,  bucket 128 -> 64 (last)
 
 Rungs that would change nothing are left out (L already 0, fps already at the floor...).
-Recovery climbs the same ladder back, one rung at a time, in reverse.
+Recovery climbs the same ladder back, one rung at a time, in reverse, except that a rung
+which costs no model time comes back with the rung below it: a session back at full steps
+gets its lookahead back in the same move. Lookahead is the slack that absorbs a slow batch;
+a session at full cost without it misses frames it would not have missed with it, and a
+restore that lands there is undone by those misses (``bench.ladder_burn`` at capacity went
+back and forth between the two rungs under it for as long as it ran).
 
 ``DegradeController`` moves sessions on their ladders from two load signals: the predicted
 utilisation (``Load``, from the cost model, whose scale follows the measured batch times) and
@@ -264,13 +269,22 @@ class DegradeController:
         for group in _alike(ready):
             # sessions that run alike share batches: one of them climbing alone would split
             # a batch in two and cost more model time than all of them climbing together
-            ups = [demand_of(s.rungs[s.level - 1]) for s in group]
+            ups = [demand_of(s.rungs[_up(s, demand_of)]) for s in group]
             together = len(group) > 1 and load.with_changes([demand_of(s.settings) for s in group], ups) < ceiling
-            for s in group:
-                if together or load.with_change(demand_of(s.settings), demand_of(s.rungs[s.level - 1])) < ceiling:
+            for s, up in zip(group, ups, strict=True):
+                if together or load.with_change(demand_of(s.settings), up) < ceiling:
                     moved.append((s, s.level))
-                    _move(s, s.level - 1, now, load, demand_of)
+                    _move(s, _up(s, demand_of), now, load, demand_of)
         return moved
+
+
+def _up(s: LadderState, demand_of: DemandOf) -> int:
+    """The level one recovery takes ``s`` to: one rung up, and on past every rung above
+    that asks the model for exactly the same (lookahead: chunks made earlier, no more of them)."""
+    level = s.level - 1
+    while level > 0 and demand_of(s.rungs[level - 1]) == demand_of(s.rungs[level]):
+        level -= 1
+    return level
 
 
 def _alike(states: list[LadderState]) -> list[list[LadderState]]:
