@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import warnings
+from contextlib import ExitStack
 
 import torch
 
@@ -46,33 +47,33 @@ def record_in_child(model: WorldModel, dtype: torch.dtype, shapes: list[Shape], 
     name = str(dtype).removeprefix("torch.")
     n = max(1, min(workers or os.cpu_count() or 1, 4, len(shapes)))
     parts = [list(shapes[i::n]) for i in range(n)]
-    errs = [tempfile.TemporaryFile() for _ in parts]  # files: a chatty child never blocks on a pipe
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "worldserve.model.default.trace_recorder"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-        for err in errs
-    ]
-    outs: list[bytes] = []
-    try:
-        for proc, part in zip(procs, parts, strict=True):
-            assert proc.stdin is not None
-            proc.stdin.write(pickle.dumps((buf.getvalue(), name, part)))
-            proc.stdin.close()
-            proc.stdin = None  # given whole: communicate() only reads
-        deadline = time.monotonic() + timeout
-        for proc in procs:  # each child records its shapes meanwhile, then writes them at once
-            outs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for proc, err in zip(procs, errs, strict=True):
-        err.seek(0)
-        tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
-        err.close()
-        if proc.returncode != 0:
-            raise RuntimeError(f"trace recorder exited with {proc.returncode}: {' | '.join(tail)}")
+    with ExitStack() as stack:
+        # stderr to files: a chatty child never blocks on a full pipe
+        errs = [stack.enter_context(tempfile.TemporaryFile()) for _ in parts]
+        procs: list[subprocess.Popen[bytes]] = []
+        outs: list[bytes] = []
+        try:
+            for err, part in zip(errs, parts, strict=True):
+                proc = subprocess.Popen([sys.executable, "-m", "worldserve.model.default.trace_recorder"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+                procs.append(proc)
+                assert proc.stdin is not None
+                proc.stdin.write(pickle.dumps((buf.getvalue(), name, part)))
+                proc.stdin.close()
+                proc.stdin = None  # given whole: communicate() only reads
+            deadline = time.monotonic() + timeout
+            for proc in procs:  # each child records its shapes meanwhile, then writes them at once
+                outs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+        for proc, err in zip(procs, errs, strict=True):
+            if proc.returncode != 0:
+                err.seek(0)
+                tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
+                raise RuntimeError(f"trace recorder exited with {proc.returncode}: {' | '.join(tail)}")
     blobs: list[bytes | None] = [None] * len(shapes)
     for i, out in enumerate(outs):
         got = pickle.loads(out)

@@ -163,6 +163,20 @@ def test_traces_recorded_in_a_child_process_give_the_same_frames() -> None:
     assert runner.graphs is not None and len(runner.graphs) == 2  # nothing recorded again
 
 
+def test_a_warm_up_whose_child_cannot_record_records_the_traces_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldserve.model.default import trace_recorder
+    from worldserve.session.warmup import warm_up
+
+    def no_child(*args: object, **kwargs: object) -> None:
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(trace_recorder.subprocess, "Popen", no_child)
+    runner = ModelRunner(WorldModel(TINY), max_sessions=4, trace=True)
+    timings = warm_up(runner, (64,), (4,), (1, 2))  # the server still becomes ready
+    assert {(t.size, t.steps) for t in timings} == {(1, 4), (2, 4)}
+    assert runner.graphs is not None and runner.graphs.has_trace(64, 4, 1) and runner.graphs.has_trace(64, 4, 2)
+
+
 def test_a_traced_rollout_repeats_bit_for_bit() -> None:
     # what replay and an exact migration rest on: the same inputs, the same frames
     plan = [(2, 4)] * (TINY.cache_frames + 3)
