@@ -34,8 +34,10 @@ and the missed frames by cause (``late_start``: the batch was on time but starte
 ``slow_batch``: it took longer than predicted; ``skipped``: display slots that got no frame).
 
 - capacity_sessions: the largest N whose batches of N, run back to back by the runner alone,
-  make N x 24 frames/s at full quality (the model's physical limit on this machine);
-  held_share = sessions_at_24fps / capacity_sessions.
+  make N x 24 frames/s at full quality (the model's physical limit on this machine), timed
+  before the load levels; held_share = sessions_at_24fps / capacity_sessions. The same timing
+  is printed again after the batching-on levels: where the two differ, the machine changed
+  speed under the levels.
 
 Last line: ``serve_load sessions_at_24fps=<n> capacity_sessions=<n> held_share=<x> miss_rate=<x> overhead=<x> batching_gain=<x> overload_min_share=<x>``
 """
@@ -377,6 +379,12 @@ async def main_async(args: argparse.Namespace) -> None:
           + " ".join(f"{n}:{1e3 * t:.1f}" for n, t in alone.items())
           + f" (frame period {1e3 * period:.1f} ms) -> capacity {cap} sessions")
     n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread, sizes, alone)
+    # the machine drifts (runs of one command move by +-20 %): the same timing after the levels
+    # says whether they ran on the machine the capacity was measured on
+    later = alone_by_size(runner, args.limit, period, min(seconds, 2.0))
+    print("  runner alone after those levels, ms a chunk by batch size: "
+          + " ".join(f"{n}:{1e3 * t:.1f}" for n, t in later.items())
+          + f" -> capacity {capacity_sessions(later, period)} sessions")
     n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread, sizes, alone)
     sat = max(sizes[-1], n_on + 1)
     full = {sizes[-1]: runner_alone_seconds(runner, sizes[-1], runner.max_steps, min(seconds, 2.0))}
