@@ -49,6 +49,8 @@ class LoadOptions:
     max_sessions: int = 9  # KV cache slots
     cuda_graphs: bool = False
     cpu_trace: bool = True  # on the CPU, chunks as TorchScript traces (model/default/chunk_graph.py)
+    trace_cache: bool = False  # keep recorded traces between starts (model/default/trace_cache.py)
+    trace_cache_dir: Path | None = None  # where; None: $XDG_CACHE_HOME/worldserve/traces
     sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
 
 
@@ -63,12 +65,14 @@ def _check_default(weights: Path | None) -> None:
 
 def _load_default(o: LoadOptions) -> Any:
     from worldserve.model.default.runner import ModelRunner
+    from worldserve.model.default.trace_cache import default_dir
     from worldserve.model.default.weights import DEFAULT_WEIGHTS
 
+    cache = (o.trace_cache_dir or default_dir()) if o.trace_cache else None
     return ModelRunner.from_pretrained(
         o.weights or DEFAULT_WEIGHTS, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype,
         device=o.device, graphs=o.cuda_graphs and o.device.startswith("cuda"),
-        trace=o.cpu_trace and o.device == "cpu",
+        trace=o.cpu_trace and o.device == "cpu", trace_cache=cache,
     )
 
 

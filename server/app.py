@@ -65,6 +65,7 @@ def load_model_runner(settings: Settings) -> Runner:
     options = registry.LoadOptions(
         weights=settings.weights, threads=settings.threads, dtype=settings.dtype, device=settings.device,
         max_sessions=slots, cuda_graphs=settings.cuda_graphs, cpu_trace=settings.cpu_trace,
+        trace_cache=settings.trace_cache, trace_cache_dir=settings.trace_cache_dir,
         sizes=settings.sizes,
     )
     runner: Runner = registry.load(settings.model, options)

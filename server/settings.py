@@ -120,6 +120,10 @@ class Settings:
                                  "the model was trained in) or bfloat16")
     device: str = setting("cpu", "cpu, cuda or cuda:N: where the model runs")
     cuda_graphs: bool = setting(True, "on a GPU, replay chunks as CUDA graphs")
+    trace_cache: bool = setting(True, "keep the CPU chunk traces between starts, so a restarted worker "
+                                      "loads them instead of recording them (keyed by model, code and torch)")
+    trace_cache_dir: Path | None = setting(None, "where the trace cache lives; empty: "
+                                                 "$XDG_CACHE_HOME/worldserve/traces (~/.cache/worldserve/traces)")
     cpu_trace: bool = setting(True, "on the CPU, run the default model's chunks as TorchScript traces: "
                                     "no Python between kernels, the GIL released while they run")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "

@@ -40,7 +40,8 @@ from worldserve.model.default.slot import (
     export_continuation,
     install_continuation,
 )
-from worldserve.model.default.trace_recorder import record_in_child
+from worldserve.model.default.trace_cache import TraceCache
+from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import pick_dtype
 from worldserve.model.kv_cache import KVCachePool
@@ -83,6 +84,7 @@ class ModelRunner:
         start_frame: StartFrame | None = None,
         graphs: bool = False,
         trace: bool = False,
+        trace_cache: Path | None = None,
     ):
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
@@ -91,7 +93,8 @@ class ModelRunner:
         captured and replayed as CUDA graphs on a GPU (``bench.gpu_check`` holds the replay to
         the eager path there). ``trace``: on the CPU, the same chunks run as TorchScript traces,
         with the GIL released (the event loop's Python no longer stalls them) and no Python
-        between kernels; ``graphs`` alone runs their buffers eagerly there (the tests)."""
+        between kernels; ``graphs`` alone runs their buffers eagerly there (the tests).
+        ``trace_cache``: a directory keeping recorded traces between starts (``trace_cache``)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -111,6 +114,7 @@ class ModelRunner:
         shapes = len(self.cfg.buckets) * self.cfg.denoising_steps * max_sessions * 2
         on = graphs or (trace and self.device.type == "cpu")
         self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes, trace=trace) if on else None
+        self.trace_cache = trace_cache
 
     @classmethod
     def from_pretrained(
@@ -199,10 +203,11 @@ class ModelRunner:
         return None if self.start_frame is None else self.start_frame(scene, seed, bucket)
 
     def prepare_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
-        """Before a warm-up of ``shapes`` ((bucket, steps, batch size)): with CPU traces,
-        record every steady-state trace in a child process (``trace_recorder``: the parent
-        keeps the traces, not the 40-100 MB each recording leaves behind); the warm-up then
-        runs them. Should the child fail, the warm-up records them here as it runs."""
+        """Before a warm-up of ``shapes`` ((bucket, steps, batch size)): with CPU traces, load
+        every steady-state trace the cache holds (``trace_cache``) and record the others in
+        child processes (``trace_recorder``: this process keeps the traces, not the 40-100 MB
+        each recording leaves behind), keeping them in the cache; the warm-up then runs them.
+        Should a child fail, the warm-up records those here as it runs."""
         graphs = self.graphs
         if graphs is None or graphs.mode != "trace" or self.cfg.frames_per_chunk != 1:
             return
@@ -210,14 +215,26 @@ class ModelRunner:
         if not todo:
             return
         t0 = time.perf_counter()
-        try:
-            traced = record_in_child(self.model, self.dtype, todo)
-        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-            log.warning("recording traces in a child process failed, recording them here: %s", exc)
-            return
-        for shape, tr in zip(todo, traced, strict=True):
-            graphs.adopt(*shape, tr)
-        log.info("%d chunk traces recorded in child processes in %.1f s", len(todo), time.perf_counter() - t0)
+        model = model_bytes(self.model)
+        cache = None if self.trace_cache is None else TraceCache(self.trace_cache, model, self.dtype)
+        found = {s: cache.load(s) for s in todo} if cache is not None else {}
+        missing = [s for s in todo if found.get(s) is None]
+        if missing:
+            try:
+                blobs = record_serialized(model, self.dtype, missing)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                log.warning("recording traces in child processes failed, recording them here: %s", exc)
+                blobs = []
+            for shape, blob in zip(missing, blobs, strict=False):
+                found[shape] = load_trace(blob)
+                if cache is not None:
+                    cache.store(shape, blob)
+        for shape, tr in found.items():
+            if tr is not None:
+                graphs.adopt(*shape, tr)
+        recorded = sum(found.get(s) is not None for s in missing)
+        log.info("%d chunk traces: %d from the trace cache, %d recorded in child processes, in %.1f s",
+                 len(todo), len(todo) - len(missing), recorded, time.perf_counter() - t0)
 
     @torch.inference_mode()
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:

@@ -6,10 +6,11 @@ life of the process, whether the trace is kept or not: ``bench.trace_freeze`` pr
 growth per shape). A warm-up records one trace per bucket x step count x batch size, so the
 server grew by ~1.5 GB for traces it holds in a fraction of that.
 
-``record_in_child`` hands the model (pickled whole: weights, dtypes, configuration) and the
+``record_serialized`` hands the model (pickled whole: weights, dtypes, configuration) and the
 shapes to ``python -m worldserve.model.default.trace_recorder``, which records and freezes
 each shape's chunk exactly as ``ChunkGraph`` would and sends them back serialized; the
-parent loads them (``torch.jit.load``: a compilation unit of their own, freed with them).
+parent loads them (``load_trace``: ``torch.jit.load``, a compilation unit of their own,
+freed with them) and may keep the bytes for the next start (``trace_cache``).
 Loaded traces give the in-process ones' frames bit for bit (``tests/model/test_chunk_graph.py``).
 
 Wire format, both ways: one pickle on the pipe. In: ``(model_bytes, dtype_name, shapes)``
@@ -36,14 +37,34 @@ from worldserve.model.default.dit import WorldModel
 Shape = tuple[int, int, int]  # (bucket, steps, batch)
 
 
-def record_in_child(model: WorldModel, dtype: torch.dtype, shapes: list[Shape], *,
-                    workers: int | None = None, timeout: float = 600.0) -> list[torch.jit.ScriptModule]:
-    """The frozen chunk traces of ``shapes`` for ``model`` on the CPU (buffers in ``dtype``),
-    recorded in child processes (``workers`` of them, the CPUs by default, at most 4: each
-    takes every ``workers``-th shape) and loaded here. Raises ``RuntimeError`` with a child's
-    error output if one fails."""
+def model_bytes(model: WorldModel) -> bytes:
+    """The model pickled whole (weights, dtypes, configuration): what a child rebuilds it from."""
     buf = io.BytesIO()
     torch.save(model, buf)
+    return buf.getvalue()
+
+
+def load_trace(data: bytes) -> torch.jit.ScriptModule:
+    """A trace serialized by a child (or kept by ``TraceCache``), loaded on the CPU."""
+    with warnings.catch_warnings():  # deprecated with tracing itself (see ``trace_body``)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated")
+        return torch.jit.load(io.BytesIO(data), map_location="cpu")
+
+
+def record_in_child(model: WorldModel, dtype: torch.dtype, shapes: list[Shape], *,
+                    workers: int | None = None, timeout: float = 600.0) -> list[torch.jit.ScriptModule]:
+    """The frozen chunk traces of ``shapes`` for ``model`` on the CPU, recorded in child
+    processes and loaded here (``record_serialized``)."""
+    return [load_trace(b) for b in record_serialized(model_bytes(model), dtype, shapes, workers=workers,
+                                                     timeout=timeout)]
+
+
+def record_serialized(model: bytes, dtype: torch.dtype, shapes: list[Shape], *,
+                      workers: int | None = None, timeout: float = 600.0) -> list[bytes]:
+    """The frozen chunk traces of ``shapes`` for the pickled ``model`` (``model_bytes``),
+    buffers in ``dtype``, serialized, recorded in child processes (``workers`` of them, the
+    CPUs by default, at most 4: each takes every ``workers``-th shape). Raises
+    ``RuntimeError`` with a child's error output if one fails."""
     name = str(dtype).removeprefix("torch.")
     n = max(1, min(workers or os.cpu_count() or 1, 4, len(shapes)))
     parts = [list(shapes[i::n]) for i in range(n)]
@@ -58,7 +79,7 @@ def record_in_child(model: WorldModel, dtype: torch.dtype, shapes: list[Shape], 
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
                 procs.append(proc)
                 assert proc.stdin is not None
-                proc.stdin.write(pickle.dumps((buf.getvalue(), name, part)))
+                proc.stdin.write(pickle.dumps((model, name, part)))
                 proc.stdin.close()
                 proc.stdin = None  # given whole: communicate() only reads
             deadline = time.monotonic() + timeout
@@ -74,15 +95,13 @@ def record_in_child(model: WorldModel, dtype: torch.dtype, shapes: list[Shape], 
                 err.seek(0)
                 tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
                 raise RuntimeError(f"trace recorder exited with {proc.returncode}: {' | '.join(tail)}")
-    blobs: list[bytes | None] = [None] * len(shapes)
+    blobs: list[bytes] = [b""] * len(shapes)
     for i, out in enumerate(outs):
         got = pickle.loads(out)
         if len(got) != len(parts[i]):
             raise RuntimeError(f"trace recorder returned {len(got)} traces for {len(parts[i])} shapes")
         blobs[i::n] = got
-    with warnings.catch_warnings():  # deprecated with tracing itself (see ``trace_body``)
-        warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated")
-        return [torch.jit.load(io.BytesIO(b), map_location="cpu") for b in blobs if b is not None]
+    return blobs
 
 
 def record(model: WorldModel, dtype: torch.dtype, shapes: list[Shape]) -> list[bytes]:
