@@ -30,8 +30,14 @@ _MODEL_DIR = Path(__file__).resolve().parent.parent  # model/: every module a tr
 
 
 def default_dir() -> Path:
-    """``$XDG_CACHE_HOME/worldserve/traces`` (``~/.cache/worldserve/traces``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    """``$XDG_CACHE_HOME/worldserve/traces`` (``~/.cache/worldserve/traces``; the system's
+    temporary directory where there is no home)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):
+            base = tempfile.gettempdir()
     return Path(base) / "worldserve" / "traces"
 
 
