@@ -269,12 +269,13 @@ class DegradeController:
         for group in _alike(ready):
             # sessions that run alike share batches: one of them climbing alone would split
             # a batch in two and cost more model time than all of them climbing together
-            ups = [demand_of(s.rungs[_up(s, demand_of)]) for s in group]
+            tops = [_up(s, demand_of) for s in group]
+            ups = [demand_of(s.rungs[top]) for s, top in zip(group, tops, strict=True)]
             together = len(group) > 1 and load.with_changes([demand_of(s.settings) for s in group], ups) < ceiling
-            for s, up in zip(group, ups, strict=True):
+            for s, top, up in zip(group, tops, ups, strict=True):
                 if together or load.with_change(demand_of(s.settings), up) < ceiling:
                     moved.append((s, s.level))
-                    _move(s, _up(s, demand_of), now, load, demand_of)
+                    _move(s, top, now, load, demand_of)
         return moved
 
 

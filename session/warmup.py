@@ -46,8 +46,8 @@ def warm_up(
     batch_sizes: tuple[int, ...],
 ) -> list[BatchTiming]:
     """Run and time every shape; raises if the runner fails one (the server is not ready).
-    A runner with ``prepare_shapes`` is told every shape first (the default model records
-    its CPU traces in one child process then)."""
+    A runner with ``prepare_shapes`` is told every shape first (the default model loads its
+    CPU traces from its trace cache then, and records the others in child processes)."""
     prepare = getattr(runner, "prepare_shapes", None)
     if prepare is not None:
         prepare(warmup_shapes(buckets, steps, batch_sizes))

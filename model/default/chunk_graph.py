@@ -162,9 +162,7 @@ class ChunkGraphs:
             if sibling not in self._graphs and not (self.steady_only and sibling[3]):
                 self._graphs[sibling] = self._make(sibling)
                 self._graphs[sibling].capture_now()
-        self._graphs[key] = graph
-        while len(self._graphs) > self.limit:
-            self._graphs.popitem(last=False)
+        self._put(key, graph)
         return graph
 
     def has_trace(self, bucket: int, steps: int, batch: int) -> bool:
@@ -177,10 +175,13 @@ class ChunkGraphs:
         steady-state trace of a chunk of ``batch`` sessions."""
         assert self.mode == "trace"
         key = (bucket, steps, batch, False)
-        graph = self._graphs.get(key) or self._make(key)
-        self._graphs[key] = graph
-        self._graphs.move_to_end(key)
+        graph = self._graphs.pop(key, None) or self._make(key)
         graph._trace = traced
+        self._put(key, graph)
+
+    def _put(self, key: tuple[int, int, int, bool], graph: ChunkGraph) -> None:
+        """``graph`` as the most recently used, the least recently used dropped past ``limit``."""
+        self._graphs[key] = graph
         while len(self._graphs) > self.limit:
             self._graphs.popitem(last=False)
 
@@ -198,11 +199,12 @@ class ChunkGraphs:
         return len(self._graphs)
 
 
-def trace_body(body: nn.Module, buffers: tuple[torch.Tensor, ...], freeze: bool = True) -> torch.jit.ScriptModule:
+def trace_body(body: nn.Module, buffers: tuple[torch.Tensor, ...], freeze: bool = True,
+               run: bool = True) -> torch.jit.ScriptModule:
     """``body`` recorded on ``buffers`` by ``torch.jit.trace``, frozen (unless not
-    ``freeze``), then run once (the first call of a trace sets it up). It runs without the
-    graph executor's optimization passes: their profiling runs cost ~0.7 s a shape and the
-    optimized chunk was no faster.
+    ``freeze``), then run once (the first call of a trace sets it up; not with ``run``
+    false, for a trace only serialized). It runs without the graph executor's optimization
+    passes: their profiling runs cost ~0.7 s a shape and the optimized chunk was no faster.
 
     Freezing makes the weights constants of the recording and folds what depends on them
     alone (the slices and transposes of weight matrices, parameter reads): the same
@@ -218,6 +220,7 @@ def trace_body(body: nn.Module, buffers: tuple[torch.Tensor, ...], freeze: bool 
             traced = torch.jit.trace(body, buffers, check_trace=False)
             if freeze:
                 traced = torch.jit.freeze(traced.eval())
-    with torch.inference_mode(), torch.jit.optimized_execution(False):
-        traced(*buffers)
+    if run:
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
+            traced(*buffers)
     return traced
