@@ -13,7 +13,9 @@ forward for the commit pass). An unmeasured bucket is an error: nothing to scale
 
 ``Load`` turns the sessions' demands into predicted utilisation: model seconds per second
 of wall time, 1.0 meaning the model never idles. Sessions that share a bucket, step count
-and chunk period are assumed to batch together (up to the largest warmed batch size).
+and chunk period are assumed to batch together (up to the largest warmed batch size), and
+those of a bucket and period at fewer steps to join the batch at the most steps where that
+costs less, as the scheduler's batches do (``session/batching.py``).
 """
 
 from __future__ import annotations
@@ -177,7 +179,21 @@ class Load:
 
     def utilisation(self) -> float:
         """Model seconds needed per second of wall time (1.0 = always busy)."""
-        return sum(self._group_cost(d, n) / d.period for d, n in self._counts.items())
+        by_clock: dict[tuple[int, float], list[tuple[int, int]]] = {}
+        for d, n in self._counts.items():
+            by_clock.setdefault((d.bucket, d.period), []).append((d.steps, n))
+        total = 0.0
+        for (bucket, period), groups in by_clock.items():
+            groups.sort(reverse=True)
+            top, size = groups[0]
+            for steps, n in groups[1:]:  # fewer steps: in the top batch where that costs less
+                own = self._group_cost(bucket, steps, n)
+                if self._group_cost(bucket, top, size + n) - self._group_cost(bucket, top, size) < own:
+                    size += n
+                else:
+                    total += own / period
+            total += self._group_cost(bucket, top, size) / period
+        return total
 
     def with_change(self, remove: Demand | None, add: Demand | None) -> float:
         """Utilisation if ``remove`` left and ``add`` joined (the load itself is unchanged)."""
@@ -197,9 +213,9 @@ class Load:
             for d in remove:
                 self.add(d)
 
-    def _group_cost(self, d: Demand, n: int) -> float:
+    def _group_cost(self, bucket: int, steps: int, n: int) -> float:
         full, rest = divmod(n, self.max_batch)
-        total = full * self.cost.predict(d.bucket, d.steps, self.max_batch) if full else 0.0
+        total = full * self.cost.predict(bucket, steps, self.max_batch) if full else 0.0
         if rest:
-            total += self.cost.predict(d.bucket, d.steps, rest)
+            total += self.cost.predict(bucket, steps, rest)
         return total

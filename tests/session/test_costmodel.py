@@ -73,3 +73,23 @@ def test_load_batches_demands_that_share_bucket_steps_and_period() -> None:
     assert load.with_change(d, other) == pytest.approx((0.018 + 0.012) / 0.05 + 0.012 / 0.1)
     assert load.utilisation() == pytest.approx((0.018 + 0.014) / 0.05)  # unchanged
     assert len(load) == 6
+
+
+def test_load_counts_fewer_steps_in_the_batch_at_more_steps_where_that_costs_less() -> None:
+    cm = model()  # 3 steps scale from 4 by 4/5: 8 ms + 1.6 ms per chunk
+    load = Load(cm, max_batch=8)
+    full, fewer = Demand(64, 4, 0.05), Demand(64, 3, 0.05)
+    for _ in range(3):
+        load.add(full)
+    load.add(fewer)
+    # the 3-step chunk joins the batch of 3 at 4 steps for 2 ms, not a batch of its own for 9.6
+    assert load.utilisation() == pytest.approx((0.010 + 0.002 * 4) / 0.05)
+    # a session cut to fewer steps saves nothing while others of its clock stay at full steps
+    assert load.with_change(full, fewer) == pytest.approx(load.utilisation())
+    # all of them at 3 steps: one batch at 3 steps
+    assert load.with_changes([full] * 3, [fewer] * 3) == pytest.approx(0.8 * (0.010 + 0.002 * 4) / 0.05)
+    # another clock, or another bucket's batch, is not joined
+    slow = Load(cm, max_batch=8)
+    slow.add(full)
+    slow.add(Demand(64, 3, 0.1))
+    assert slow.utilisation() == pytest.approx(0.012 / 0.05 + 0.8 * 0.012 / 0.1)

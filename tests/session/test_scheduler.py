@@ -142,16 +142,39 @@ def test_sessions_slightly_out_of_phase_are_pulled_into_one_batch() -> None:
     assert sim.runner.batch_sizes.keys() == {2}
 
 
-def test_different_buckets_or_steps_never_share_a_batch() -> None:
+def test_different_buckets_never_share_a_batch() -> None:
     sim = Sim()
     sim.add("small")
     sim.add("big", bucket=128)
-    sim.add("fewer_steps", steps=2)
     sim.run_until(100.5)
     for plan in sim.plans:
         for b in plan.batches:
             assert len(b.items) == 1
             assert all(sim.runner.sessions[w.session_id].bucket == b.bucket for w in b.items)
+
+
+@pytest.mark.parametrize("first", ["full", "fewer"])
+def test_a_session_at_fewer_steps_runs_in_the_batch_at_more_steps_where_that_costs_less(first: str) -> None:
+    # a chunk's fixed cost dominates: a second batch costs more than the steps given back
+    sim = Sim(LinearCost({64: (0.010, 0.002), 128: (0.010, 0.002)}))
+    order = [("full", None), ("fewer", 2)] if first == "full" else [("fewer", 2), ("full", None)]
+    for sid, steps in order:
+        sim.add(sid, steps=steps)
+    sim.run_until(101.0)
+    batches = [b for plan in sim.plans for b in plan.batches]
+    shared = [b for b in batches if len(b.items) == 2]
+    assert len(shared) >= 20 and all(b.steps == 4 for b in shared)  # the more steps of the two
+    assert len(sim.chunks("fewer")) >= 23 and not sim.of(DeadlineMiss)
+
+
+def test_sessions_at_different_steps_keep_their_own_batches_where_sharing_costs_more() -> None:
+    sim = Sim(LinearCost({64: (0.0, 0.005), 128: (0.0, 0.005)}))  # no fixed cost: a row at 4 steps costs more than at 2
+    sim.add("full")
+    sim.add("fewer", steps=2)
+    sim.run_until(101.0)
+    batches = [b for plan in sim.plans for b in plan.batches]
+    assert batches and all(len(b.items) == 1 for b in batches)
+    assert {b.steps for b in batches if b.items[0].session_id == "fewer"} == {2}
 
 
 def test_batch_is_sized_to_finish_before_its_earliest_deadline() -> None:
