@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from worldserve.model.default.dit import ChunkInputs, WorldModel
+from worldserve.model.default.flow import next_noisy
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.slot import SessionSlot
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
@@ -110,7 +111,7 @@ class Stream:
     """Chunks in flight, advanced one mixed forward at a time (steady state only). What stays
     the same for a chunk (its cache context, stem base, previous frame, motion prior) is
     gathered once per membership of the batch; the per-level modulation is one gather a
-    forward; the sampler's update runs for all rows at once."""
+    forward; the sampler's update runs once for the rows at each pair of levels."""
 
     def __init__(self, runner: ModelRunner):
         self.runner = runner
@@ -148,13 +149,15 @@ class Stream:
         x = torch.cat([row.x for row in rows])
         x0, ks, vs = mixed_forward(model, x, self._statics(), torch.cat([row.cond[row.step] for row in rows]))
         noisy = [j for j, row in enumerate(rows) if row.step + 2 < len(row.levels)]
-        if noisy:  # the sampler's step to the next level, for every row that has one
-            lv = torch.tensor([[rows[j].levels[rows[j].step], rows[j].levels[rows[j].step + 1]] for j in noisy])
-            t, nxt = (lv[:, i].to(x.dtype).view(-1, 1, 1, 1, 1) for i in range(2))
-            idx = torch.tensor(noisy)
-            fresh = r._noise([rows[j].state for j in noisy], tuple(x.shape[1:]))
-            moved = next_noisy_rows(x[idx], x0[idx].clamp(-1, 1), t, nxt, fresh, r.cfg.sampler_eta)
-            for i, j in enumerate(noisy):
+        moves: dict[tuple[float, float], list[int]] = {}
+        for j in noisy:
+            moves.setdefault((rows[j].levels[rows[j].step], rows[j].levels[rows[j].step + 1]), []).append(j)
+        for (t, nxt), js in moves.items():  # the sampler's step, for the rows at each pair of levels at once
+            # (the chunk path's arithmetic exactly: levels as Python floats, not as tensors)
+            idx = torch.tensor(js)
+            fresh = r._noise([rows[j].state for j in js], tuple(x.shape[1:]))
+            moved = next_noisy(x[idx], x0[idx].clamp(-1, 1), t, nxt, fresh, r.cfg.sampler_eta)
+            for i, j in enumerate(js):
                 rows[j].x = moved[i : i + 1]
         last = [j for j, row in enumerate(rows) if row.step + 2 == len(row.levels)]
         if last:  # the last denoising step: decode, and commit next
@@ -189,13 +192,6 @@ class Stream:
                 torch.cat([row.ctx_v for row in rows], 1),
             ))
         return self._static[1]
-
-
-def next_noisy_rows(x: torch.Tensor, x0: torch.Tensor, t: torch.Tensor, nxt: torch.Tensor, fresh: torch.Tensor,
-                    eta: float) -> torch.Tensor:
-    """``flow.next_noisy`` with each row at its own level: t, nxt (B, 1, 1, 1, 1)."""
-    noise = fresh if eta == 1.0 else (1 - eta * eta) ** 0.5 * (x - (1 - t) * x0) / t + eta * fresh
-    return (1 - nxt) * x0 + nxt * noise
 
 
 def mixed_forward(model: WorldModel, x: torch.Tensor, statics: tuple[torch.Tensor, ...],
@@ -409,7 +405,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="auto", choices=DTYPES)
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     ap.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6])
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS,
+                    help="real-time workloads (none: the saturation timing only)")
     args = ap.parse_args(argv)
     seconds = 3.0 if args.quick else args.seconds
     rounds = 20 if args.quick else args.rounds
