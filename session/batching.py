@@ -59,7 +59,7 @@ def form_batches(
                 lead_key, lead = key, first
         if lead_key is None or lead is None:
             return out
-        lead_key, lead = _lead_up(groups, lead_key, lead, predict, window)
+        lead_key, lead = _lead_up(groups, lead_key, lead, predict, window, max_batch, t)
         items = groups.pop(lead_key)
         bucket, steps = lead_key
         if t + predict(bucket, steps, 1) > lead.target:
@@ -115,11 +115,13 @@ def _cheaper_together(predict: Predict, bucket: int, steps: int, size: int, low:
 
 def _lead_up(
     groups: dict[Key, list[Item[R]]], key: Key, lead: Item[R], predict: Predict, window: float,
+    max_batch: int, start: float,
 ) -> tuple[Key, Item[R]]:
     """The batch a lead should start: its own, or, where chunks of its bucket at more steps
     are due with it and would take it and its key's chunks in for less than their own batch
-    costs, the batch at the most steps, led by that key's first eligible chunk (which the
-    lead then joins, deadline allowing)."""
+    costs, and where that batch (starting at ``start``) would still make the lead's target,
+    the batch at the most steps, led by that key's first eligible chunk; the lead then joins
+    it."""
     bucket, steps = key
     limit = lead.due + window
     higher = sorted((k for k in groups if k[0] == bucket and k[1] > steps), key=lambda k: -k[1])
@@ -127,8 +129,12 @@ def _lead_up(
         first = next((it for it in groups[hk] if it.eligible and it.due <= limit), None)
         if first is None:
             continue
-        size = sum(it.due <= limit for it in groups[hk])
-        n = sum(it.due <= limit for it in groups[key])
-        if _cheaper_together(predict, bucket, hk[1], size, steps, n):
+        size = min(sum(it.due <= limit for it in groups[hk]), max_batch)
+        n = min(sum(it.due <= limit for it in groups[key]), max_batch - size)
+        if (
+            n > 0
+            and _cheaper_together(predict, bucket, hk[1], size, steps, n)
+            and start + predict(bucket, hk[1], size + n) <= min(lead.target, first.target)
+        ):
             return hk, first
     return key, lead

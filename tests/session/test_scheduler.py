@@ -167,6 +167,23 @@ def test_a_session_at_fewer_steps_runs_in_the_batch_at_more_steps_where_that_cos
     assert len(sim.chunks("fewer")) >= 23 and not sim.of(DeadlineMiss)
 
 
+@pytest.mark.parametrize("sizes", [SIZES, (1,)])
+def test_a_pull_request_at_fewer_steps_rides_in_the_batch_at_more_steps_only_where_it_fits(
+    sizes: tuple[int, ...],
+) -> None:
+    sim = Sim(sizes=sizes)
+    sim.add("fewer", steps=2, mode=Mode.PULL)
+    sim.add("full", mode=Mode.PULL)
+    now = sim.clock()
+    sim.sched.request_block("fewer", 0, deadline=now + 0.100, now=now)
+    sim.sched.request_block("full", 0, deadline=now + 0.105, now=now)
+    plan = sim.sched.schedule(now)
+    if sizes == (1,):  # no room to share: earliest deadline first, each at its own steps
+        assert [(b.steps, [w.session_id for w in b.items]) for b in plan.batches] == [(2, ["fewer"]), (4, ["full"])]
+    else:  # one batch at 4 steps, members in deadline order
+        assert [(b.steps, [w.session_id for w in b.items]) for b in plan.batches] == [(4, ["fewer", "full"])]
+
+
 def test_sessions_at_different_steps_keep_their_own_batches_where_sharing_costs_more() -> None:
     sim = Sim(LinearCost({64: (0.0, 0.005), 128: (0.0, 0.005)}))  # no fixed cost: a row at 4 steps costs more than at 2
     sim.add("full")
@@ -254,16 +271,17 @@ def test_overdue_pull_request_runs_after_the_on_time_batches() -> None:
     assert [c.block_idx for c in sim.chunks("p")] == [0]
 
 
+@pytest.mark.parametrize("sizes", [SIZES, (1,)])  # (1,): no batching, so no chunk joins another's step count
 @settings(max_examples=30, deadline=None)
 @given(
-    st.lists(
+    requests=st.lists(
         st.tuples(st.sampled_from([64, 128]), st.sampled_from([2, 3, 4]), st.floats(0.02, 0.5)),
         min_size=1,
         max_size=12,
     )
 )
-def test_batches_run_earliest_deadline_first(requests: list[tuple[int, int, float]]) -> None:
-    sim = Sim()
+def test_batches_run_earliest_deadline_first(requests: list[tuple[int, int, float]], sizes: tuple[int, ...]) -> None:
+    sim = Sim(sizes=sizes)
     for i, (bucket, steps, deadline) in enumerate(requests):
         sim.add(f"p{i}", bucket=bucket, steps=steps, mode=Mode.PULL)
         sim.sched.request_block(f"p{i}", 0, deadline=deadline, now=sim.clock())
