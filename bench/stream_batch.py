@@ -62,13 +62,16 @@ from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.slot import SessionSlot
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
-from worldserve.session.plan import KEYS, ChunkWork, SessionSpec, StepPlan
+from worldserve.model.rope import Rope
+from worldserve.session.plan import KEYS, Batch, ChunkWork, SessionSpec, StepPlan
 
 FPS = 24.0
 PERIOD = 1.0 / FPS
 BUCKET = 64
 POLICIES = ("alone", "chunk", "promote", "stream")
 WORKLOADS = ("phase", "spread", "mixed")
+# steady-state one-frame chunks rotate nothing in time (asserted on admit)
+NO_ROTATION = Rope(torch.empty(0), torch.empty(0), identity=True)
 BEHIND = 2  # periods a session may fall behind before it skips to its newest slot
 
 
@@ -82,6 +85,7 @@ class Row:
     cond: torch.Tensor  # (S, 1, F, 6*W*depth + 2*W): every block's modulation and the head's, per level
     base: torch.Tensor  # (1, F*T, W)
     prev: torch.Tensor  # (1, F, prev_channels, H, W)
+    actions: torch.Tensor  # (1, F, A)
     prior: torch.Tensor  # (F, 1, 1, 2, taps)
     ctx_k: torch.Tensor  # (L, 1, Nc + Tq, H, D)
     ctx_v: torch.Tensor
@@ -117,7 +121,7 @@ class Stream:
     def __init__(self, runner: ModelRunner):
         self.runner = runner
         self.rows: list[Row] = []
-        self._static: tuple[list[int], tuple[torch.Tensor, ...]] | None = None
+        self._static: tuple[list[int], tuple[ChunkInputs, torch.Tensor, torch.Tensor]] | None = None
 
     def admit(self, chunks: list[tuple[int, SessionSlot, np.ndarray, int]]) -> None:
         """Chunks (session, state, actions, steps) that join the next forward at their first
@@ -139,7 +143,8 @@ class Stream:
             for j, (session, state, _, _) in enumerate(group):
                 sl = slice(j, j + 1)
                 self.rows.append(Row(
-                    session, state, inp.levels, cond[:, sl], inp.base[sl], inp.prev[sl], inp.prior[j * fc : (j + 1) * fc],
+                    session, state, inp.levels, cond[:, sl], inp.base[sl], inp.prev[sl], inp.actions[sl],
+                    inp.prior[j * fc : (j + 1) * fc],
                     ctx.k[:, sl], ctx.v[:, sl], None if offsets is None else offsets[sl], x[sl],
                 ))
 
@@ -181,42 +186,40 @@ class Stream:
         self.rows = [row for row in rows if row.step < len(row.levels)]
         return done
 
-    def _statics(self) -> tuple[torch.Tensor, ...]:
-        """base, prev, prior, cache keys, cache values of the rows in flight, gathered again
-        only when a chunk joins or leaves."""
+    def _statics(self) -> tuple[ChunkInputs, torch.Tensor, torch.Tensor]:
+        """What the rows in flight keep for their whole chunk (stem base, previous frame,
+        actions, motion prior; no levels) and their cache keys and values, gathered again only
+        when a chunk joins or leaves."""
         ids = [id(row) for row in self.rows]
         if self._static is None or self._static[0] != ids:
-            rows = self.rows
-            self._static = (ids, (
-                torch.cat([row.base for row in rows]), torch.cat([row.prev for row in rows]),
-                torch.cat([row.prior for row in rows]), torch.cat([row.ctx_k for row in rows], 1),
-                torch.cat([row.ctx_v for row in rows], 1),
-            ))
+            rows, cat = self.rows, torch.cat
+            inp = ChunkInputs(
+                prev=cat([row.prev for row in rows]), actions=cat([row.actions for row in rows]),
+                base=cat([row.base for row in rows]), levels=(), mods=[], final=[],
+                prior=cat([row.prior for row in rows]),
+            )
+            self._static = (ids, (inp, cat([row.ctx_k for row in rows], 1), cat([row.ctx_v for row in rows], 1)))
         return self._static[1]
 
 
-def mixed_forward(model: WorldModel, x: torch.Tensor, statics: tuple[torch.Tensor, ...],
+def mixed_forward(model: WorldModel, x: torch.Tensor, statics: tuple[ChunkInputs, torch.Tensor, torch.Tensor],
                   cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One forward whose rows are chunks at different steps: x (B, F, C, H, W), each row with
     its own modulation (``cond``: its level's, as ``Row.cond`` packs them) and cache context.
     Returns x0 guesses (B, F, C, H, W) and every block's keys and values (L, B, F*T, H, D)
     (what a commit row keeps; the last block's attention and the head are spent on it)."""
-    base, prev, prior, ctx_k, ctx_v = statics
+    inp, ctx_k, ctx_v = statics
     f, w = x.shape[1], model.cfg.width
     parts = cond.split(w, -1)  # 6 a block, then the head's shift and scale
-    inp = ChunkInputs(prev=prev, actions=prev, base=base, levels=(), mods=[], final=[], prior=prior)
     tokens = model._tokens(x, inp)
     rope_sp = model.rope.spatial_frames(x.shape[-1], f, tokens.dtype, tokens.device)
-    # steady-state one-frame chunks rotate nothing in time (asserted on admit)
-    rope_t = model.rope.time(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.bool), 1)
-    rope_t.identity = True
     ks, vs = [], []
     for i, blk in enumerate(model.blocks):
         mod = parts[6 * i : 6 * i + 6]
-        tokens, k, v = blk(tokens, mod, f, (rope_sp, rope_t, rope_t), (ctx_k[i], ctx_v[i]), None)
+        tokens, k, v = blk(tokens, mod, f, (rope_sp, NO_ROTATION, NO_ROTATION), (ctx_k[i], ctx_v[i]), None)
         ks.append(k)
         vs.append(v)
-    x0 = model._head(tokens, parts[-2], parts[-1], prev, prior)
+    x0 = model._head(tokens, parts[-2], parts[-1], inp.prev, inp.prior)
     return x0, torch.stack(ks), torch.stack(vs)
 
 
@@ -240,9 +243,7 @@ def steering(runner: ModelRunner, k: int) -> np.ndarray:
     return a
 
 
-def _batch(runner: ModelRunner, ids: list[str], acts: np.ndarray, steps: int | None = None):
-    from worldserve.session.plan import Batch
-
+def _batch(runner: ModelRunner, ids: list[str], acts: np.ndarray, steps: int | None = None) -> Batch:
     s = runner.cfg.denoising_steps if steps is None else steps
     return Batch(BUCKET, s, [ChunkWork(i, 0, acts) for i in ids])
 

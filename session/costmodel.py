@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from worldserve.session.batching import cheaper_together
 from worldserve.session.plan import BatchTiming
 
 Key = tuple[int, int]  # (bucket, steps)
@@ -187,11 +188,10 @@ class Load:
             groups.sort(reverse=True)
             top, size = groups[0]
             for steps, n in groups[1:]:  # fewer steps: in the top batch where that costs less
-                own = self._group_cost(bucket, steps, n)
-                if self._group_cost(bucket, top, size + n) - self._group_cost(bucket, top, size) < own:
+                if cheaper_together(self._group_cost, bucket, top, size, steps, n):
                     size += n
                 else:
-                    total += own / period
+                    total += self._group_cost(bucket, steps, n) / period
             total += self._group_cost(bucket, top, size) / period
         return total
 
