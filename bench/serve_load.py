@@ -19,7 +19,9 @@ session drains its latest-frame holder, as a transport would. Reports:
 - overhead at saturation: every session asks for far more frames than the engine can make
   (240 fps); the engine's delivered frames/s is set against what the runner alone reaches on
   the very batches the engine ran (their sizes and step counts, each timed back to back in
-  this run): 1 - engine / runner. The batch mix is printed; a scheduler that picks small
+  this run): 1 - engine / runner, in rounds (3 with ``--quick``, else 5) that alternate an
+  engine run with the runner alone on its batches; the median round counts, so the
+  machine's drift between minutes is not charged to the engine. The batch mix is printed; a scheduler that picks small
   deadline-safe batches at saturation shows up in the mix, not as overhead. Its breakdown
   line says whether the overhead is idle model time (model busy) or slower batches
   (engine/alone, against the runner alone at the largest batch size timed just before);
@@ -35,9 +37,10 @@ and the missed frames by cause (``late_start``: the batch was on time but starte
 
 - capacity_sessions: the largest N whose batches of N, run back to back by the runner alone,
   make N x 24 frames/s at full quality (the model's physical limit on this machine), timed
-  before the load levels; held_share = sessions_at_24fps / capacity_sessions. The same timing
-  is printed again after the batching-on levels: where the two differ, the machine changed
-  speed under the levels.
+  just before and just after the batching-on levels and taken from the mean of the two
+  timings (the machine's speed while the levels ran; each side is printed, and where they
+  differ the machine changed speed under the levels); held_share = sessions_at_24fps /
+  capacity_sessions.
 
 Last line: ``serve_load sessions_at_24fps=<n> capacity_sessions=<n> held_share=<x> miss_rate=<x> overhead=<x> batching_gain=<x> overload_min_share=<x>``
 """
@@ -271,6 +274,21 @@ def capacity_sessions(alone: dict[int, float], period: float) -> int:
     return max((n for n, t in alone.items() if t <= period), default=0)
 
 
+def during(before: dict[int, float], after: dict[int, float]) -> dict[int, float]:
+    """The runner alone's chunk times while the load levels ran, estimated as the mean of
+    the timings taken just before and just after them, for the sizes timed on both sides
+    (each side stops at its first size over a frame period). The machine drifts by +-20 %
+    within minutes: the levels' own capacity is nearer the mean than either side."""
+    return {n: (before[n] + after[n]) / 2 for n in sorted(before.keys() & after.keys())}
+
+
+def overhead_rounds(engine_fps: list[float], alone_fps: list[float]) -> float:
+    """The engine's overhead at saturation from rounds that alternate an engine run with the
+    runner alone on that run's own batches: the median over rounds of 1 - engine / alone, so
+    a drift of the machine between rounds (or one round on a slow minute) does not count."""
+    return float(np.median([1 - e / a for e, a in zip(engine_fps, alone_fps, strict=True)]))
+
+
 def _frames_due(stats: list[SessionStats]) -> int:
     return sum(s.frames_due for s in stats)
 
@@ -374,27 +392,36 @@ async def main_async(args: argparse.Namespace) -> None:
           f"sessions join over {spread:g} s")
     period = runner.frames_per_chunk / 24.0
     alone = alone_by_size(runner, args.limit, period, min(seconds, 2.0))
-    cap = capacity_sessions(alone, period)
     print("  runner alone, ms a chunk by batch size: "
           + " ".join(f"{n}:{1e3 * t:.1f}" for n, t in alone.items())
-          + f" (frame period {1e3 * period:.1f} ms) -> capacity {cap} sessions")
+          + f" (frame period {1e3 * period:.1f} ms) -> capacity {capacity_sessions(alone, period)} sessions")
     n_on, miss_on, _ = await capacity(runner, timings, seconds, True, args.limit, spread, sizes, alone)
     # the machine drifts (runs of one command move by +-20 %): the same timing after the levels
     # says whether they ran on the machine the capacity was measured on
     later = alone_by_size(runner, args.limit, period, min(seconds, 2.0))
+    mean = during(alone, later)
+    cap = capacity_sessions(mean, period)
     print("  runner alone after those levels, ms a chunk by batch size: "
           + " ".join(f"{n}:{1e3 * t:.1f}" for n, t in later.items())
-          + f" -> capacity {capacity_sessions(later, period)} sessions")
+          + f" -> capacity {capacity_sessions(later, period)} sessions; mean of both sides "
+          + " ".join(f"{n}:{1e3 * t:.1f}" for n, t in mean.items())
+          + f" -> capacity {cap} sessions while the levels ran")
     n_off, _, _ = await capacity(runner, timings, seconds, False, args.limit, spread, sizes, alone)
     sat = max(sizes[-1], n_on + 1)
     full = {sizes[-1]: runner_alone_seconds(runner, sizes[-1], runner.max_steps, min(seconds, 2.0))}
-    res = await run_load(runner, timings, sat, min(seconds, 20), fps=240.0, batch_sizes=sizes, alone=full)
-    alone = runner_fps_on_mix(runner, res.batches, min(seconds, 10))
-    overhead = 1 - res.delivered_fps / alone
-    mix = " ".join(f"{size}x{steps}steps:{n}" for (size, steps), n in sorted(res.batches.items()))
-    print(f"  saturation: {sat} sessions, engine {res.delivered_fps:.1f} frames/s, runner alone on the "
-          f"same batches {alone:.1f} frames/s; batches (size x steps: count) {mix}")
-    print(f"      {where_line(res)}")
+    rounds = 3 if args.quick else 5
+    engine_fps: list[float] = []
+    alone_fps: list[float] = []
+    for r in range(rounds):  # engine, runner alone on its batches, engine, ...: drift cancels
+        res = await run_load(runner, timings, sat, min(seconds, 20) / 2, fps=240.0, batch_sizes=sizes, alone=full)
+        engine_fps.append(res.delivered_fps)
+        alone_fps.append(runner_fps_on_mix(runner, res.batches, min(seconds, 10) / 2))
+        mix = " ".join(f"{size}x{steps}steps:{n}" for (size, steps), n in sorted(res.batches.items()))
+        print(f"  saturation round {r + 1}/{rounds}: {sat} sessions, engine {engine_fps[-1]:.1f} frames/s, "
+              f"runner alone on the same batches {alone_fps[-1]:.1f} frames/s "
+              f"(overhead {1 - engine_fps[-1] / alone_fps[-1]:.3f}); batches (size x steps: count) {mix}")
+        print(f"      {where_line(res)}")
+    overhead = overhead_rounds(engine_fps, alone_fps)
     over = await run_load(runner, timings, max(2, 2 * n_on), seconds, degrade=True, join_spread=spread,
                           batch_sizes=sizes)
     hist = " ".join(f"L{k}:{v}" for k, v in sorted(over.levels.items()))

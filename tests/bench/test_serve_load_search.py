@@ -64,3 +64,24 @@ def test_a_miss_is_charged_to_a_slow_batch_or_a_late_start() -> None:
     assert causes == {"slow_batch": 1, "late_start": 1, "skipped": 2}
     assert slow_share == 0.5 and abs(tax - 1.75) < 1e-9 and abs(busy - 0.062) < 1e-9
     assert abs(handoff_ms - 1.0) < 1e-6
+
+
+def test_capacity_while_the_levels_ran_is_timed_on_both_sides() -> None:
+    from worldserve.bench.serve_load import capacity_sessions, during
+
+    period = 1 / 24
+    before = {1: 0.020, 2: 0.030, 3: 0.040, 4: 0.050}  # a fast minute: 3 fit
+    after = {1: 0.024, 2: 0.036, 3: 0.046}  # a slow one: 2 fit, and 4 was never timed
+    mean = during(before, after)
+    assert mean == pytest.approx({1: 0.022, 2: 0.033, 3: 0.043})
+    assert capacity_sessions(mean, period) == 2
+    # a size only one side timed says nothing of the other side's minute
+    assert capacity_sessions(during({1: 0.02, 2: 0.03}, {1: 0.02}), period) == 1
+
+
+def test_overhead_is_the_median_over_alternating_rounds() -> None:
+    from worldserve.bench.serve_load import overhead_rounds
+
+    # the second round ran on a slow minute for the engine only: the median ignores it
+    assert overhead_rounds([98.0, 80.0, 97.0], [100.0, 100.0, 100.0]) == pytest.approx(0.03)
+    assert overhead_rounds([100.0], [100.0]) == 0.0
