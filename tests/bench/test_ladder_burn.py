@@ -21,3 +21,11 @@ def test_recovery_counts_from_the_burns_end_to_level_0_for_good() -> None:
 def test_a_ladder_that_never_fell_recovers_in_no_time_and_one_still_down_never() -> None:
     assert run([(0.0, 0), (10.0, 0), (20.0, 0)]).recover_s == 0.0
     assert math.isinf(run([(0.0, 0), (10.0, 2), (29.0, 1)]).recover_s)
+
+
+def test_back_is_the_first_return_to_level_0_after_the_burn() -> None:
+    r = run([(0.0, 0), (6.0, 2), (15.5, 2), (16.5, 0), (20.0, 2), (29.0, 2)])
+    assert r.back_s == 1.5  # back at 16.5 s, 1.5 s after the burn's end
+    assert math.isinf(r.recover_s)  # calm moved them again at 20 s: not back for good
+    assert run([(0.0, 0), (15.0, 0), (20.0, 0)]).back_s == 0.0
+    assert math.isinf(run([(0.0, 0), (10.0, 2), (29.0, 1)]).back_s)
