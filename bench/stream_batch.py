@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from worldserve.bench.quality import mse, psnr_of_mse
 from worldserve.model.default.dit import ChunkInputs, WorldModel
 from worldserve.model.default.flow import next_noisy
 from worldserve.model.default.runner import ModelRunner
@@ -347,8 +348,8 @@ def agreement(runner: ModelRunner, frames: int = 24) -> tuple[float, int, float]
             got: dict[int, np.ndarray] = {}
             while stream.rows:
                 got.update(stream.forward())
-            err = max(float(np.mean((ref[j].astype(np.float64) - got[j].astype(np.float64)) ** 2)) for j in range(3))
-            psnr.append(99.0 if err == 0 else float(10 * np.log10(255.0**2 / err)))
+            err = max(mse(ref[j], got[j]) for j in range(3))
+            psnr.append(99.0 if err == 0 else psnr_of_mse(err))
     runner.execute(StepPlan(freed=a_ids + b_ids))
     same = next((i for i, v in enumerate(psnr) if v < 99.0), len(psnr))
     return psnr[0], same, min(psnr)

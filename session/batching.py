@@ -70,7 +70,7 @@ def form_batches(
             limit = lead.due + window
             items = _join(batch, items, predict, lead_key, t, limit, max_batch)
             for low in sorted((k for k in groups if k[0] == bucket and k[1] < steps), key=lambda k: -k[1]):
-                due = sum(it.due <= limit for it in groups[low])
+                due = _due_by(groups[low], limit)
                 if due and cheaper_together(predict, bucket, steps, len(batch), low[1], due):
                     left = _join(batch, groups.pop(low), predict, lead_key, t, limit, max_batch)
                     if left:
@@ -108,6 +108,11 @@ def _join(
     return rest
 
 
+def _due_by(items: list[Item[R]], limit: float) -> int:
+    """How many of ``items`` are due by ``limit`` (may join a batch whose window ends there)."""
+    return sum(it.due <= limit for it in items)
+
+
 def cheaper_together(predict: Predict, bucket: int, steps: int, size: int, low: int, n: int) -> bool:
     """Whether ``n`` chunks at ``low`` steps cost less model time in a batch of ``size``
     chunks at ``steps`` steps than in a batch of their own (``predict``: the seconds of a
@@ -131,8 +136,8 @@ def _lead_up(
         first = next((it for it in groups[hk] if it.eligible and it.due <= limit), None)
         if first is None:
             continue
-        size = min(sum(it.due <= limit for it in groups[hk]), max_batch)
-        n = min(sum(it.due <= limit for it in groups[key]), max_batch - size)
+        size = min(_due_by(groups[hk], limit), max_batch)
+        n = min(_due_by(groups[key], limit), max_batch - size)
         if (
             n > 0
             and cheaper_together(predict, bucket, hk[1], size, steps, n)
