@@ -59,11 +59,11 @@ import torch
 from worldserve.bench.quality import mse, psnr_of_mse
 from worldserve.model.default.dit import ChunkInputs, WorldModel
 from worldserve.model.default.flow import next_noisy
+from worldserve.model.default.rope import Rope
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.slot import SessionSlot
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
-from worldserve.model.rope import Rope
 from worldserve.session.plan import KEYS, Batch, ChunkWork, SessionSpec, StepPlan
 
 FPS = 24.0

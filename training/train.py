@@ -60,8 +60,8 @@ from worldserve.model.default.anchor import anchor_reference, sequence_reference
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.flow import next_noisy, noised
+from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.weights import save_model
-from worldserve.model.kv_cache import KVCachePool
 from worldserve.model.memory import tune_malloc
 from worldserve.training.bank import RolloutBank
 from worldserve.training.checkpoint import export_checkpoint, load_checkpoint, save_checkpoint

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from worldserve.model.default.dit import ChunkContext, WorldModel
-from worldserve.model.rope import Rope
+from worldserve.model.default.rope import Rope
 
 Mode = Literal["capture", "trace", "eager"]  # CUDA graph, TorchScript trace, buffers run eagerly
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from worldserve.model.default.dit import WorldModel
-from worldserve.model.kv_cache import KVCachePool
+from worldserve.model.default.kv_cache import KVCachePool
 
 
 def _sequence(model: WorldModel, n: int, bucket: int, seed: int) -> tuple[torch.Tensor, ...]:

@@ -33,6 +33,7 @@ from worldserve.model.default.anchor import (
 from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.prompt import parse_prompt
 from worldserve.model.default.slot import (
     SessionSlot,
@@ -44,7 +45,6 @@ from worldserve.model.default.trace_cache import TraceCache
 from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import pick_dtype
-from worldserve.model.kv_cache import KVCachePool
 from worldserve.model.memory import tune_malloc
 from worldserve.model.plan_errors import guarded, session_state
 from worldserve.session.plan import (

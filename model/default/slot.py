@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from worldserve.model.default.config import ModelConfig
-from worldserve.model.kv_cache import KVCachePool
+from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.session.plan import Continuation
 
 

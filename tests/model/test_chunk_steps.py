@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from worldserve.model.default.dit import WorldModel, shift_warp
-from worldserve.model.kv_cache import KVCachePool
+from worldserve.model.default.kv_cache import KVCachePool
 
 from .conftest import randomized, tiny_config
 
