@@ -11,7 +11,7 @@ lifecycle:
   runs; on exit stop the service, the engine and the model thread.
 - ``on_shutdown``: end every session (clients get ``ended: shutdown``) and close every
   registered connection (``CLOSABLES``: WebSockets now, WebRTC peers later).
-- ``cleanup_ctx``: the ``WorkerAgent`` (server/cluster.py) registers the worker in the
+- ``cleanup_ctx``: the ``WorkerAgent`` (server/cluster/agent.py) registers the worker in the
   session directory (Redis with ``directory_url``, else an in-memory one), heartbeats,
   checkpoints and drains; it leaves the directory on exit.
 """
@@ -29,8 +29,8 @@ from contextlib import suppress
 from aiohttp import web
 
 from worldserve.protocol import CloseCode
-from worldserve.server.cluster import WorkerAgent
-from worldserve.server.directory import Directory, open_directory
+from worldserve.server.cluster.agent import WorkerAgent
+from worldserve.server.cluster.directory import Directory, open_directory
 from worldserve.server.engine import model_executor
 from worldserve.server.http_api import add_routes
 from worldserve.server.keys import (

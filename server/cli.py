@@ -47,8 +47,8 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None
 
 
 def router_parser(ap: argparse.ArgumentParser) -> None:
+    from worldserve.server.cluster.router import RouterSettings
     from worldserve.server.flags import add_flags
-    from worldserve.server.router import RouterSettings
 
     add_flags(ap, RouterSettings)
 
@@ -117,9 +117,9 @@ def serve(settings: Settings) -> None:
 
 
 def route(args: argparse.Namespace) -> None:
+    from worldserve.server.cluster.router import RouterSettings, create_router
     from worldserve.server.flags import build
     from worldserve.server.logs import configure
-    from worldserve.server.router import RouterSettings, create_router
 
     settings = build(RouterSettings, args, os.environ)
     configure(settings.log_format, settings.log_level)

@@ -2,7 +2,7 @@
 
 ``Gate`` is the one place the service's parts ask "may I use the engine now?": the phase
 (warming, ready, draining, failed), the engine (set by ``Service.start_engine``), the
-shared directory (``Remote``, set by server/cluster.py in multi-worker mode) and the
+shared directory (``Remote``, set by server/cluster/agent.py in multi-worker mode) and the
 drain flag (no new sessions or resumes while handing sessions over).
 """
 
@@ -19,7 +19,7 @@ class Gate:
         self.phase = Phase.WARMING
         self.failure: str | None = None
         self.engine: Engine | None = None
-        self.remote: Remote | None = None  # the shared directory (server/cluster.py), if any
+        self.remote: Remote | None = None  # the shared directory (server/cluster/agent.py), if any
         self.draining = False  # handing sessions over: no new sessions or resumes here
 
     @property

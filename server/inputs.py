@@ -15,7 +15,7 @@ requests (what server/dispatch.py hands the service for both transports).
   (requested, not yet generated; ``start``'s block 0 counts). The scheduler starts them
   no faster than the session's admitted fps (session/scheduler.py).
 
-A hand-off (server/migration.py) takes the session out of the engine between two steps
+A hand-off (server/cluster/migration.py) takes the session out of the engine between two steps
 while its client stays attached until ``migrate``. Inputs that arrive meanwhile update the
 session (store and ``Live``) and do not reach the engine: a block request stays accepted
 in the store, so the resume asks for it again (``resumed.requested`` tells a client on

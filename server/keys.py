@@ -7,7 +7,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from worldserve.server.cluster import WorkerAgent
+from worldserve.server.cluster.agent import WorkerAgent
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
 from worldserve.server.service import Service

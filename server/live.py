@@ -21,7 +21,7 @@ from worldserve.server.engine import Suspension
 from worldserve.server.limits import TokenBucket
 
 if TYPE_CHECKING:
-    from worldserve.server.handoff import Handoff
+    from worldserve.server.cluster.handoff import Handoff
 from worldserve.session.admission import Admission
 from worldserve.session.degrade import Settings as Rung
 from worldserve.session.errors import AtCapacity, SessionError
@@ -81,7 +81,7 @@ class SessionMoved(SessionError):
 
 
 class Remote(Protocol):
-    """The shared session directory as the service sees it (server/cluster.py's
+    """The shared session directory as the service sees it (server/cluster/agent.py's
     ``WorkerAgent``); absent in the embedded single-worker mode."""
 
     def unhealthy(self) -> str | None:

@@ -162,7 +162,7 @@ class Metrics:
 
 
 class RouterMetrics:
-    """Every metric of one router (server/router.py); ``render()`` is its /metrics body.
+    """Every metric of one router (server/cluster/router.py); ``render()`` is its /metrics body.
 
     Counters move where things happen; the worker gauges are set from the directory at
     every scrape (``Router.scrape``) and are absent while it does not answer."""

@@ -35,9 +35,9 @@ another connection holds the session takes it over (the old one is told ``replac
   pull-mode ``block``).
 - ``EngineEvents`` (server/engine_events.py): the engine's callbacks (chunks to the peer,
   scheduler events, step metrics).
-- ``Migration`` (server/migration.py): scale-out (DESIGN.md §7): checkpoints, hand-offs,
+- ``Migration`` (server/cluster/migration.py): scale-out (DESIGN.md §7): checkpoints, hand-offs,
   ``migrated`` and the adoption of another worker's handoff on resume; the directory side
-  lives in server/cluster.py, reached through ``remote``.
+  lives in server/cluster/agent.py, reached through ``remote``.
 
 ``Service`` itself keeps the session lifecycle (start, open, resume, detach, close, new
 epochs) and the methods the transports, the app and the cluster agent call.
@@ -73,10 +73,11 @@ from worldserve.protocol import (
     Started,
 )
 from worldserve.server.admit import Admissions
+from worldserve.server.cluster.handoff import Handoff
+from worldserve.server.cluster.migration import Migration
 from worldserve.server.engine import Engine, Suspension
 from worldserve.server.engine_events import EngineEvents
 from worldserve.server.gate import Gate
-from worldserve.server.handoff import Handoff
 from worldserve.server.inputs import Inputs, seconds
 from worldserve.server.limits import TokenBucket
 from worldserve.server.live import (
@@ -92,7 +93,6 @@ from worldserve.server.live import (
     Shape,
 )
 from worldserve.server.metrics import Metrics
-from worldserve.server.migration import Migration
 from worldserve.server.offload import CodecPool
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
@@ -164,7 +164,7 @@ class Service:
 
     @property
     def remote(self) -> Remote | None:
-        """The shared directory (server/cluster.py), if any."""
+        """The shared directory (server/cluster/agent.py), if any."""
         return self.gate.remote
 
     @remote.setter
@@ -462,7 +462,7 @@ class Service:
     async def decode_image(self, image: Image, field: str) -> np.ndarray:
         return await self.inputs.decode_image(image, field)
 
-    # --- scale-out (server/migration.py) ---
+    # --- scale-out (server/cluster/migration.py) ---
 
     def sessions(self) -> list[str]:
         """Ids of the sessions held here (attached or detached)."""

@@ -3,7 +3,7 @@ styles, ``/web/config`` what the page needs to know about the server that served
 Plain files, no build step; ``Cache-Control: no-cache`` so a new server version is
 picked up on reload.
 
-Workers serve it (server/rtc/) and so does the router (server/router.py). ``GET
+Workers serve it (server/rtc/) and so does the router (server/cluster/router.py). ``GET
 /web/config`` answers ``{"mode": "worker"}`` on a worker (the page opens sessions right
 there) and ``{"mode": "router"}`` on a router (the page places sessions through the
 router's ``POST /v1/place`` and opens them at the worker it names).

@@ -55,7 +55,7 @@ from worldserve.protocol import (
     error_from,
 )
 from worldserve.server.auth import authorized
-from worldserve.server.directory import DirectoryUnavailable
+from worldserve.server.cluster.directory import DirectoryUnavailable
 from worldserve.server.dispatch import Inbound, dispatch
 from worldserve.server.encode import FrameEncoder, make_encoder
 from worldserve.server.live import Chunk, NotReady, PlacementRequired

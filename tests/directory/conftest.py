@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from worldserve.server.directory import Directory, MemoryDirectory
-from worldserve.server.directory.redis import RedisDirectory
+from worldserve.server.cluster.directory import Directory, MemoryDirectory
+from worldserve.server.cluster.directory.redis import RedisDirectory
 
 
 class FakeClock:

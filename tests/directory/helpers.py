@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worldserve.server.directory import Directory, WorkerInfo, WorkerState
+from worldserve.server.cluster.directory import Directory, WorkerInfo, WorkerState
 
 LONG_TTL = 30.0
 

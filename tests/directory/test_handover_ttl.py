@@ -9,7 +9,7 @@ import pytest
 
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
-from worldserve.server.directory import (
+from worldserve.server.cluster.directory import (
     Directory,
     MemoryDirectory,
     NoWorkerAvailable,
@@ -17,7 +17,7 @@ from worldserve.server.directory import (
     SessionState,
     WorkerState,
 )
-from worldserve.server.directory.redis import RedisDirectory
+from worldserve.server.cluster.directory.redis import RedisDirectory
 
 HANDOVER_TTL = 0.5
 

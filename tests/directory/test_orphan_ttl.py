@@ -8,8 +8,13 @@ import pytest
 
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
-from worldserve.server.directory import MemoryDirectory, SessionRecord, SessionState, UnknownSession
-from worldserve.server.directory.redis import RedisDirectory
+from worldserve.server.cluster.directory import (
+    MemoryDirectory,
+    SessionRecord,
+    SessionState,
+    UnknownSession,
+)
+from worldserve.server.cluster.directory.redis import RedisDirectory
 
 ORPHAN_TTL = 1.0
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
-from worldserve.server.directory import NoWorkerAvailable, SessionState, WorkerState
+from worldserve.server.cluster.directory import NoWorkerAvailable, SessionState, WorkerState
 
 
 async def test_placement_prefers_the_least_loaded_worker(harness: Harness) -> None:

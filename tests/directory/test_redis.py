@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.directory.conftest import free_port
-from worldserve.server.directory import (
+from worldserve.server.cluster.directory import (
     Directory,
     DirectoryUnavailable,
     MemoryDirectory,
@@ -20,7 +20,7 @@ from worldserve.server.directory import (
     WorkerState,
     open_directory,
 )
-from worldserve.server.directory.redis import RedisDirectory
+from worldserve.server.cluster.directory.redis import RedisDirectory
 
 OPERATIONS: dict[str, Callable[[Directory], Awaitable[object]]] = {
     "register_worker": lambda d: d.register_worker(WorkerInfo("w", "http://w:1"), 5.0),

@@ -8,7 +8,7 @@ import pytest
 
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
-from worldserve.server.directory import SessionRecord, SessionState, UnknownSession
+from worldserve.server.cluster.directory import SessionRecord, SessionState, UnknownSession
 
 
 async def test_placed_session_is_recorded_active_at_block_zero(harness: Harness) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from tests.directory.conftest import Harness
 from tests.directory.helpers import add_worker
-from worldserve.server.directory import (
+from worldserve.server.cluster.directory import (
     NoWorkerAvailable,
     SessionRecord,
     SessionState,

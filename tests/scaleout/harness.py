@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestServer
 
 from tests.server.harness import TEST_SETTINGS, fake_factory
 from worldserve.server.app import create_app
-from worldserve.server.directory import Directory, MemoryDirectory
+from worldserve.server.cluster.directory import Directory, MemoryDirectory
+from worldserve.server.cluster.router import RouterSettings, create_router
 from worldserve.server.keys import AGENT, SERVICE
-from worldserve.server.router import RouterSettings, create_router
 from worldserve.server.settings import Settings
 from worldserve.session.plan import Runner
 

@@ -11,7 +11,7 @@ from tests.scaleout.harness import Cluster, cluster
 from tests.server.harness import frames, recv, recv_type, send, serve
 from worldserve.clients.sdk import SessionEnded, WorldClient
 from worldserve.protocol import Ended, Error, Frame, Migrate, Resume, Resumed, Start, Started
-from worldserve.server.directory import MemoryDirectory, SessionState, WorkerState
+from worldserve.server.cluster.directory import MemoryDirectory, SessionState, WorkerState
 from worldserve.server.keys import AGENT, SERVICE
 from worldserve.session.fake_runner import decode_frame
 

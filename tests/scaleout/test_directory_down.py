@@ -16,8 +16,8 @@ from tests.server.harness import recv_type, send, serve
 from worldserve.clients.local import RedisProcess, free_port
 from worldserve.clients.sdk import WorldClient
 from worldserve.protocol import CloseCode, Error, Start
-from worldserve.server.directory.redis import RedisDirectory
-from worldserve.server.router import RouterSettings, create_router
+from worldserve.server.cluster.directory.redis import RedisDirectory
+from worldserve.server.cluster.router import RouterSettings, create_router
 
 
 def dead_redis() -> str:

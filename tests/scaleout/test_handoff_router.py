@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.directory.conftest import FakeClock
 from worldserve.protocol import Start
-from worldserve.server.directory import (
+from worldserve.server.cluster.directory import (
     MemoryDirectory,
     NoWorkerAvailable,
     SessionRecord,
@@ -18,8 +18,8 @@ from worldserve.server.directory import (
     WorkerInfo,
     WorkerState,
 )
-from worldserve.server.handoff import Handoff, HandoffError, ReplayBlock, decode
-from worldserve.server.router import Router, RouterSettings
+from worldserve.server.cluster.handoff import Handoff, HandoffError, ReplayBlock, decode
+from worldserve.server.cluster.router import Router, RouterSettings
 from worldserve.session.plan import ModelState
 from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import snapshot

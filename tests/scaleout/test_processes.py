@@ -15,8 +15,8 @@ from worldserve.clients.local import LocalCluster
 from worldserve.clients.probe import Probe
 from worldserve.clients.sdk import FrameEvent, WorldClient
 from worldserve.protocol import Resumed
-from worldserve.server.directory.redis import RedisDirectory
-from worldserve.server.handoff import decode
+from worldserve.server.cluster.directory.redis import RedisDirectory
+from worldserve.server.cluster.handoff import decode
 
 
 def local_cluster(tmp_path: Path, weights: Path, redis_url: str, **kw: object) -> LocalCluster:

@@ -10,14 +10,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.directory.conftest import FakeClock
-from worldserve.server.directory import (
+from worldserve.server.cluster.directory import (
     DirectoryUnavailable,
     MemoryDirectory,
     SessionRecord,
     WorkerInfo,
     WorkerState,
 )
-from worldserve.server.router import RouterSettings, create_router
+from worldserve.server.cluster.router import RouterSettings, create_router
 
 
 class FlakyDirectory(MemoryDirectory):

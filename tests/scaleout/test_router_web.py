@@ -6,8 +6,8 @@ from __future__ import annotations
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.scaleout.harness import cluster
-from worldserve.server.directory import MemoryDirectory
-from worldserve.server.router import RouterSettings, create_router
+from worldserve.server.cluster.directory import MemoryDirectory
+from worldserve.server.cluster.router import RouterSettings, create_router
 
 
 async def test_the_router_serves_the_page_and_says_it_is_a_router() -> None:

@@ -26,7 +26,7 @@ from av import VideoFrame
 
 from tests.scaleout.harness import Cluster, cluster
 from worldserve.protocol import Ack, Ended, Migrate, Ping, Pong, Resumed, Started, Status
-from worldserve.server.directory import SessionState
+from worldserve.server.cluster.directory import SessionState
 from worldserve.server.keys import AGENT, SERVICE
 from worldserve.server.rtc.client import OfferRefused, RtcClient, http_base
 from worldserve.server.rtc.keys import RTC_PEERS

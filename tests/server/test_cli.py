@@ -85,12 +85,12 @@ def test_scale_out_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_router_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldserve.server.router import RouterSettings
+    from worldserve.server.cluster.router import RouterSettings
 
     monkeypatch.setattr(cli, "_run_site", _no_site)
     monkeypatch.setattr("worldserve.server.logs.configure", lambda *args: None)  # leave logging alone
     seen: list[RouterSettings] = []
-    monkeypatch.setattr("worldserve.server.router.create_router", lambda settings: seen.append(settings))
+    monkeypatch.setattr("worldserve.server.cluster.router.create_router", lambda settings: seen.append(settings))
     cli.main(["router", "--port", "8099", "--orphan-ttl-s", "1200", "--threshold", "0.7",
               "--handover-ttl-s", "20"])
     assert (seen[0].port, seen[0].orphan_ttl_s, seen[0].threshold) == (8099, 1200.0, 0.7)

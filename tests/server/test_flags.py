@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from worldserve.server import cli
+from worldserve.server.cluster.router import RouterSettings
 from worldserve.server.flags import PREFIX, Option, build, options, show
-from worldserve.server.router import RouterSettings
 from worldserve.server.settings import IceServer, RtcSettings, Settings
 
 

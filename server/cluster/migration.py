@@ -2,7 +2,7 @@
 
 The worker-side half of scale-out that works on the service's sessions; the directory
 side (registration, placement, the drain loop, writing handoffs) lives in
-server/cluster.py and reaches the service through ``Service.remote`` (the ``Gate``'s).
+server/cluster/agent.py and reaches the service through ``Service.remote`` (the ``Gate``'s).
 
 - ``checkpoint`` packages a running session for crash recovery: ``Engine.export`` reads
   its model state between two steps and the session goes on.
@@ -31,9 +31,9 @@ from dataclasses import replace
 import numpy as np
 
 from worldserve.protocol import Migrate, Resume
+from worldserve.server.cluster.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from worldserve.server.engine import Suspension
 from worldserve.server.gate import Gate
-from worldserve.server.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from worldserve.server.limits import TokenBucket
 from worldserve.server.live import Chunk, Live, Shape
 from worldserve.server.metrics import Metrics

@@ -1,6 +1,6 @@
 """The worker's side of scale-out: registration, heartbeats, checkpoints and drain.
 
-``WorkerAgent`` is this worker in the session directory (server/directory/), next to the
+``WorkerAgent`` is this worker in the session directory (server/cluster/directory/), next to the
 ``Service`` (server/service.py) that holds its sessions:
 
 - Registration: the worker registers (``starting`` while the model loads, then
@@ -18,7 +18,7 @@
 - Embedded mode (no URL): a ``MemoryDirectory`` no one else reads; sessions start
   without a reservation, there are no checkpoints, and a drain ends the sessions.
 - Drain (SIGTERM or ``POST /admin/drain``): stop admitting, then for each session:
-  suspend it at a block boundary (``Service.hand_off``, server/migration.py), place it on
+  suspend it at a block boundary (``Service.hand_off``, server/cluster/migration.py), place it on
   another worker (``place_session``), write the handoff, mark it ``migrating`` (it holds
   the target's slot for ``handover_ttl_s`` at most, until its client resumes there) and
   send its client ``migrate`` with the target's URL. With no worker free the client is told to ask the
@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from worldserve.protocol import Migrate
-from worldserve.server.directory import (
+from worldserve.server.cluster.directory import (
     Directory,
     DirectoryError,
     DirectoryUnavailable,
@@ -54,7 +54,7 @@ from worldserve.server.directory import (
     WorkerInfo,
     WorkerState,
 )
-from worldserve.server.handoff import Handoff, HandoffError, decode
+from worldserve.server.cluster.handoff import Handoff, HandoffError, decode
 from worldserve.server.live import PlacementRequired, SessionMoved
 from worldserve.server.metrics import Metrics
 from worldserve.server.service import Service

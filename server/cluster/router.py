@@ -51,8 +51,8 @@ from aiohttp import web
 
 from worldserve.protocol.vocab import SESSION_ID_RE
 from worldserve.server.auth import authorized
-from worldserve.server.cluster import ws_url
-from worldserve.server.directory import (
+from worldserve.server.cluster.agent import ws_url
+from worldserve.server.cluster.directory import (
     HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Directory,

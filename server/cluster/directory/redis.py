@@ -38,7 +38,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
-from worldserve.server.directory.base import (
+from worldserve.server.cluster.directory.base import (
     HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Clock,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from worldserve.server.directory.base import (
+from worldserve.server.cluster.directory.base import (
     HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Clock,

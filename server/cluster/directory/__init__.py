@@ -4,7 +4,7 @@
 is shared through Redis. See ``base`` for the contract both keep.
 """
 
-from worldserve.server.directory.base import (
+from worldserve.server.cluster.directory.base import (
     HANDOVER_TTL_S,
     ORPHAN_TTL_S,
     Directory,
@@ -18,8 +18,8 @@ from worldserve.server.directory.base import (
     WorkerInfo,
     WorkerState,
 )
-from worldserve.server.directory.factory import open_directory
-from worldserve.server.directory.memory import MemoryDirectory
+from worldserve.server.cluster.directory.factory import open_directory
+from worldserve.server.cluster.directory.memory import MemoryDirectory
 
 __all__ = [
     "HANDOVER_TTL_S",
