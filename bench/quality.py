@@ -1,6 +1,7 @@
 """Quality of the world model against the procedural world's renderer, on held-out worlds.
 
-    python -m bench.quality [--quick] [--weights PATH] [--out docs/quality] [--steps N] [--eta E]
+    python -m bench.quality [--quick] [--weights PATH] [--out DIR | --update-docs] [--steps N] [--eta E]
+                            [--oracle frame|ground ...] [--oracle-every N]
 
 For every bucket: the model is anchored on the renderer's first frame (an observation), then
 driven by held-out action scripts; its rollout is compared with the renderer's for the same
@@ -28,6 +29,10 @@ actions. Prints per bucket:
   (``control_acc_renderer_plain``: the renderer's frames scored by it);
 - scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the
   new scene's (closer to the renderer's new-scene frames than to the old-scene ones) within 4 frames;
+- revisit (``bench._revisit``): 2 s of steering, 3 s away and back along the same path; the
+  view at the return against the view shown at that place before, for the model
+  (``revisit_psnr``) and for the renderer, whose animals, water and weather move
+  (``revisit_psnr_world``);
 - long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x
   the renderer's, changing while moving and still while idle;
 - sharpness late in the long rollout: mean gradient magnitude over the last fifth of the
@@ -48,19 +53,24 @@ actions. Prints per bucket:
 What a person sees, at 2, 10 and 60 s of steering (``bench.realism``, smallest bucket; 32
 held-out worlds of its own, 16 with ``--quick``): a classifier two-sample test per moment
 (``c2st_<moment>``, 0.5: the model's frames cannot be told from the renderer's) with its
-controls (``c2st_control``: the renderer against its 4x blur, which must reach 0.95 or the
-run is VOID; ``c2st_null``: the renderer against itself elsewhere, near 0.5), the Frechet
+controls (``c2st_control``: the renderer against its 4x blur, ``c2st_blocks``: against its
+16x16 block means; both must reach 0.95 or the run is VOID; ``c2st_null``: the renderer against itself elsewhere, near 0.5), the Frechet
 distance in a scene-attribute network's features (``fd_<moment>``) beside the renderer's own
 (``fd_floor``), and patch realism (``patch_ratio_<moment>``, 1.0: made of the world's
 materials). ``--weights`` other than the committed ones are measured there beside the
-committed weights (``--beside``), on the same worlds.
+committed weights (``--beside``), on the same worlds. ``--oracle frame|ground`` measures the
+weights there once more with their anchor reference taken from the renderer
+(``bench._oracle``), each on a line ``oracle ... go_on=0|1`` above the summary.
 
-Writes sample strips (renderer row above model row) as PNG under ``--out``: ``strip_<bucket>``
+Writes sample strips (renderer row above model row) as PNG under ``--out`` (default
+``runs/quality``; ``--update-docs``: ``docs/quality``, the strips the docs show): ``strip_<bucket>``
 for the first 32 frames, ``long_<bucket>`` for the long rollout at eight moments,
-``realism_<moment>_<bucket>`` per moment of ``bench.realism``. Last line (smallest bucket):
-``quality psnr_h8=.. psnr_h8_repeat=.. psnr_h32=.. psnr_h32_repeat=.. control_acc=.. sharpness_late=..
-c2st_2s=.. c2st_10s=.. c2st_60s=.. c2st_control=.. fd_60s=.. fd_floor=.. patch_ratio_60s=..
-scene_ok=0|1 long_ok=0|1``, with ``VOID`` at its end when the two-sample test's control failed.
+``realism_<moment>_<bucket>`` per moment of ``bench.realism``, ``revisit_<bucket>`` (per
+episode: renderer at departure and return, model at departure and return). Last line
+(smallest bucket): ``quality psnr_h8=.. psnr_h8_repeat=.. psnr_h32=.. psnr_h32_repeat=..
+control_acc=.. sharpness_late=.. c2st_2s=.. c2st_10s=.. c2st_60s=.. c2st_control=.. c2st_blocks=..
+fd_60s=.. fd_floor=.. patch_ratio_60s=.. revisit_psnr=.. revisit_psnr_world=.. scene_ok=0|1
+long_ok=0|1``, with ``VOID`` at its end when a control of the two-sample test failed.
 """
 
 from __future__ import annotations
@@ -87,6 +97,7 @@ from worldserve.bench._frame_measures import (
     texture_distance,
     texture_stats,
 )
+from worldserve.bench._revisit import revisit, save_revisit_strip
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
@@ -479,7 +490,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--beside", type=Path, nargs="*", default=None,
                     help="weights the realism measures take beside --weights on the same worlds "
                          "(default: the committed weights, when --weights names others)")
-    ap.add_argument("--out", type=Path, default=Path("docs/quality"))
+    realism.add_out_args(ap)
+    realism.add_oracle_args(ap)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dtype", default="float32", choices=DTYPES, help="the model's float type")
@@ -489,6 +501,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eta", type=float, default=None,
                     help="share of fresh noise between steps (1: all fresh, 0: the Euler step); default the weights'")
     args = ap.parse_args(argv)
+    out = realism.out_dir(args)
     torch.set_num_threads(args.threads)
     sampler = {} if args.eta is None else {"sampler_eta": args.eta}
     if args.steps is not None:  # any count: levels 1, ..., 1/n (training draws levels uniformly too)
@@ -506,7 +519,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         rng = np.random.default_rng([args.seed, bucket])
         roll = short_rollouts(runner, bucket, episodes, max(HORIZONS) + 1, rng)
-        save_strips(roll, args.out, bucket)
+        save_strips(roll, out, bucket)
         res = {}
         for h in HORIZONS:
             res[f"psnr_h{h}"] = pooled_psnr(roll.model[:, h], roll.truth[:, h])
@@ -534,12 +547,16 @@ def main(argv: list[str] | None = None) -> None:
         judged = [m for m, r in zip(model_ok, truth_ok, strict=True) if r]
         res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")
         res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
+        rv = revisit(runner, bucket, episodes, np.random.default_rng([args.seed, bucket, 3]))
+        save_revisit_strip(rv, out, bucket)
+        res["revisit_psnr"] = pooled_psnr(rv.back[:, 1], rv.left[:, 1])
+        res["revisit_psnr_world"] = pooled_psnr(rv.back[:, 0], rv.left[:, 0])
         long_lines: list[str] = []
         if bucket == asked[0] or not args.quick:  # the summary's bucket always has a long rollout
             frames: list[tuple[np.ndarray, np.ndarray]] = []
             long = long_rollout(runner, bucket, min(episodes, 4), long_len if bucket == runner.buckets[0] else long_len // 5,
                                 rng, frames, long_lines)
-            save_long_strip(frames, args.out, bucket)
+            save_long_strip(frames, out, bucket)
             res.update(long)
             res["long_ok"] = float(
                 long["finite"] == 1.0 and 0.7 <= long["contrast_ratio"] <= 1.5
@@ -559,19 +576,24 @@ def main(argv: list[str] | None = None) -> None:
             summary = res
     paths = [args.weights, *realism.beside_weights(args.weights, args.beside)]
     labels = realism.label_weights(paths)
+    kw = {"max_sessions": 32, "dtype": pick_dtype(args.dtype), "sampler": sampler}
     runners = {labels[0]: runner} | {
-        label: ModelRunner.from_pretrained(p, max_sessions=32, dtype=pick_dtype(args.dtype), sampler=sampler)
+        label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
         for label, p in zip(labels[1:], paths[1:], strict=True)
     }
+    oracles = realism.with_oracles(runners, args.weights, args.oracle, args.oracle_every, **kw)
     lines: list[str] = []
-    real = realism.measure(runners, asked[0], realism.worlds_for(args.quick), args.seed, args.out, lines=lines)
+    real = realism.measure(runners, asked[0], realism.worlds_for(args.quick), args.seed, out, lines=lines,
+                           oracles=oracles)
     print("\n".join(lines))
+    print("\n".join(realism.oracle_lines(real, oracles)))
     s, r = summary, real[labels[0]]
     print(
         f"quality psnr_h8={s['psnr_h8']:.2f} psnr_h8_repeat={s['psnr_h8_repeat']:.2f} "
         f"psnr_h32={s['psnr_h32']:.2f} psnr_h32_repeat={s['psnr_h32_repeat']:.2f} "
         f"control_acc={s['control_acc']:.3f} sharpness_late={s['sharpness_late']:.3f} "
-        f"{realism.summary_fields(r)} scene_ok={int(s['scene_ok'])} long_ok={int(s['long_ok'])}"
+        f"{realism.summary_fields(r)} revisit_psnr={s['revisit_psnr']:.2f} "
+        f"revisit_psnr_world={s['revisit_psnr_world']:.2f} scene_ok={int(s['scene_ok'])} long_ok={int(s['long_ok'])}"
         + (" VOID" if r["void"] else "")
     )
 

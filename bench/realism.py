@@ -1,7 +1,8 @@
 """Does the model's picture look like the world, seconds into steering? The part of
 ``bench.quality`` that measures what a person sees (it runs inside it; alone here).
 
-    python -m bench.realism [--quick] [--weights PATH] [--beside PATH ...] [--out docs/quality]
+    python -m bench.realism [--quick] [--weights PATH] [--beside PATH ...] [--out DIR | --update-docs]
+                            [--oracle frame|ground ...] [--oracle-every N]
 
 Held-out worlds (``HELD_OUT_SEEDS[500:]``, worlds no other part of the bench uses; 32, or 16
 with ``--quick``), each with a random scene and a held-out steering script (``mixed_policy``);
@@ -15,8 +16,10 @@ world, the renderer's and each model's, are compared three ways:
   worlds, each judged by a network trained on the other three: no place is on both sides).
   0.5: indistinguishable; 1.0: always told apart. Beside it,
   the same recipe on the same counts of frames: ``c2st_control``, the renderer's frames at
-  60 s against a 4x-blurred copy of them (4x4 averages, bilinearly enlarged), which must reach
-  ``CONTROL_GOAL`` or the run is VOID (the test could not see); ``c2st_null``, the renderer's
+  60 s against a 4x-blurred copy of them (4x4 averages, bilinearly enlarged), and
+  ``c2st_blocks``, the same against their 16x16 block means (what a head that draws each token
+  as one colour makes), which must both reach ``CONTROL_GOAL`` or the run is VOID (the test
+  could not see); ``c2st_null``, the renderer's
   frames at 60 s against its own at 10 s (other places, same worlds and scenes), which should
   stay near 0.5 (the test does not see ghosts);
 - ``fd``: the Frechet distance between the model's and the renderer's frames in the feature
@@ -32,10 +35,17 @@ world, the renderer's and each model's, are compared three ways:
   1.0: made of the world's materials; a 16-pixel block in averaged colours finds no near
   patch in the world.
 
-Writes ``realism_<moment>_<bucket>.png`` under ``--out`` per moment: the frame at the moment of
+``--oracle frame|ground`` adds the weights once more with their anchor reference taken from the
+renderer (``bench._oracle``: every ``--oracle-every`` frames its view, ``frame`` as shown or
+``ground`` the map alone, moved by the exact camera shift), the ceiling of a model composing
+on a perfect canvas; its line says ``go_on=1`` where c2st_60s <= ``GO_ON_C2ST`` and fd_60s <=
+``GO_ON_FD`` x fd_floor.
+
+Writes ``realism_<moment>_<bucket>.png`` under ``--out`` (default ``runs/quality``;
+``--update-docs``: ``docs/quality``) per moment: the frame at the moment of
 the first 8 worlds, the renderer's row above each model's row. Prints a table; the last line
-is ``realism c2st_2s=.. c2st_10s=.. c2st_60s=.. c2st_control=.. c2st_null=.. fd_60s=..
-fd_floor=.. patch_ratio_60s=..`` for ``--weights`` (with ``VOID`` at the end when the control
+is ``realism c2st_2s=.. c2st_10s=.. c2st_60s=.. c2st_control=.. c2st_blocks=.. fd_60s=..
+fd_floor=.. patch_ratio_60s=.. c2st_null=..`` for ``--weights`` (with ``VOID`` at the end when the control
 failed). ``--weights`` other than the committed ones are measured with the committed weights
 beside them (``--beside``), on the same worlds and scripts.
 """
@@ -44,7 +54,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +62,10 @@ import torch
 from PIL import Image
 
 from worldserve.bench._driver import Driver, make_worlds
+from worldserve.bench._oracle import VIEWS, Oracle, OracleRunner
 from worldserve.bench._realism_measures import (
     C2STConfig,
+    blocky,
     blur4,
     c2st_accuracy,
     frechet_distance,
@@ -74,6 +86,8 @@ CONTROL_GOAL = 0.95  # c2st_control below this: the run is VOID
 PATCH_EVERY = 4  # patch realism: every 4th frame of a window
 BANK_VIEWS = 48  # patch realism: each world's frames at random places, the patches to match
 STRIP_WORLDS = 8
+RUNS_OUT, DOCS_OUT = Path("runs/quality"), Path("docs/quality")  # strips: by default, and with --update-docs
+GO_ON_C2ST, GO_ON_FD = 0.80, 2.0  # the oracle's go-on rule: c2st_60s at most, fd_60s at most x fd_floor
 
 
 @dataclass
@@ -110,13 +124,18 @@ class Steering:
     actions: np.ndarray  # (E, T, A) the steering scripts
     moments: list[Moment]  # the renderer's windows, no model frames yet
     bank: np.ndarray  # (E, BANK_VIEWS, H, W, 3) each world's frames at random places, same scene
+    # oracle label -> (E, T // every + 1, H, W, 3) the renderer's view for that oracle's
+    # reference at frame t = k * every, its refreshes
+    references: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def steer_worlds(
     bucket: int, n: int, rng: np.random.Generator, moments: tuple[tuple[str, int], ...] = MOMENTS, size: int = WINDOW,
+    oracles: tuple[Oracle, ...] = (),
 ) -> Steering:
     """``n`` held-out worlds steered by ``mixed_policy`` through the last moment's window of
-    ``size`` frames, then seen at ``BANK_VIEWS`` random places (the bank of patch realism)."""
+    ``size`` frames, then seen at ``BANK_VIEWS`` random places (the bank of patch realism);
+    on the way, the views each of ``oracles`` takes its references from."""
     if size < 2 or any(t - size // 2 + 1 < 1 for _, t in moments):
         raise ValueError(f"every moment's window of {size} frames must start after frame 0: {moments}")
     worlds = make_worlds(n, bucket, rng, FIRST_WORLD)
@@ -125,12 +144,16 @@ def steer_worlds(
     anchors = np.stack([w.render(bucket) for w in worlds])
     steps = [Moment(name, t, np.zeros((n, size, bucket, bucket, 3), np.uint8), {}) for name, t in moments]
     at = window_frames(steps)
+    refs = {o.label: np.zeros((n, length // o.every + 1, bucket, bucket, 3), np.uint8) for o in oracles}
     for i, w in enumerate(worlds):
         for t in range(1, length):
             w.step(actions[i, t])
             if t in at:
                 m, k = at[t]
                 m.truth[i, k] = w.render(bucket)
+            for o in oracles:
+                if o.due(t):
+                    refs[o.label][i, t // o.every] = o.view_of(w, bucket)
     bank = np.zeros((n, BANK_VIEWS, bucket, bucket, 3), np.uint8)
     still = np.zeros(actions.shape[-1], np.float32)
     for i, w in enumerate(worlds):
@@ -139,13 +162,17 @@ def steer_worlds(
             for _ in range(int(rng.integers(0, 24))):  # weather and animals at another phase
                 w.step(still)
             bank[i, k] = w.render(bucket)
-    return Steering(anchors, [w.scene.to_prompt() for w in worlds], actions, steps, bank)
+    return Steering(anchors, [w.scene.to_prompt() for w in worlds], actions, steps, bank, refs)
 
 
 def drive(runner: ModelRunner, bucket: int, anchors: np.ndarray, prompts: list[str], actions: np.ndarray,
-          moments: list[Moment], label: str) -> None:
+          moments: list[Moment], label: str, oracle: Oracle | None = None, references: np.ndarray | None = None) -> None:
     """The model's side: anchored on ``anchors``, driven by ``actions``; its frames in each
-    moment's window go into ``moment.model[label]``."""
+    moment's window go into ``moment.model[label]``. With an ``oracle`` (``runner`` an
+    ``OracleRunner``), each session's reference is refreshed from ``references`` (E, K, H, W, 3)
+    where the oracle is due (``Steering.references``)."""
+    if oracle is not None and (references is None or not isinstance(runner, OracleRunner)):
+        raise ValueError(f"{oracle.label} needs an OracleRunner and the renderer's references")
     length = actions.shape[1]
     for m in moments:
         m.model[label] = np.zeros_like(m.truth)
@@ -157,6 +184,10 @@ def drive(runner: ModelRunner, bucket: int, anchors: np.ndarray, prompts: list[s
         if t in at:
             m, k = at[t]
             m.model[label][:, k] = frames
+        if oracle is not None and oracle.due(t):
+            assert isinstance(runner, OracleRunner) and references is not None
+            for i, sid in enumerate(drv.ids):
+                runner.refresh(sid, references[i, t // oracle.every])
     drv.close()
 
 
@@ -189,21 +220,27 @@ def save_moment_strips(moments: list[Moment], out: Path, bucket: int, n: int = S
 
 def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int, out: Path | None,
             c2st: C2STConfig | None = None, scene_net: Path = SCENE_NET_PATH, lines: list[str] | None = None,
-            moments: tuple[tuple[str, int], ...] = MOMENTS, size: int = WINDOW) -> dict[str, dict[str, float]]:
-    """Every measure for every runner (label -> runner) on the same worlds and scripts.
-    Returns label -> {c2st_<moment>, fd_<moment>, patch_ratio_<moment>} plus the run's own
-    c2st_control, c2st_null, fd_floor and void (1.0: the control failed) in every label's dict;
-    ``lines`` receives the printed report."""
+            moments: tuple[tuple[str, int], ...] = MOMENTS, size: int = WINDOW,
+            oracles: dict[str, Oracle] | None = None) -> dict[str, dict[str, float]]:
+    """Every measure for every runner (label -> runner) on the same worlds and scripts;
+    ``oracles`` names the labels whose runner (an ``OracleRunner``) takes its reference from
+    the renderer, and how. Returns label -> {c2st_<moment>, fd_<moment>, patch_ratio_<moment>}
+    plus the run's own c2st_control, c2st_blocks, c2st_null, fd_floor and void (1.0: a control
+    failed) in every label's dict; ``lines`` receives the printed report."""
     log = lines if lines is not None else []
     c2st = c2st or C2STConfig()
+    oracles = oracles or {}
     t0 = time.perf_counter()
-    run = steer_worlds(bucket, worlds, np.random.default_rng([seed, bucket, 50]), moments, size)
+    run = steer_worlds(bucket, worlds, np.random.default_rng([seed, bucket, 50]), moments, size,
+                       tuple(oracles.values()))
     steps, prompts, actions = run.moments, run.prompts, run.actions
     log.append(f"realism, bucket {bucket}: {worlds} held-out worlds (HELD_OUT_SEEDS[{FIRST_WORLD}:{FIRST_WORLD + worlds}]), "
                f"{size} frames a moment each, renderer {time.perf_counter() - t0:.0f} s")
     for label, runner in runners.items():
         t1 = time.perf_counter()
-        drive(runner, bucket, run.anchors, prompts, actions, steps, label)
+        oracle = oracles.get(label)
+        drive(runner, bucket, run.anchors, prompts, actions, steps, label, oracle,
+              None if oracle is None else run.references[oracle.label])
         log.append(f"  {label}: {actions.shape[1]} frames x {worlds} worlds in {time.perf_counter() - t1:.0f} s")
     if out is not None:
         log.append("  strips: " + " ".join(str(p) for p in save_moment_strips(steps, out, bucket)))
@@ -214,18 +251,20 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
     truth_last = last.flat(last.truth)
     shared = {
         "c2st_control": c2st_accuracy(truth_last, blur4(truth_last), groups, groups, c2st),
+        "c2st_blocks": c2st_accuracy(truth_last, blocky(truth_last), groups, groups, c2st),
         "c2st_null": c2st_accuracy(truth_last, middle.flat(middle.truth), groups, groups, c2st),
     }
     net = load_scene_net(scene_net)
     feats = {m.name: scene_features(net, m.flat(m.truth)) for m in steps}
     shared["fd_floor"] = frechet_distance(feats[last.name], feats[middle.name])
-    shared["void"] = float(shared["c2st_control"] < CONTROL_GOAL)
+    shared["void"] = float(min(shared["c2st_control"], shared["c2st_blocks"]) < CONTROL_GOAL)
     log.append(f"  c2st_control {shared['c2st_control']:.3f} (renderer at {last.name} vs its 4x blur; goal >= {CONTROL_GOAL})"
+               f"   c2st_blocks {shared['c2st_blocks']:.3f} (vs its 16x16 block means; goal >= {CONTROL_GOAL})"
                f"   c2st_null {shared['c2st_null']:.3f} (renderer at {last.name} vs at {middle.name}; ~0.5)"
                f"   fd_floor {shared['fd_floor']:.2f} (the same pair)")
     if shared["void"]:
-        log.append(f"  VOID: the two-sample test told the renderer from its 4x blur only {shared['c2st_control']:.3f} "
-                   f"of the time (< {CONTROL_GOAL}); its c2st numbers mean nothing")
+        log.append(f"  VOID: the two-sample test told the renderer from its 4x blur {shared['c2st_control']:.3f} and from "
+                   f"its block means {shared['c2st_blocks']:.3f} of the time (< {CONTROL_GOAL}); its c2st numbers mean nothing")
     res: dict[str, dict[str, float]] = {}
     log.append(f"  {'weights':<28} {'moment':>6} {'c2st':>6} {'fd':>8} {'patch_ratio':>11}")
     for label in runners:
@@ -251,7 +290,7 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
 def summary_fields(r: dict[str, float]) -> str:
     """The realism part of the summary line (``bench.quality``'s too)."""
     return (f"c2st_2s={r['c2st_2s']:.3f} c2st_10s={r['c2st_10s']:.3f} c2st_60s={r['c2st_60s']:.3f} "
-            f"c2st_control={r['c2st_control']:.3f} fd_60s={r['fd_60s']:.2f} fd_floor={r['fd_floor']:.2f} "
+            f"c2st_control={r['c2st_control']:.3f} c2st_blocks={r['c2st_blocks']:.3f} fd_60s={r['fd_60s']:.2f} fd_floor={r['fd_floor']:.2f} "
             f"patch_ratio_60s={r['patch_ratio_60s']:.3f}")
 
 
@@ -259,6 +298,47 @@ def label_weights(paths: list[Path]) -> list[str]:
     """Short names for weight files: the file name, or the path where two share a name."""
     names = [p.name for p in paths]
     return [p.name if names.count(p.name) == 1 else str(p) for p in paths]
+
+
+def with_oracles(runners: dict[str, ModelRunner], weights: Path, views: list[str], every: int,
+                 **kw: object) -> dict[str, Oracle]:
+    """Add an ``OracleRunner`` of ``weights`` to ``runners`` for each of ``views``; returns
+    label -> ``Oracle`` for ``measure``."""
+    oracles = {}
+    for view in views:
+        o = Oracle(view, every)
+        runners[o.label] = OracleRunner.from_pretrained(weights, **kw)  # type: ignore[arg-type]
+        oracles[o.label] = o
+    return oracles
+
+
+def oracle_lines(res: dict[str, dict[str, float]], oracles: dict[str, Oracle]) -> list[str]:
+    """One summary line per oracle, with the go-on rule's verdict."""
+    out = []
+    for label in oracles:
+        r = res[label]
+        ok = r["c2st_60s"] <= GO_ON_C2ST and r["fd_60s"] <= GO_ON_FD * r["fd_floor"]
+        out.append(f"oracle {label} {summary_fields(r)} fd_60s/floor={r['fd_60s'] / r['fd_floor']:.2f} go_on={int(ok)}")
+    return out
+
+
+def add_out_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--out", type=Path, default=None, help=f"where the strips go (default {RUNS_OUT})")
+    ap.add_argument("--update-docs", action="store_true", help=f"write the strips to {DOCS_OUT}, the ones the docs show")
+
+
+def out_dir(args: argparse.Namespace) -> Path:
+    """``--out``, else ``DOCS_OUT`` with ``--update-docs``, else ``RUNS_OUT``."""
+    if args.out is not None and args.update_docs:
+        raise SystemExit("--out and --update-docs are two answers to one question: give one")
+    return args.out or (DOCS_OUT if args.update_docs else RUNS_OUT)
+
+
+def add_oracle_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--oracle", nargs="+", choices=VIEWS, default=[],
+                    help="also measure the weights with their anchor reference taken from the renderer's view "
+                         "(frame: as shown; ground: the map alone), moved by the exact camera shift")
+    ap.add_argument("--oracle-every", type=int, default=8, help="frames between the oracle reference's refreshes (1-16)")
 
 
 def worlds_for(quick: bool) -> int:
@@ -273,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--beside", type=Path, nargs="*", default=None,
                     help="weights measured beside --weights on the same worlds (default: the committed weights, "
                          "when --weights names others)")
-    ap.add_argument("--out", type=Path, default=Path("docs/quality"))
+    add_out_args(ap)
     ap.add_argument("--bucket", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -281,15 +361,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=C2STConfig.epochs, help="two-sample classifier training passes")
     ap.add_argument("--scene-net", type=Path, default=SCENE_NET_PATH,
                     help="the cached scene-feature network (trained and written there when missing)")
+    add_oracle_args(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     paths = [args.weights, *beside_weights(args.weights, args.beside)]
-    runners = {label: ModelRunner.from_pretrained(p, max_sessions=worlds_for(args.quick), dtype=pick_dtype(args.dtype))
+    kw = {"max_sessions": worlds_for(args.quick), "dtype": pick_dtype(args.dtype)}
+    runners = {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                for label, p in zip(label_weights(paths), paths, strict=True)}
+    oracles = with_oracles(runners, args.weights, args.oracle, args.oracle_every, **kw)
     lines: list[str] = []
-    res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, args.out,
-                  replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines)
+    res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
+                  replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)
     print("\n".join(lines))
+    print("\n".join(oracle_lines(res, oracles)))
     r = res[next(iter(runners))]
     print(f"realism {summary_fields(r)} c2st_null={r['c2st_null']:.3f}" + (" VOID" if r["void"] else ""))
 

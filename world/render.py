@@ -53,10 +53,9 @@ def nearest(img: np.ndarray, size: int) -> np.ndarray:
     return img[np.ix_(idx, idx)]
 
 
-def render_frame(
-    look: BucketLook, top_left: tuple[float, float], actors: Actors, clock: int, map_size: int
-) -> np.ndarray:
-    """(B, B, 3) uint8 frame of the camera whose view starts at ``top_left`` (world units)."""
+def ground(look: BucketLook, top_left: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The map alone under the camera whose view starts at ``top_left`` (world units): the
+    (B, B, 3) float32 colours (owned, writable) and the (B, B) water class of each pixel."""
     b = look.bucket
     ty, tx = top_left[0] * look.ppu, top_left[1] * look.ppu
     ny, nx = int(np.floor(ty)), int(np.floor(tx))
@@ -64,9 +63,20 @@ def render_frame(
     win = wrap_crop(look.texture, ny, nx, b + 1, b + 1).astype(np.float32)  # (B+1, B+1, 3)
     rows = win[:b] if fy == 0 else win[:b] * (1 - fy) + win[1:] * fy
     frame = rows[:, :b] if fx == 0 else rows[:, :b] * (1 - fx) + rows[:, 1:] * fx
-    frame = np.array(frame, dtype=np.float32)  # owned, writable
     water = wrap_crop(look.water, ny + int(fy >= 0.5), nx + int(fx >= 0.5), b, b)
+    return np.array(frame, dtype=np.float32), water
+
+
+def render_frame(
+    look: BucketLook, top_left: tuple[float, float], actors: Actors, clock: int, map_size: int
+) -> np.ndarray:
+    """(B, B, 3) uint8 frame of the camera whose view starts at ``top_left`` (world units)."""
+    frame, water = ground(look, top_left)
     add_shimmer(frame, water, look.atmosphere, top_left, clock)
     draw_actors(frame, look.sprites, actors, top_left, map_size)
     apply_weather(frame, look.atmosphere, top_left, clock)
+    return to_uint8(frame)
+
+
+def to_uint8(frame: np.ndarray) -> np.ndarray:
     return np.clip(frame + 0.5, 0, 255).astype(np.uint8)

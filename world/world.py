@@ -15,7 +15,7 @@ from .layers import lut_index
 from .layout import Layout, build_layout, stream
 from .motion import VIEW, camera_velocity
 from .palette import build_lut
-from .render import BucketLook, downsample, nearest, render_frame
+from .render import BucketLook, downsample, ground, nearest, render_frame, to_uint8
 from .scene import SceneAttrs, parse_prompt
 from .sprites import build_shapes, build_sprites
 from .terrain import SEA_END, UP_END
@@ -145,11 +145,21 @@ class World:
 
     def render(self, bucket: int) -> np.ndarray:
         """The current frame at ``bucket``: (bucket, bucket, 3) uint8."""
+        return render_frame(self._look(bucket), self._top_left(), self._actors, self._clock, self.map_size)
+
+    def render_ground(self, bucket: int) -> np.ndarray:
+        """The map alone under the current camera at ``bucket``, (bucket, bucket, 3) uint8: no
+        actors, water shimmer or weather (what a perfect memory of the place holds)."""
+        return to_uint8(ground(self._look(bucket), self._top_left())[0])
+
+    def _look(self, bucket: int) -> BucketLook:
         look = self._looks.get(bucket)
         if look is None:
             raise ValueError(f"bucket {bucket} is not one of this world's buckets {self.buckets}")
-        top_left = (self._center[0] - VIEW / 2, self._center[1] - VIEW / 2)
-        return render_frame(look, top_left, self._actors, self._clock, self.map_size)
+        return look
+
+    def _top_left(self) -> tuple[float, float]:
+        return self._center[0] - VIEW / 2, self._center[1] - VIEW / 2
 
     # -- state -----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ names the scenes of worlds it never saw; a tiny run of the whole measure writes 
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import torch
 from PIL import Image
 
 import worldserve.bench._realism_measures as bench_measures
-from tests.model.conftest import make_runner, tiny_config
+from tests.model.conftest import make_runner, randomized, scene_encoder_for, tiny_config
+from worldserve.bench._oracle import Oracle, OracleRunner
 from worldserve.bench._realism_measures import (
     C2STConfig,
     blocky,
@@ -32,7 +34,18 @@ from worldserve.bench._scene_features import (
     load_scene_net,
     scene_features,
 )
-from worldserve.bench.realism import Moment, beside_weights, measure, patch_ratio, summary_fields
+from worldserve.bench.realism import (
+    Moment,
+    add_out_args,
+    beside_weights,
+    measure,
+    oracle_lines,
+    out_dir,
+    patch_ratio,
+    steer_worlds,
+    summary_fields,
+    window,
+)
 from worldserve.model.default.prompt import ATTRIBUTES, SceneAttrs
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.world import World
@@ -191,18 +204,45 @@ def test_beside_defaults_to_the_committed_weights_for_other_weights(tmp_path: Pa
 
 
 def test_a_tiny_run_measures_every_runner_and_writes_a_strip_per_moment(tmp_path: Path) -> None:
-    runners = {"a": make_runner(tiny_config(), max_sessions=4), "b": make_runner(tiny_config(), seed=1, max_sessions=4)}
+    cfg = tiny_config(anchor_warp=True)
+    runners = {"a": make_runner(tiny_config(), max_sessions=4), "b": make_runner(tiny_config(), seed=1, max_sessions=4),
+               "o": OracleRunner(randomized(cfg), scene_encoder=scene_encoder_for(cfg), max_sessions=4)}
     lines: list[str] = []
     moments = (("2s", 4), ("10s", 8), ("60s", 12))
+    oracles = {"o": Oracle("ground", 2)}
     res = measure(runners, 32, 4, seed=0, out=tmp_path, c2st=C2STConfig(widths=(4,), crop=16, epochs=1),
-                  lines=lines, moments=moments, size=4)
-    assert set(res) == {"a", "b"}
+                  lines=lines, moments=moments, size=4, oracles=oracles)
+    assert set(res) == {"a", "b", "o"}
     for r in res.values():
-        assert summary_fields(r).startswith("c2st_2s=")
+        assert summary_fields(r).startswith("c2st_2s=") and "c2st_blocks=" in summary_fields(r)
         assert all(np.isfinite(v) for v in r.values())
-        assert r["void"] == float(r["c2st_control"] < 0.95)
+        assert r["void"] == float(min(r["c2st_control"], r["c2st_blocks"]) < 0.95)
     assert res["a"]["c2st_control"] == res["b"]["c2st_control"]  # one control a run
     for name, _ in moments:
         img = np.asarray(Image.open(tmp_path / f"realism_{name}_32.png"))
-        assert img.shape == (3 * 32 * 4, 4 * 32 * 4, 3)  # renderer + two models, 4 worlds, x4
+        assert img.shape == (4 * 32 * 4, 4 * 32 * 4, 3)  # renderer + three models, 4 worlds, x4
     assert any("c2st_control" in line for line in lines)
+    verdict = oracle_lines(res, oracles)
+    assert len(verdict) == 1 and verdict[0].startswith("oracle o ") and verdict[0][-1] in "01"
+
+
+def test_an_oracle_is_given_the_renderers_view_at_each_refresh() -> None:
+    frame, ground = Oracle("frame", 4), Oracle("ground", 4)
+    run = steer_worlds(32, 2, np.random.default_rng(0), (("2s", 4), ("10s", 8), ("60s", 12)), 4, (frame, ground))
+    refs = run.references
+    assert refs[frame.label].shape == refs[ground.label].shape == (2, 14 // 4 + 1, 32, 32, 3)
+    assert not refs[frame.label][:, 0].any() and refs[frame.label][:, 1:].any()  # frame 0 is the observation
+    # the renderer's frame at a refresh is in the moment's window, where the bench kept it
+    at12 = run.moments[-1].truth[:, list(window(12, 4)).index(12)]
+    assert np.array_equal(refs[frame.label][:, 3], at12)
+    assert not np.array_equal(refs[ground.label][:, 3], at12)  # no actors, water shimmer or weather
+
+
+def test_strips_go_to_runs_unless_the_docs_are_asked_for() -> None:
+    ap = argparse.ArgumentParser()
+    add_out_args(ap)
+    assert out_dir(ap.parse_args([])) == Path("runs/quality")
+    assert out_dir(ap.parse_args(["--update-docs"])) == Path("docs/quality")
+    assert out_dir(ap.parse_args(["--out", "x"])) == Path("x")
+    with pytest.raises(SystemExit):
+        out_dir(ap.parse_args(["--out", "x", "--update-docs"]))

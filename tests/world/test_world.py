@@ -175,3 +175,15 @@ def test_episode_layout_and_action_alignment() -> None:
     again = generate_episode(7, 12, buckets=(64, 128), policy="scripted", rng=1, map_size=SMALL_MAP)
     assert np.array_equal(again.frames[128], ep.frames[128])
     assert np.array_equal(again.actions, ep.actions)
+
+
+def test_the_ground_view_is_the_map_alone_and_holds_still_while_the_world_moves(world: World) -> None:
+    world.set_scene("grassland day rain")
+    still = np.zeros(ACTION_DIM, np.float32)
+    first_ground, first = world.render_ground(64), world.render(64)
+    for _ in range(5):
+        world.step(still)
+    assert np.array_equal(world.render_ground(64), first_ground)  # nothing of the map moves on its own
+    assert not np.array_equal(world.render(64), first)  # rain, animals and water do
+    world.step(encode_action(["right"], (0.0, 0.0)))
+    assert np.array_equal(world.render_ground(64)[:, :-2], first_ground[:, 2:])  # the camera moves it

@@ -1,0 +1,76 @@
+"""The oracle reference: the served model with its anchor reference taken from the renderer
+(``bench.quality --oracle``), the ceiling of a model that composes on a perfect world canvas.
+
+A canvas of the place (issue 38: ground codes in world coordinates) would hand the causal model the true
+ground of what it shows instead of its own earlier frames. ``OracleRunner`` measures how far
+that takes a set of weights before anything is trained for it: every ``every`` frames the
+bench gives each session a view of the renderer as its anchor (``refresh``), and the
+reference is that view moved by the camera shift summed since. The sum is exact: the served
+runner sums the model's shift head, which export solves in closed form for the commanded
+shift (``training.targets.fit_shift_head``; ``test_the_shift_head_sums_the_commanded_shift``
+holds it to that). The session never re-anchors on its own frames. Two views:
+
+- ``frame``: what the renderer shows at that moment, actors and weather included (the weights
+  were trained on such anchors: the sequence's first frame);
+- ``ground``: the map alone, no actors, water shimmer, clouds, fog or precipitation (what a
+  canvas of ground codes would hold; the weights never saw such a reference).
+
+Bench-only: serving never builds one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.slot import SessionSlot
+from worldserve.world import World
+
+VIEWS = ("frame", "ground")
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """How an oracle session's reference is made: which view of the renderer, how often."""
+
+    view: str  # one of VIEWS
+    every: int  # frames between refreshes (the weights saw anchors up to 15 frames old)
+
+    def __post_init__(self) -> None:
+        if self.view not in VIEWS:
+            raise ValueError(f"oracle view {self.view!r} is not one of {VIEWS}")
+        if not 1 <= self.every <= 16:
+            raise ValueError(f"oracle refresh every {self.every} frames: must be 1 to 16")
+
+    @property
+    def label(self) -> str:
+        return f"oracle-{self.view}-{self.every}"
+
+    def due(self, t: int) -> bool:
+        """Whether the reference is refreshed after frame ``t`` (frame 0, the observation,
+        anchors every session already)."""
+        return t > 0 and t % self.every == 0
+
+    def view_of(self, world: World, bucket: int) -> np.ndarray:
+        return world.render(bucket) if self.view == "frame" else world.render_ground(bucket)
+
+
+class OracleRunner(ModelRunner):
+    """A ``ModelRunner`` whose anchors come from ``refresh`` alone (``anchor_warp`` weights)."""
+
+    def refresh(self, session_id: str, view: np.ndarray) -> None:
+        """Anchor the session on ``view`` ((H, W, 3) uint8, the renderer's at the session's
+        newest frame), nothing moved yet."""
+        if not self.cfg.anchor_warp:
+            raise ValueError("an oracle reference needs weights with anchor_warp")
+        s = self._get(session_id)
+        self._anchor_on(s, self._encode(view[None])[0])
+
+    def _move_anchors(self, states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor) -> None:
+        """Keep each anchor and its summed shift; never re-anchor on the model's own frame."""
+        for i, s in enumerate(states):
+            s.offset = offsets[i]
+            s.anchor_age += self.cfg.frames_per_chunk
