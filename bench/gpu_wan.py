@@ -3,7 +3,7 @@ N sessions batched across clients.
 
     python -m bench.gpu_wan [--sessions 1 2 4] [--chunks 8] [--dtype bfloat16|float32]
                             [--height 480 --width 832] [--no-overlap] [--tiny]
-                            [--model wan-causal|matrix-game-2]
+                            [--model wan-causal|matrix-game-2] [--recipe NAME]
 
 Builds the Wan2.1-T2V-1.3B causal transformer (``model/wan/causal.py``), the Wan2.1 VAE
 (``model/wan/vae_stream.py``) and UMT5-XXL's encoder with random weights on the device, then for
@@ -36,6 +36,9 @@ action window includes its own pixel frames but the last); transport and encodin
 counted, nor lookahead (each chunk of lookahead adds a period). Its summary line adds
 ``key_ms_p50=<x>`` at N = 1.
 
+``--recipe NAME`` (model/wan/recipes.py) times a published checkpoint's settings: its steps,
+chunk, sinks and window (a Matrix-Game recipe picks its variant and the model).
+
 ``--tiny`` runs the same loop on the CPU at a tiny size (how the bench is tested).
 """
 
@@ -51,10 +54,11 @@ import numpy as np
 import torch
 from diffusers import AutoencoderKLWan
 
+from worldserve.model.wan import recipes
 from worldserve.model.wan.action import ActionKVCache
 from worldserve.model.wan.cache import ChunkContext, WanKVCache
 from worldserve.model.wan.causal import CausalWanModel, TextKV
-from worldserve.model.wan.config import MATRIX_GAME_RECIPE, WanConfig
+from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.sampler import generate_chunk
 from worldserve.model.wan.vae_stream import (
     WAN21_VAE_CONFIG,
@@ -345,7 +349,8 @@ def make_setup(args: argparse.Namespace) -> Setup:
     if not torch.cuda.is_available():
         raise SystemExit("worldserve.bench.gpu_wan needs a CUDA GPU at the real sizes; --tiny runs it on the CPU")
     dtype = getattr(torch, args.dtype)
-    return Setup(WanConfig.wan_1_3b(), dict(WAN21_VAE_CONFIG), dict(UMT5_XXL), args.height or 480,
+    fields = recipes.get(args.recipe).config_fields() if args.recipe else {}
+    return Setup(WanConfig.wan_1_3b(**fields), dict(WAN21_VAE_CONFIG), dict(UMT5_XXL), args.height or 480,
                  args.width or 832, torch.device("cuda"), dtype)
 
 
@@ -359,14 +364,20 @@ def make_mg_setup(args: argparse.Namespace) -> Setup:
         return Setup(cfg, vae, clip, args.height or 32, args.width or 48, torch.device("cpu"), torch.float32)
     if not torch.cuda.is_available():
         raise SystemExit("worldserve.bench.gpu_wan needs a CUDA GPU at the real sizes; --tiny runs it on the CPU")
-    return Setup(WanConfig.matrix_game_2(**MATRIX_GAME_RECIPE), dict(WAN21_VAE_CONFIG), dict(CLIP_VIT_H),
+    return Setup(WanConfig.matrix_game_2(mg_variant(args.recipe)), dict(WAN21_VAE_CONFIG), dict(CLIP_VIT_H),
                  args.height or 352, args.width or 640, torch.device("cuda"), getattr(torch, args.dtype))
 
 
-def per_session_line(model: str) -> str:
+def mg_variant(recipe: str | None) -> str:
+    variant = recipes.get(recipe or "matrix-game-2").variant
+    assert variant is not None
+    return variant
+
+
+def per_session_line(model: str, recipe: str | None = None) -> str:
     """What a session holds at the real size, from the shapes (bf16)."""
     if model == "matrix-game-2":
-        c = WanConfig.matrix_game_2(**MATRIX_GAME_RECIPE)
+        c = WanConfig.matrix_game_2(mg_variant(recipe))
         a = c.action_config
         assert a is not None
         t, p, la = c.tokens_per_frame(44, 80), c.cache_frames, len(a.blocks)
@@ -378,7 +389,7 @@ def per_session_line(model: str) -> str:
                 f"mouse cache {mouse / MIB:.0f} MiB, keyboard cache {keyboard / MIB:.1f} MiB, "
                 f"CLIP K/V {clip / MIB:.0f} MiB, "
                 f"VAE feature cache {feature_cache_bytes(WAN21_VAE_CONFIG, 352, 640) / MIB:.0f} MiB")
-    real = WanConfig.wan_1_3b()
+    real = WanConfig.wan_1_3b(**(recipes.get(recipe).config_fields() if recipe else {}))
     kv_real = 2 * real.num_layers * real.cache_frames * real.tokens_per_frame(60, 104) * real.dim * 2
     return (f"per session at 480x832 bf16 (Wan2.1-1.3B, sinks+window {real.cache_frames} frames): "
             f"KV cache {kv_real / MIB:.0f} MiB, "
@@ -404,7 +415,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--width", type=int, default=0, help="pixels (default 832, matrix-game-2 640; --tiny 48)")
     ap.add_argument("--no-overlap", action="store_true", help="skip the side-stream decode rows")
     ap.add_argument("--tiny", action="store_true", help="a tiny random model on the CPU")
+    ap.add_argument("--recipe", choices=recipes.names(), help="a published checkpoint's settings")
     args = ap.parse_args(argv)
+    if args.recipe:
+        r = recipes.get(args.recipe)
+        if r.sampler != "chunk":
+            raise SystemExit(f"recipe {r.name} is not served: {r.refused}")
+        args.model = r.family
     mg = args.model == "matrix-game-2"
     sessions = sorted(set(args.sessions or ([1, 2, 3, 4] if mg else [1, 2, 4])))
     if sessions[0] != 1:
@@ -423,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{c.num_heads} heads{actions}; chunk {c.chunk_frames} latent frames, "
           f"sinks {c.sink_frames} + window {c.window_frames}; {len(c.timesteps)} steps + commit; "
           f"{s.height}x{s.width} pixels, {c.tokens_per_frame(*s.latent_hw)} tokens a latent frame")
-    print(per_session_line(args.model))
+    print(per_session_line(args.model, args.recipe))
 
     bench.row(1, 1, overlap=False)  # warm-up: kernels, allocator
     ttff_s = bench.ttff()

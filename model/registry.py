@@ -19,6 +19,11 @@
                 VAE as above, ``image_encoder/`` (CLIPVisionModel) instead of the text parts,
                 and optionally ``start.png``.
 
+A recipe (model/wan/recipes.py: ``self-forcing``, ``causvid``, ``longlive``, ``rolling-forcing``,
+``matrix-game-2-universal`` / ``-gta-drive`` / ``-templerun``) names a published checkpoint with
+its authors' inference settings: ``--model wan-causal --recipe longlive``, or ``--model longlive``
+alone. With one, ``--weights`` may also be the authors' downloads as they lie (model/wan/layout.py).
+
 ``check(name, weights)`` looks at the files before anything heavy loads, so a missing one is an
 error at startup that names it; ``load(name, options)`` builds the runner (on the model thread).
 This module imports no torch: the server imports it by name, and mypy does not follow it.
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +57,12 @@ class LoadOptions:
     trace_cache: bool = False  # keep recorded traces between starts (model/default/trace_cache.py)
     trace_cache_dir: Path | None = None  # where; None: $XDG_CACHE_HOME/worldserve/traces
     sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
+    recipe: str | None = None  # a published checkpoint's settings (model/wan/recipes.py); None: config.json's
 
 
-def _check_default(weights: Path | None) -> None:
+def _check_default(weights: Path | None, recipe: str | None) -> None:
+    if recipe is not None:
+        raise ValueError(f"--model default takes no recipe (got {recipe!r}); recipes are the Wan family's")
     if weights is None:
         return
     path = weights if weights.suffix == ".safetensors" else weights.with_suffix(".safetensors")
@@ -76,13 +84,18 @@ def _load_default(o: LoadOptions) -> Any:
     )
 
 
-def _check_matrix_game(weights: Path | None) -> None:
-    from worldserve.model.wan.config import MATRIX_GAME_RECIPE
+def _recipe(name: str | None) -> Any:
+    from worldserve.model.wan.recipes import get  # torch-free
+
+    return None if name is None else get(name)
+
+
+def _check_matrix_game(weights: Path | None, recipe: str | None) -> None:
     from worldserve.model.wan.layout import check_image_layout  # torch-free
 
     if weights is None:
         raise ValueError("--model matrix-game-2 needs --weights DIR (see docs/models.md for its layout)")
-    check_image_layout(weights, **MATRIX_GAME_RECIPE)
+    check_image_layout(weights, _recipe(recipe))
 
 
 def _load_matrix_game(o: LoadOptions) -> Any:
@@ -91,15 +104,16 @@ def _load_matrix_game(o: LoadOptions) -> Any:
     assert o.weights is not None
     return MatrixGameRunner.from_dir(
         o.weights, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype, device=o.device, sizes=o.sizes,
+        recipe=_recipe(o.recipe),
     )
 
 
-def _check_wan(weights: Path | None) -> None:
+def _check_wan(weights: Path | None, recipe: str | None) -> None:
     from worldserve.model.wan.layout import check_layout  # torch-free
 
     if weights is None:
         raise ValueError("--model wan-causal needs --weights DIR (see docs/models.md for its layout)")
-    check_layout(weights)
+    check_layout(weights, _recipe(recipe))
 
 
 def _load_wan(o: LoadOptions) -> Any:
@@ -108,36 +122,50 @@ def _load_wan(o: LoadOptions) -> Any:
     assert o.weights is not None
     return WanRunner.from_dir(
         o.weights, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype, device=o.device, sizes=o.sizes,
+        recipe=_recipe(o.recipe),
     )
 
 
+Check = Callable[[Path | None, str | None], None]
+
 # name -> (check the files, build the runner)
-MODELS: dict[str, tuple[Callable[[Path | None], None], Callable[[LoadOptions], Any]]] = {
+MODELS: dict[str, tuple[Check, Callable[[LoadOptions], Any]]] = {
     DEFAULT: (_check_default, _load_default),
     "wan-causal": (_check_wan, _load_wan),
     "matrix-game-2": (_check_matrix_game, _load_matrix_game),
 }
 
 
+def _family(name: str, recipe: str | None) -> tuple[str, str | None]:
+    """(family, recipe) of ``--model NAME [--recipe R]``: a recipe's name serves its family."""
+    if name in MODELS:
+        return name, recipe
+    from worldserve.model.wan import recipes
+
+    if name in recipes.names():
+        r = recipes.get(name)
+        if recipe is not None and recipes.get(recipe) != r:
+            raise ValueError(f"--model {name} is a recipe; --recipe {recipe} names another")
+        return r.family, r.name
+    raise ValueError(f"unknown model {name!r}; known models: {', '.join(MODELS)}; "
+                     f"known recipes: {', '.join(recipes.names())}")
+
+
 def names() -> tuple[str, ...]:
     return tuple(MODELS)
 
 
-def _get(name: str) -> tuple[Callable[[Path | None], None], Callable[[LoadOptions], Any]]:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(MODELS)}") from None
-
-
-def check(name: str, weights: Path | None) -> None:
-    """Raise (naming the model, file and what was expected) if ``weights`` cannot serve ``name``."""
-    _get(name)[0](weights)
+def check(name: str, weights: Path | None, recipe: str | None = None) -> None:
+    """Raise (naming the model, file and what was expected) if ``weights`` cannot serve ``name``
+    (a family or a recipe) with ``recipe``."""
+    family, recipe = _family(name, recipe)
+    MODELS[family][0](weights, recipe)
 
 
 def load(name: str, options: LoadOptions) -> Any:
     """The runner of model ``name`` (a ``session.plan.Runner``), loaded and ready to warm up."""
-    check_fn, load_fn = _get(name)
-    check_fn(options.weights)
+    family, recipe = _family(name, options.recipe)
+    check_fn, load_fn = MODELS[family]
+    check_fn(options.weights, recipe)
     with _LOADING:
-        return load_fn(options)
+        return load_fn(replace(options, recipe=recipe))

@@ -97,7 +97,8 @@ def serve(settings: Settings) -> None:
     from worldserve.server.logs import configure
 
     try:  # the files, before anything heavy loads: a missing one stops the server here
-        importlib.import_module("worldserve.model.registry").check(settings.model, settings.weights)
+        importlib.import_module("worldserve.model.registry").check(settings.model, settings.weights,
+                                                                    settings.recipe)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"worldserve serve: {exc}") from None
     configure(settings.log_format, settings.log_level)
@@ -165,9 +166,13 @@ def _run(argv: list[str]) -> None:
     sub = ap.add_subparsers(dest="command", required=True)
     serve_parser(sub.add_parser("serve", help="run a worker (the session server)"))
     router_parser(sub.add_parser("router", help="place sessions on workers (signaling only)"))
-    conv = sub.add_parser("convert", help="an authors' Wan .pt checkpoint -> safetensors")
-    conv.add_argument("src", type=Path, help="the authors' .pt (generator_ema or generator)")
-    conv.add_argument("dst", type=Path, help="the .safetensors to write")
+    conv = sub.add_parser("convert", help="an authors' Wan file -> what the server loads "
+                                          "(model/wan/convert.py)")
+    conv.add_argument("src", type=Path, help="a distilled transformer .pt / .safetensors, or the "
+                                             "UMT5 models_t5_umt5-xxl-enc-bf16.pth")
+    conv.add_argument("dst", type=Path, help="the .safetensors (a transformer) or folder (UMT5)")
+    conv.add_argument("--recipe", help="the checkpoint's recipe: its state dict (EMA or not)")
+    conv.add_argument("--lora", type=Path, help="a LoRA to merge in (LongLive's lora.pt)")
     sub.add_parser("train", help="train the world model (training.train's options follow)",
                    add_help=False)
     sub.add_parser("soak", help="N sessions for a while: latency, drops, RSS (clients.soak)",
@@ -183,7 +188,8 @@ def _run(argv: list[str]) -> None:
         route(args)
     elif args.command == "convert":
         try:
-            importlib.import_module("worldserve.model.wan.weights").convert(args.src, args.dst)
+            importlib.import_module("worldserve.model.wan.convert").run(
+                args.src, args.dst, recipe=args.recipe, lora=args.lora)
         except (OSError, ValueError, KeyError) as exc:
             raise SystemExit(f"worldserve convert: {exc}") from None
         print(f"wrote {args.dst}")

@@ -33,8 +33,14 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def load(request: web.Request) -> web.Response:
-    """What a router needs to place a session: counts, capacity, utilisation, state."""
-    return web.json_response(request.app[SERVICE].load(), headers=CORS)
+    """What a router needs to place a session: counts, capacity, utilisation, state; and the
+    recipe a Wan model serves (model/wan/recipes.py)."""
+    service = request.app[SERVICE]
+    body = service.load()
+    recipe = getattr(service.engine.runner if service.engine else None, "served_recipe", None)
+    if recipe is not None:
+        body["recipe"] = recipe
+    return web.json_response(body, headers=CORS)
 
 
 async def delete_session(request: web.Request) -> web.Response:

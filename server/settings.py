@@ -111,6 +111,9 @@ class Settings:
                                          "(default: the shipped ones); wan-causal, a directory")
     sizes: tuple[tuple[int, int], ...] | None = setting(
         None, "frame sizes a latent model serves, HxW[,HxW] (wan-causal: 480x832; default: its own)")
+    recipe: str | None = setting(None, "a published Wan checkpoint's inference settings by name "
+                                       "(model/wan/recipes.py: self-forcing, causvid, longlive, ...); "
+                                       "a config.json beside the checkpoint overrides them")
     # 1 by default: on a small shared CPU two threads can run 30x slower than one under
     # contention.
     threads: int | None = setting(1, "torch threads of the model thread (empty: torch's default)")

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from worldserve.model.wan import recipes
+
 
 @dataclass(frozen=True)
 class ActionConfig:
@@ -231,16 +233,16 @@ class WanConfig:
     def matrix_game_2(cls, variant: str = "universal", **recipe: Any) -> WanConfig:
         """Matrix-Game 2.0 as its authors publish it: Wan2.1-1.3B (from SkyReels-V2-I2V-1.3B) with
         36 input channels, cross-attention over CLIP image tokens, action modules in blocks
-        0-14, chunks of 3 latent frames, no sinks, 3 steps (1000, 666, 333 warped with shift 5).
-        ``variant``: "universal" (keyboard W/S/A/D + mouse), "gta_drive" (W/S + mouse),
+        0-14, and the variant's recipe (model/wan/recipes.py: chunks of 3 latent frames, no sinks,
+        1000, 666, 333 warped with shift 5; templerun 1000, 750, 500, 250). ``variant``: "universal" (keyboard W/S/A/D + mouse), "gta_drive" (W/S + mouse),
         "templerun" (7 one-hot keys, no mouse)."""
         try:
-            keyboard, mouse, attended = MATRIX_GAME_VARIANTS[variant]
+            keyboard, mouse = MATRIX_GAME_VARIANTS[variant]
         except KeyError:
             raise ValueError(f"unknown Matrix-Game variant {variant!r}; known: {', '.join(MATRIX_GAME_VARIANTS)}") from None
         base: dict[str, Any] = dict(
-            model_type="i2v", in_dim=36, chunk_frames=3, sink_frames=0, window_frames=attended - 3,
-            timesteps=(1000.0, 666.0, 333.0), action_config=ActionConfig(keyboard_dim_in=keyboard, enable_mouse=mouse),
+            model_type="i2v", in_dim=36, **recipes.get("matrix-game-2-" + variant.replace("_", "-")).config_fields(),
+            action_config=ActionConfig(keyboard_dim_in=keyboard, enable_mouse=mouse),
         )
         base.update(recipe)
         return cls(**base)
@@ -279,8 +281,8 @@ class WanConfig:
                 out[ours] = raw[theirs]
         if "local_attn_size" in raw and "window_frames" not in raw and int(raw["local_attn_size"]) > 0:
             # Self-Forcing / LongLive count the attended frames including sinks and the chunk itself.
-            sinks = int(out.get("sink_frames", cls.sink_frames))
-            chunk = int(out.get("chunk_frames", cls.chunk_frames))
+            sinks = int(out.get("sink_frames", overrides.get("sink_frames", cls.sink_frames)))
+            chunk = int(out.get("chunk_frames", overrides.get("chunk_frames", cls.chunk_frames)))
             out["window_frames"] = int(raw["local_attn_size"]) - sinks - chunk
         if "patch_size" in out:
             out["patch_size"] = tuple(int(p) for p in out["patch_size"])
@@ -320,18 +322,12 @@ class WanConfig:
 
 COND_MASK_CHANNELS = 4  # Matrix-Game's condition mask: the first 4 channels of a latent-shaped mask
 
-# Matrix-Game 2.0's inference settings (the authors' configs/inference_yaml/*.yaml), for a
-# config.json that names none of them
-MATRIX_GAME_RECIPE: dict[str, Any] = dict(
-    timesteps=(1000.0, 666.0, 333.0), warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=0, commit_timestep=0.0,
-)
-
-# variant -> (keyboard_dim_in, enable_mouse, local_attn_size: attended latent frames, chunk included),
-# as the authors' configs/distilled_model/<variant>/config.json say
-MATRIX_GAME_VARIANTS: dict[str, tuple[int, bool, int]] = {
-    "universal": (4, True, 6),
-    "gta_drive": (2, True, 4),
-    "templerun": (7, False, 6),
+# variant -> (keyboard_dim_in, enable_mouse), as the authors' configs/distilled_model/<variant>/config.json
+# say; the rest of each variant's settings is its recipe's (model/wan/recipes.py)
+MATRIX_GAME_VARIANTS: dict[str, tuple[int, bool]] = {
+    "universal": (4, True),
+    "gta_drive": (2, True),
+    "templerun": (7, False),
 }
 
 # Other names for the same fields: diffusers' transformer config and the authors' training configs.

@@ -60,8 +60,8 @@ from worldserve.model.wan.cache import ChunkContext
 from worldserve.model.wan.causal import CausalWanModel
 from worldserve.model.wan.clip import ImageEncoder
 from worldserve.model.wan.config import COND_MASK_CHANNELS
-from worldserve.model.wan.config import MATRIX_GAME_RECIPE as RECIPE
 from worldserve.model.wan.layout import check_image_layout
+from worldserve.model.wan.recipes import Recipe, Served
 from worldserve.model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession, load_backbone
 from worldserve.model.wan.vae_stream import StreamingDecoder
 from worldserve.session.plan import ActionTrace, ModelState, SessionSpec, SessionUpdate
@@ -97,14 +97,15 @@ class MatrixGameRunner(WanRunner):
     def __init__(self, model: CausalWanModel, decoder: StreamingDecoder, clip: ImageEncoder, *,
                  sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES, max_sessions: int = 8,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                 start_image: np.ndarray | None = None, decoder_context: int = DECODER_CONTEXT):
+                 start_image: np.ndarray | None = None, decoder_context: int = DECODER_CONTEXT,
+                 served: Served | None = None):
         a = model.cfg.action_config
         if a is None or model.cfg.model_type != "i2v":
             raise ValueError("MatrixGameRunner serves an i2v model with action modules (action_config)")
         if clip.dim != model.cfg.image_dim:
             raise ValueError(f"the CLIP encoder's width {clip.dim} is not the transformer's image_dim {model.cfg.image_dim}")
         super().__init__(model, decoder, None, sizes=sizes, max_sessions=max_sessions, dtype=dtype, device=device,
-                         decoder_context=decoder_context)
+                         decoder_context=decoder_context, served=served)
         self.clip = clip
         self.variant = variant_of(a)
         self.start_image = start_image
@@ -117,11 +118,12 @@ class MatrixGameRunner(WanRunner):
     def from_dir(  # type: ignore[override]
         cls, path: str | Path, *, threads: int | None = None, dtype: str | torch.dtype = "float32",
         device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
+        recipe: Recipe | None = None,
     ) -> MatrixGameRunner:
-        """Load a ``--weights`` directory (model/wan/layout.py, ``check_image_layout``)."""
-        files, cfg = check_image_layout(path, **RECIPE)
-        model, decoder, dt = load_backbone(files.checkpoint, files.vae, cfg, threads=threads, dtype=dtype,
-                                           device=device)
+        """Load a ``--weights`` directory (model/wan/layout.py, ``check_image_layout``), serving
+        ``recipe`` (None: the variant its config.json names)."""
+        files, cfg, served = check_image_layout(path, recipe)
+        model, decoder, dt = load_backbone(files, cfg, served, threads=threads, dtype=dtype, device=device)
         assert files.image_encoder is not None
         clip = ImageEncoder.load(files.image_encoder, device=device, dtype=dt)
         start = None
@@ -130,7 +132,7 @@ class MatrixGameRunner(WanRunner):
 
             start = np.asarray(Image.open(files.start_image).convert("RGB"))
         return cls(model, decoder, clip, sizes=sizes or DEFAULT_SIZES, max_sessions=max_sessions, dtype=dt,
-                   device=device, start_image=start)
+                   device=device, start_image=start, served=served)
 
     # --- the contract ---
 

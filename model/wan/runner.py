@@ -34,6 +34,7 @@ ignored. One thread owns a runner: it is not thread-safe.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections import deque
@@ -48,7 +49,8 @@ from worldserve.model.plan_errors import guarded, session_state
 from worldserve.model.wan.cache import ChunkContext, WanKVCache
 from worldserve.model.wan.causal import CausalWanModel, TextKV
 from worldserve.model.wan.config import WanConfig
-from worldserve.model.wan.layout import check_layout
+from worldserve.model.wan.layout import WanFiles, check_layout
+from worldserve.model.wan.recipes import Recipe, Served
 from worldserve.model.wan.text import PromptEncoder
 from worldserve.model.wan.vae_stream import StreamingDecoder, VaeStream, pixel_frames_for
 from worldserve.session.plan import (
@@ -87,18 +89,22 @@ class WanSession:
 
 
 def load_backbone(
-    checkpoint: Path, vae: Path, cfg: WanConfig, *, threads: int | None, dtype: str | torch.dtype, device: str,
+    files: WanFiles, cfg: WanConfig, served: Served, *, threads: int | None, dtype: str | torch.dtype, device: str,
 ) -> tuple[CausalWanModel, StreamingDecoder, torch.dtype]:
-    """The transformer and the streaming VAE of a checked ``--weights`` directory, in the float
-    type ``dtype`` names (``auto``: the device's pick), and that type."""
+    """The transformer (the recipe's state dict of the checkpoint, its LoRA merged) and the
+    streaming VAE of a checked ``--weights`` directory, in the float type ``dtype`` names
+    (``auto``: the device's pick), and that type. Logs the recipe served."""
     from worldserve.model.dtype import pick_dtype
     from worldserve.model.wan.weights import load_model
 
     if threads is not None:
         torch.set_num_threads(threads)
     dt = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
-    model = load_model(checkpoint, cfg, dtype=dt, device=device)
-    return model, StreamingDecoder.load(vae, device=device, dtype=dt), dt
+    r = served.recipe
+    model = load_model(files.checkpoint, cfg, dtype=dt, device=device, key=r.checkpoint_key if r else None,
+                       lora=files.lora, lora_alpha=r.lora_alpha if r and r.lora else None)
+    log.info("serving recipe %s", json.dumps(served.describe(cfg)))
+    return model, StreamingDecoder.load(files.vae, device=device, dtype=dt), dt
 
 
 class WanRunner:
@@ -118,10 +124,13 @@ class WanRunner:
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
         decoder_context: int = DECODER_CONTEXT,
+        served: Served | None = None,
     ):
         """``sizes``: the (height, width) pixel frame sizes served; each is a bucket keyed by
-        its height (heights must differ), in multiples of the VAE's 8 times the patch."""
+        its height (heights must differ), in multiples of the VAE's 8 times the patch.
+        ``served``: the recipe (its prompt switch; printed in /v1/load)."""
         self.cfg: WanConfig = model.cfg
+        self.served = served or Served(None)
         self.device = torch.device(device)
         self.dtype = dtype
         self.model = model.to(self.device, dtype).eval()
@@ -152,16 +161,23 @@ class WanRunner:
     def from_dir(
         cls, path: str | Path, *, threads: int | None = None, dtype: str | torch.dtype = "float32",
         device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
+        recipe: Recipe | None = None,
     ) -> WanRunner:
-        """Load a ``--weights`` directory (model/wan/layout.py), all from local files."""
-        files, cfg = check_layout(path)
-        model, decoder, dt = load_backbone(files.checkpoint, files.vae, cfg, threads=threads, dtype=dtype,
-                                           device=device)
+        """Load a ``--weights`` directory (model/wan/layout.py), all from local files, serving
+        ``recipe`` (model/wan/recipes.py; None: config.json and the house's defaults)."""
+        files, cfg, served = check_layout(path, recipe)
+        model, decoder, dt = load_backbone(files, cfg, served, threads=threads, dtype=dtype, device=device)
+        assert files.text_encoder is not None and files.tokenizer is not None
         text = PromptEncoder.load(files.text_encoder, files.tokenizer, device=device, dtype=dt, text_len=cfg.text_len)
         return cls(model, decoder, text, sizes=sizes or DEFAULT_SIZES, max_sessions=max_sessions, dtype=dt,
-                   device=device)
+                   device=device, served=served)
 
     # --- the Runner protocol ---
+
+    @property
+    def served_recipe(self) -> dict[str, object]:
+        """The recipe served, as /v1/load shows it."""
+        return self.served.describe(self.cfg)
 
     @property
     def buckets(self) -> tuple[int, ...]:

@@ -15,7 +15,9 @@ Everything loads from local directories (``local_files_only=True``); nothing is 
     text_encoder/  config.json, model.safetensors (or model.safetensors.index.json + shards)
     tokenizer/     tokenizer_config.json, tokenizer.json or spiece.model
 
-(the ``text_encoder/`` and ``tokenizer/`` folders of Wan2.1-T2V-1.3B-Diffusers have this form).
+(the ``text_encoder/`` and ``tokenizer/`` folders of Wan2.1-T2V-1.3B-Diffusers have this form),
+or the authors' own ``models_t5_umt5-xxl-enc-bf16.pth`` with the ``google/umt5-xxl/`` tokenizer of
+the Wan2.1-T2V-1.3B download, renamed as it loads (``model/wan/convert.py``).
 """
 
 from __future__ import annotations
@@ -44,13 +46,16 @@ def clean_prompt(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
-def check_text_dirs(encoder_dir: Path, tokenizer_dir: Path) -> None:
-    """Raise ``FileNotFoundError`` naming the first file the two directories lack."""
-    if not encoder_dir.is_dir():
+def check_text_dirs(encoder_dir: Path | None, tokenizer_dir: Path) -> None:
+    """Raise ``FileNotFoundError`` naming the first file the two directories lack (``None``:
+    the encoder is a file, checked as it is read)."""
+    if encoder_dir is None:
+        pass
+    elif not encoder_dir.is_dir():
         raise FileNotFoundError(f"text encoder directory {encoder_dir} does not exist")
-    if not (encoder_dir / ENCODER_CONFIG_FILE).is_file():
+    elif not (encoder_dir / ENCODER_CONFIG_FILE).is_file():
         raise FileNotFoundError(f"text encoder directory {encoder_dir} has no {ENCODER_CONFIG_FILE}")
-    if not any((encoder_dir / f).is_file() for f in ENCODER_WEIGHT_FILES):
+    elif not any((encoder_dir / f).is_file() for f in ENCODER_WEIGHT_FILES):
         raise FileNotFoundError(
             f"text encoder directory {encoder_dir} has no {' or '.join(ENCODER_WEIGHT_FILES)}"
         )
@@ -99,9 +104,16 @@ class PromptEncoder:
         from transformers import AutoTokenizer, UMT5EncoderModel
 
         encoder_dir, tokenizer_dir = Path(encoder_dir), Path(tokenizer_dir)
-        check_text_dirs(encoder_dir, tokenizer_dir)
+        if encoder_dir.is_file():  # the authors' models_t5_umt5-xxl-enc-bf16.pth
+            from worldserve.model.wan.convert import load_umt5
+
+            check_text_dirs(None, tokenizer_dir)
+            encoder = load_umt5(encoder_dir, dtype=dtype)
+        else:
+            check_text_dirs(encoder_dir, tokenizer_dir)
+            # ``dtype`` is read from transformers 4.56 on (pyproject's minimum)
+            encoder = UMT5EncoderModel.from_pretrained(encoder_dir, local_files_only=True, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-        encoder = UMT5EncoderModel.from_pretrained(encoder_dir, local_files_only=True, dtype=dtype)
         if tokenizer.pad_token_id is None:
             raise ValueError(f"tokenizer in {tokenizer_dir} has no pad token")
         if len(tokenizer) > encoder.config.vocab_size:

@@ -3,12 +3,22 @@
 Accepted files:
 
 - a torch ``.pt`` / ``.pth`` checkpoint (Self-Forcing, CausVid, LongLive, Rolling Forcing),
-  whose top level maps ``generator_ema`` (preferred) or ``generator`` to the state dict, or is
-  the state dict itself. Keys may carry the ``model.`` prefix of the authors' training wrapper;
-  it is stripped. Read with ``torch.load(weights_only=True)``: only tensors and plain
-  containers come out; a file that needs a full unpickle is refused.
-- ``.safetensors`` (what ``convert`` writes, and Wan2.1's own ``diffusion_pytorch_model``), or
-  a ``.safetensors.index.json`` naming shards beside it.
+  whose top level maps ``generator_ema`` and/or ``generator`` to state dicts, or is the state
+  dict itself. Which one is read is the recipe's (``model/wan/recipes.py``: Self-Forcing and
+  Rolling Forcing serve the EMA, CausVid and LongLive the generator); without a recipe,
+  ``generator_ema`` where it exists. Keys may carry the ``model.`` prefix of the authors'
+  training wrapper and, anywhere in them, the segments their FSDP, activation-checkpointing
+  and ``torch.compile`` wrappers add (``_fsdp_wrapped_module.``, ``_checkpoint_wrapped_module.``,
+  ``_orig_mod.``, which Rolling Forcing's and LongLive's EMA keys carry); all are stripped, as
+  the authors' loaders do. Read with ``torch.load(weights_only=True, mmap=True)``: only tensors
+  and plain containers come out, a file that needs a full unpickle is refused, and the state
+  dicts not taken (critic, the other generator) are never read into memory.
+- ``.safetensors`` (what ``convert`` writes, Matrix-Game's files, Wan2.1's own
+  ``diffusion_pytorch_model``), or a ``.safetensors.index.json`` naming shards beside it.
+
+A LoRA (LongLive's ``lora.pt``: PEFT's state dict of the rank-256 adapters on every linear
+layer of every block) is merged into the base weights on load: W + (alpha / rank) B A, which is
+what PEFT's forward computes.
 
 Every key and shape is checked against the model before anything is copied: a missing key, an
 unexpected key or a wrong shape is a ``WeightsError`` naming the file, the key, and what was
@@ -29,6 +39,10 @@ from worldserve.model.wan.config import WanConfig
 
 CHECKPOINT_KEYS = ("generator_ema", "generator")  # where the authors' .pt files keep the weights
 WRAPPER_PREFIX = "model."  # the authors' training wrapper holds the transformer as .model
+# segments that training wrappers insert into parameter names (FSDP, activation checkpointing,
+# torch.compile); the authors' loaders strip them
+WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+PEFT_PREFIX = "base_model.model."  # PEFT's wrapper around the transformer
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 
 
@@ -36,9 +50,11 @@ class WeightsError(ValueError):
     """A weights file that cannot be read, or does not match the model."""
 
 
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+def read_state_dict(path: str | Path, key: str | None = None) -> dict[str, torch.Tensor]:
     """The transformer's state dict from an authors' ``.pt`` or a safetensors file, with the
-    wrapper prefix stripped. Nothing is checked against a model yet."""
+    wrapper prefix and segments stripped. ``key``: the state dict of a ``.pt`` to take
+    (``generator_ema`` or ``generator``, a recipe's ``checkpoint_key``); None takes
+    ``generator_ema`` where it exists. Nothing is checked against a model yet."""
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"weights file {path} does not exist")
@@ -51,20 +67,43 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         except Exception as e:  # safetensors raises its own error types
             raise WeightsError(f"weights file {path} is not a readable safetensors file: {e}") from None
     elif name.endswith(TORCH_SUFFIXES):
-        state = _read_torch(path)
+        state = _read_torch(path, key)
     else:
         raise WeightsError(
             f"weights file {path}: unknown format (expected .safetensors, .safetensors.index.json "
             f"or {', '.join(TORCH_SUFFIXES)})"
         )
-    if state and all(k.startswith(WRAPPER_PREFIX) for k in state):
-        state = {k[len(WRAPPER_PREFIX):]: v for k, v in state.items()}
-    return state
+    return clean_keys(state)
 
 
-def _read_torch(path: Path) -> dict[str, torch.Tensor]:
+def clean_keys(state: dict[str, torch.Tensor], prefix: str = WRAPPER_PREFIX) -> dict[str, torch.Tensor]:
+    """Keys without the wrappers' segments, and without ``prefix`` where every key has it."""
+    out: dict[str, torch.Tensor] = {}
+    for k, v in state.items():
+        for seg in WRAPPER_SEGMENTS:
+            k = k.replace(seg, "")
+        out[k] = v
+    if len(out) != len(state):
+        raise WeightsError(f"{len(state) - len(out)} keys collide once {', '.join(WRAPPER_SEGMENTS)} are stripped")
+    if out and all(k.startswith(prefix) for k in out):
+        out = {k[len(prefix):]: v for k, v in out.items()}
+    return out
+
+
+def torch_load(path: Path) -> object:
+    """``torch.load`` of tensors and plain containers only, memory-mapped where the file allows
+    it (the zip format every torch since 1.6 writes), so unread tensors stay on disk."""
     try:
-        obj = torch.load(path, weights_only=True, map_location="cpu")
+        return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    except RuntimeError as e:
+        if "mmap" not in str(e):
+            raise
+        return torch.load(path, weights_only=True, map_location="cpu")  # the legacy format cannot be mapped
+
+
+def _read_torch(path: Path, key: str | None = None) -> dict[str, torch.Tensor]:
+    try:
+        obj = torch_load(path)
     except pickle.UnpicklingError as e:
         raise WeightsError(
             f"weights file {path} holds objects other than tensors and plain containers; "
@@ -74,11 +113,14 @@ def _read_torch(path: Path) -> dict[str, torch.Tensor]:
         raise WeightsError(f"weights file {path} is not a readable torch checkpoint: {e}") from None
     if not isinstance(obj, dict):
         raise WeightsError(f"weights file {path} holds a {type(obj).__name__}, not a dict of tensors")
-    for key in CHECKPOINT_KEYS:
-        if key in obj:
-            obj = obj[key]
+    if key is not None and key not in obj and any(k in obj for k in CHECKPOINT_KEYS):
+        raise WeightsError(f"weights file {path} has no {key!r} state dict (the recipe's); it holds "
+                           f"{', '.join(repr(k) for k in CHECKPOINT_KEYS if k in obj)}")
+    for k in (key,) if key is not None and key in obj else CHECKPOINT_KEYS:
+        if k in obj:
+            obj = obj[k]
             if not isinstance(obj, dict):
-                raise WeightsError(f"weights file {path}: {key!r} holds a {type(obj).__name__}, not a state dict")
+                raise WeightsError(f"weights file {path}: {k!r} holds a {type(obj).__name__}, not a state dict")
             break
     bad = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]
     if bad:
@@ -129,6 +171,65 @@ def _describe(cfg: WanConfig) -> str:
     return f"a Wan model of dim {cfg.dim}, {cfg.num_layers} layers, {cfg.num_heads} heads"
 
 
+def read_lora(path: str | Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """A LoRA file (PEFT's state dict, or LongLive's ``{"generator_lora": ...}``) as
+    {target module: (A (rank, in), B (out, rank))}, the module named as in the transformer."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"LoRA file {path} does not exist")
+    obj = load_file(str(path), device="cpu") if path.name.endswith(".safetensors") else read_tensors(path)
+    if "generator_lora" in obj and isinstance(obj["generator_lora"], dict):
+        obj = obj["generator_lora"]
+    state = clean_keys(obj, PEFT_PREFIX)
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for k, v in state.items():
+        parts = k.split(".")
+        if not isinstance(v, torch.Tensor) or ("lora_A" not in parts and "lora_B" not in parts):
+            raise WeightsError(f"LoRA file {path}: key {k!r} is not a lora_A / lora_B weight")
+        i = parts.index("lora_A") if "lora_A" in parts else parts.index("lora_B")
+        pairs.setdefault(".".join(parts[:i]), {})[parts[i]] = v  # "lora_A.weight" or "lora_A.default.weight"
+    out = {}
+    for module, ab in pairs.items():
+        if set(ab) != {"lora_A", "lora_B"}:
+            raise WeightsError(f"LoRA file {path}: {module!r} has {sorted(ab)} only, not both lora_A and lora_B")
+        a, b = ab["lora_A"], ab["lora_B"]
+        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
+            raise WeightsError(f"LoRA file {path}: {module!r} has A {tuple(a.shape)} and B {tuple(b.shape)}, "
+                               f"not (rank, in) and (out, rank)")
+        out[module] = (a, b)
+    return out
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A torch file holding a dict (of tensors), memory-mapped; a full unpickle is refused."""
+    try:
+        obj = torch_load(path)
+    except pickle.UnpicklingError as e:
+        raise WeightsError(f"file {path} holds objects other than tensors and plain containers; refused: "
+                           f"{str(e).splitlines()[0]}") from None
+    if not isinstance(obj, dict):
+        raise WeightsError(f"file {path} holds a {type(obj).__name__}, not a dict of tensors")
+    return obj
+
+
+def merge_lora(state: dict[str, torch.Tensor], lora: dict[str, tuple[torch.Tensor, torch.Tensor]], alpha: float,
+               source: str | Path = "LoRA") -> dict[str, torch.Tensor]:
+    """``state`` with each LoRA target's weight replaced by W + (alpha / rank) B A, computed in
+    float32 and stored in W's dtype (PEFT's LoraConfig scaling, ``lora_alpha / r``)."""
+    out = dict(state)
+    for module, (a, b) in lora.items():
+        key = module + ".weight"
+        if key not in out:
+            raise WeightsError(f"{source}: LoRA target {module!r} is not a weight of the checkpoint")
+        w = out[key]
+        if tuple(w.shape) != (b.shape[0], a.shape[1]):
+            raise WeightsError(f"{source}: LoRA of {module!r} is ({b.shape[0]}, {a.shape[1]}), the weight "
+                               f"{tuple(w.shape)}")
+        delta = (alpha / a.shape[0]) * (b.float() @ a.float())
+        out[key] = (w.float() + delta).to(w.dtype)
+    return out
+
+
 def load_weights(model: CausalWanModel, path: str | Path) -> CausalWanModel:
     """Check and copy a weights file into ``model`` (cast to the model's dtype). Returns it."""
     state = read_state_dict(path)
@@ -137,11 +238,25 @@ def load_weights(model: CausalWanModel, path: str | Path) -> CausalWanModel:
     return model
 
 
+def read_merged(path: str | Path, key: str | None = None, lora: str | Path | None = None,
+                lora_alpha: float | None = None) -> dict[str, torch.Tensor]:
+    """``read_state_dict`` with a LoRA file merged in (``lora_alpha``: the recipe's; None: the
+    rank, PEFT's default when alpha is not given)."""
+    state = read_state_dict(path, key)
+    if lora is not None:
+        pairs = read_lora(lora)
+        rank = next(iter(pairs.values()))[0].shape[0] if pairs else 1
+        state = merge_lora(state, pairs, float(rank if lora_alpha is None else lora_alpha), lora)
+    return state
+
+
 def load_model(
     path: str | Path, cfg: WanConfig, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+    *, key: str | None = None, lora: str | Path | None = None, lora_alpha: float | None = None,
 ) -> CausalWanModel:
-    """A ``CausalWanModel`` of ``cfg`` with the weights of ``path``, in eval mode."""
-    state = read_state_dict(path)
+    """A ``CausalWanModel`` of ``cfg`` with the weights of ``path`` (its ``key`` state dict, a
+    ``lora`` merged in), in eval mode."""
+    state = read_merged(path, key, lora, lora_alpha)
     with torch.device("meta"):
         model = CausalWanModel(cfg)
     check_state_dict(model, state, path)
@@ -150,10 +265,12 @@ def load_model(
     return model.to(dtype).eval()
 
 
-def convert(src: str | Path, dst: str | Path) -> Path:
-    """Write the transformer's weights of ``src`` (any accepted format) as one safetensors file
-    at ``dst``; returns its path. Dtypes are kept."""
-    state = read_state_dict(src)
+def convert(src: str | Path, dst: str | Path, *, key: str | None = None, lora: str | Path | None = None,
+            lora_alpha: float | None = None) -> Path:
+    """Write the transformer's weights of ``src`` (any accepted format; its ``key`` state dict,
+    wrappers stripped, a ``lora`` merged in) as one safetensors file at ``dst``; returns its
+    path. Dtypes are kept."""
+    state = read_merged(src, key, lora, lora_alpha)
     dst = Path(dst)
     if dst.suffix != ".safetensors":
         raise WeightsError(f"convert writes safetensors: {dst} should end in .safetensors")

@@ -1,0 +1,214 @@
+"""The published checkpoints of the Wan causal family by name, each with its authors'
+inference settings and files.
+
+A recipe is what the authors' own inference scripts do with their checkpoint: the denoising
+steps and whether they are warped onto the shifted schedule, the shift, the chunk, the
+attention sinks and window, the commit pass's noise, which state dict of the checkpoint they
+load (``generator_ema`` or ``generator``), the LoRA they merge, how a prompt change re-caches,
+and which sampler runs. ``worldserve serve --recipe NAME`` (or ``--model NAME``) serves one;
+a ``config.json`` beside the checkpoint may still set any of these fields (under the house's
+names or the authors' training-config names), and wins.
+
+Attention in the house's terms (``model/wan/cache.py``): a chunk sees ``sink_frames`` first
+frames, the latest ``window_frames`` committed frames, and itself. The authors' ``local_attn_size``
+counts all three; their global attention (``local_attn_size`` -1) attends to every frame of a
+cache sized for 21 latent frames (Self-Forcing's 32,760 tokens at 1,560 a frame), which is a
+window of 18 behind a chunk of 3 with no sinks: equal to theirs for the 21 frames (81 pixel
+frames) they generate, and rolling past that.
+
+This module imports no torch: the server reads it to check files and print the recipe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# WanConfig fields a recipe sets (model/wan/config.py), each also settable by config.json
+RECIPE_FIELDS = ("timesteps", "warp_timesteps", "shift", "chunk_frames", "sink_frames", "window_frames",
+                 "commit_timestep")
+
+# the authors' training-config names of the same fields (config.py's _ALIASES say the same)
+AUTHORS_NAMES = {
+    "denoising_step_list": "timesteps", "warp_denoising_step": "warp_timesteps", "timestep_shift": "shift",
+    "num_frame_per_block": "chunk_frames", "sink_size": "sink_frames", "local_attn_size": "window_frames",
+    "context_noise": "commit_timestep",
+}
+
+WAN_T2V_1_3B = "Wan-AI/Wan2.1-T2V-1.3B"
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A file or folder as its authors publish it: its path in their download (as their README
+    lays it out) and the command that downloads it."""
+
+    path: str  # relative path in the download, e.g. "checkpoints/self_forcing_dmd.pt"
+    repo: str  # the Hugging Face repository that publishes it
+    command: str  # the authors' download command
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def where(self) -> str:
+        return f"{self.repo} on Hugging Face ({self.command})"
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    name: str
+    family: str  # the runner that serves it: "wan-causal" or "matrix-game-2"
+    source: str  # the authors' file these settings are copied from
+    timesteps: tuple[float, ...]  # denoising steps, before warping (their denoising_step_list)
+    warp_timesteps: bool  # map the steps onto the shifted schedule (warp_denoising_step)
+    shift: float  # timestep_shift
+    chunk_frames: int  # num_frame_per_block
+    sink_frames: int  # sink_size
+    window_frames: int  # committed frames a chunk sees besides the sinks (local_attn_size - sinks - chunk)
+    checkpoint: Published  # the transformer's weights
+    checkpoint_key: str | None  # the state dict their loader takes: "generator_ema", "generator"; None: a bare one
+    commit_timestep: float = 0.0  # context_noise
+    lora: Published | None = None  # a LoRA their loader merges into the checkpoint
+    lora_rank: int = 0
+    lora_alpha: float = 0.0
+    prompt_switch: str = "recache"  # "recache": sinks and window re-committed chunk by chunk; "longlive": see runner
+    sampler: str = "chunk"  # "chunk": one chunk at a time; "rolling": Rolling Forcing's window (refused)
+    variant: str | None = None  # Matrix-Game's action space
+    backbone: Published | None = None  # the Wan folder the text encoder, tokenizer and VAE come from
+    refused: str | None = None  # why worldserve does not serve it, where it does not
+
+    def config_fields(self) -> dict[str, Any]:
+        """The WanConfig fields this recipe sets."""
+        return {k: getattr(self, k) for k in RECIPE_FIELDS}
+
+    def describe(self, cfg: Any = None, overridden: tuple[str, ...] = ()) -> dict[str, Any]:
+        """What is served, for the log at start and ``/v1/load``: the recipe, and with the final
+        ``cfg`` (a WanConfig) its model timesteps and the fields a config.json changed."""
+        out: dict[str, Any] = {"name": self.name, "family": self.family, "source": self.source}
+        if self.variant:
+            out["variant"] = self.variant
+        src = cfg if cfg is not None else self
+        for k in RECIPE_FIELDS:
+            v = getattr(src, k)
+            out[k] = list(v) if isinstance(v, tuple) else v
+        if cfg is not None:
+            out["model_timesteps"] = [round(t, 3) for t in cfg.step_timesteps]
+        out["weights"] = self.checkpoint_key or "state dict"
+        out["lora"] = f"rank {self.lora_rank}, alpha {self.lora_alpha:g}, merged" if self.lora else None
+        out["prompt_switch"] = self.prompt_switch
+        out["sampler"] = self.sampler
+        out["overridden_by_config"] = list(overridden)
+        return out
+
+
+def _mg(variant: str, path: str, steps: tuple[float, ...], window: int, yaml: str, refused: str | None = None) -> Recipe:
+    return Recipe(
+        name=f"matrix-game-2-{variant}", family="matrix-game-2", variant=variant.replace("-", "_"),
+        source=f"SkyworkAI/Matrix-Game, Matrix-Game-2/configs/inference_yaml/{yaml} and "
+               f"configs/distilled_model/*/config.json",
+        timesteps=steps, warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=0, window_frames=window,
+        checkpoint=Published(path, "Skywork/Matrix-Game-2.0",
+                             "huggingface-cli download Skywork/Matrix-Game-2.0 --local-dir Matrix-Game-2.0"),
+        checkpoint_key=None, refused=refused,
+    )
+
+
+_SF_DOWNLOAD = "huggingface-cli download gdhe17/Self-Forcing checkpoints/self_forcing_dmd.pt --local-dir ."
+_WAN = Published("wan_models/Wan2.1-T2V-1.3B", WAN_T2V_1_3B,
+                 "huggingface-cli download Wan-AI/Wan2.1-T2V-1.3B --local-dir wan_models/Wan2.1-T2V-1.3B")
+_LONGLIVE = "huggingface-cli download Efficient-Large-Model/LongLive-1.3B --include 'models/*' --local-dir longlive_models"
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe(
+        name="self-forcing", family="wan-causal",
+        source="guandeh17/Self-Forcing, configs/self_forcing_dmd.yaml; inference.py --use_ema",
+        timesteps=(1000.0, 750.0, 500.0, 250.0), warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=0,
+        window_frames=18, checkpoint=Published("checkpoints/self_forcing_dmd.pt", "gdhe17/Self-Forcing", _SF_DOWNLOAD),
+        checkpoint_key="generator_ema", backbone=_WAN,
+    ),
+    Recipe(
+        name="causvid", family="wan-causal",
+        source="tianweiy/CausVid, configs/wan_causal_dmd.yaml; minimal_inference/autoregressive_inference.py",
+        timesteps=(1000.0, 757.0, 522.0), warp_timesteps=False, shift=8.0, chunk_frames=3, sink_frames=0,
+        window_frames=18,
+        checkpoint=Published("autoregressive_checkpoint/model.pt", "tianweiy/CausVid",
+                             "huggingface-cli download tianweiy/CausVid autoregressive_checkpoint/model.pt --local-dir ."),
+        checkpoint_key="generator", backbone=_WAN,
+    ),
+    Recipe(
+        name="longlive", family="wan-causal",
+        source="NVlabs/LongLive v1.0, configs/longlive_inference.yaml and longlive_interactive_inference.yaml",
+        timesteps=(1000.0, 750.0, 500.0, 250.0), warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=3,
+        window_frames=6,
+        checkpoint=Published("longlive_models/models/longlive_base.pt", "Efficient-Large-Model/LongLive-1.3B", _LONGLIVE),
+        checkpoint_key="generator",
+        lora=Published("longlive_models/models/lora.pt", "Efficient-Large-Model/LongLive-1.3B", _LONGLIVE),
+        lora_rank=256, lora_alpha=256.0, prompt_switch="longlive", backbone=_WAN,
+    ),
+    Recipe(
+        name="rolling-forcing", family="wan-causal",
+        source="TencentARC/RollingForcing, configs/rolling_forcing_dmd.yaml; inference.py --use_ema",
+        timesteps=(1000.0, 800.0, 600.0, 400.0, 200.0), warp_timesteps=True, shift=5.0, chunk_frames=3,
+        sink_frames=3, window_frames=18,
+        checkpoint=Published("checkpoints/rolling_forcing_dmd.pt", "TencentARC/RollingForcing",
+                             "huggingface-cli download TencentARC/RollingForcing checkpoints/rolling_forcing_dmd.pt "
+                             "--local-dir ."),
+        checkpoint_key="generator_ema", sampler="rolling", backbone=_WAN,
+        refused=("Rolling Forcing is trained to denoise a rolling window of 5 chunks at staggered noise levels "
+                 "(1000, 800, 600, 400, 200), one forward a step, with the first block kept as an anchor; "
+                 "worldserve's sampler runs one chunk through all its steps, so its pictures would not be the "
+                 "authors'. Serve it once the rolling sampler is built."),
+    ),
+    _mg("universal", "base_distilled_model/base_distill.safetensors", (1000.0, 666.0, 333.0), 3,
+        "inference_universal.yaml"),
+    _mg("gta-drive", "gta_distilled_model/gta_keyboard2dim.safetensors", (1000.0, 666.0, 333.0), 1,
+        "inference_gta_drive.yaml",
+        refused=("its local_attn_size 4 attends to one frame before a 3-frame chunk, which the cache's ring "
+                 "(window >= chunk) does not hold")),
+    _mg("templerun", "templerun_distilled_model/templerun_7dim_onlykey.safetensors", (1000.0, 750.0, 500.0, 250.0),
+        3, "inference_templerun.yaml"),
+)}
+
+ALIASES = {"matrix-game-2": "matrix-game-2-universal"}  # a family name that is also a recipe's
+
+# Matrix-Game's action_config.keyboard_dim_in and mouse -> its variant's recipe
+MATRIX_GAME_BY_ACTIONS = {(4, True): "matrix-game-2-universal", (2, True): "matrix-game-2-gta-drive",
+                          (7, False): "matrix-game-2-templerun"}
+
+
+def names() -> tuple[str, ...]:
+    return (*RECIPES, *ALIASES)
+
+
+def get(name: str) -> Recipe:
+    """The recipe called ``name``; ValueError naming the known ones."""
+    try:
+        return RECIPES[ALIASES.get(name, name)]
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(names())}") from None
+
+
+def named_in(raw: dict[str, Any]) -> set[str]:
+    """The recipe fields a config.json sets, under either name."""
+    ours = {k for k in raw if k in RECIPE_FIELDS}
+    return ours | {AUTHORS_NAMES[k] for k in raw if k in AUTHORS_NAMES}
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The recipe a runner serves and what a config.json changed in it (printed at start and
+    in /v1/load)."""
+
+    recipe: Recipe | None
+    overridden: tuple[str, ...] = field(default=())
+
+    def describe(self, cfg: Any) -> dict[str, Any]:
+        if self.recipe is None:
+            out: dict[str, Any] = {"name": None, "source": "config.json and worldserve's defaults"}
+            for k in RECIPE_FIELDS:
+                v = getattr(cfg, k)
+                out[k] = list(v) if isinstance(v, tuple) else v
+            out["model_timesteps"] = [round(t, 3) for t in cfg.step_timesteps]
+            return out
+        return self.recipe.describe(cfg, self.overridden)
