@@ -21,8 +21,10 @@ world units per frame (forward = up on screen; combos add; at most 4 per axis). 
 is 64 × 64 world units at every bucket (bucket / 64 px per unit), so the static scene
 shifts by ``expected_shift(action, bucket) = -v * bucket / 64`` px: ≤ 4 px at 64, ≤ 8 at
 128. Everything else moves less than the model's motion kernel reaches (±5 px at 64,
-±10 at 128): animals ≤ 0.5 and boats ≤ 0.8 units/frame, clouds and fog ≤ 0.45, rain
-3 down and 1 left, snow ≤ 1.6 (screen space), all on top of the camera's shift.
+±10 at 128): animals ≤ 0.5 and boats ≤ 0.8 units/frame, clouds and fog ≤ 0.45 and the
+water's slow glints, all on top of the camera's shift. Weather is a property of the world:
+rain and snow lie on the land (wet or snow-covered ground, streaks and flakes fixed to it),
+so they move exactly with the camera (``atmosphere``).
 
 Scenes: biome, vegetation, time, weather, season; prompt vocabulary in ``scene`` (and
 ``VOCAB``). ``parse_prompt("a snowy forest at night")`` is biome=snow, vegetation=dense,

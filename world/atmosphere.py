@@ -1,16 +1,24 @@
 """Weather and water effects applied to each frame after the ground and the actors.
 
-World-anchored (they move with the ground, plus their own drift):
+Weather is a property of the world, not of the screen: everything here is anchored to the
+world and moves with the ground (clouds and fog also drift slowly with the seed's wind), so
+a place looks the same each time the camera comes back to it, and the only things that move
+across the ground on their own are the actors, the water's slow shimmer and the drifting
+clouds and fog. The ground itself is wet under rain and covered under snowfall
+(``palette.build_lut``); the tint of the light is there too.
+
     cloud shadows   multiply brightness by 1 - strength * cover, cover from the seed's
                     cloud field thresholded per weather, drifting with the seed's wind
-    fog             blend toward the fog colour by alpha = 0.42 + 0.3 * (fog field - 0.5)
-    water shimmer   moving sparkles on water: two travelling sine waves multiplied
-Screen-anchored (they do not move with the camera):
-    rain            slanted streaks falling 3 units/frame down and 1 left
-    snowfall        two layers of flakes, 0.8 and 1.6 units/frame, drifting sideways
+    fog             blend toward the fog colour by alpha = 0.42 + 0.6 * (fog field - 0.5),
+                    drifting with the wind
+    water shimmer   slow, faint glints on water: two travelling sine waves multiplied
+    rain            slanted streaks of wet sheen lying on the land
+    snowfall        flakes and drifts lying on the snowy land
 
-Everything depends only on the seed, the scene, the camera and the world clock, so it is
-deterministic, and predictable from past frames.
+(Until issue 38 rain and snow fell as screen-fixed particles, 3 and up to 1.6 units a frame,
+and the water glittered at twice the strength and speed: per-frame change that no memory of
+the place can hold.) Everything depends only on the seed, the scene, the camera and the
+world clock, so it is deterministic, and predictable from past frames.
 """
 
 from __future__ import annotations
@@ -35,12 +43,13 @@ _FOG_COLOR = MappingProxyType(
 )
 _SHIMMER = MappingProxyType(
     {
-        "grassland": (16.0, 20.0),
-        "desert": (16.0, 20.0),
-        "snow": (0.0, 14.0),
-        "tropical": (20.0, 22.0),
+        "grassland": (7.0, 9.0),
+        "desert": (7.0, 9.0),
+        "snow": (0.0, 6.0),
+        "tropical": (9.0, 10.0),
     }
 )
+_SHIMMER_SPEED = (0.09, 0.07)  # radians a frame of the two travelling waves: calm water
 _TIME_DIM = MappingProxyType({"day": 1.0, "dusk": 0.75, "night": 0.3})
 
 
@@ -64,20 +73,14 @@ class Blend:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Precipitation:
-    layer: Blend  # screen-space, tiles with period B
-    velocity: tuple[float, float]  # world units per frame (y, x), in screen space
-
-
-@dataclass(frozen=True, slots=True, eq=False)
 class Atmosphere:
-    """Per-scene, per-bucket weather fields."""
+    """Per-scene, per-bucket weather fields, each tiling the world with period P pixels."""
 
     ppu: float
     clouds: np.ndarray | None  # (P, P, 1) float32 brightness multiplier, P = period * ppu
     fog: Blend | None  # (P, P) fog layer
-    shimmer: tuple[float, float, float]  # sparkle brightness per water class (land, shallow, deep)
-    precipitation: tuple[Precipitation, ...]
+    shimmer: tuple[float, float, float]  # glint brightness per water class (land, shallow, deep)
+    marks: Blend | None  # (P, P) rain streaks or snow flakes, fixed to the ground
     wind: tuple[float, float]
 
 
@@ -88,16 +91,19 @@ def _smoothstep(t: np.ndarray) -> np.ndarray:
 
 def _streaks(
     rng: np.random.Generator,
-    bucket: int,
-    count: int,
+    ppu: float,
+    period: int,
+    density: float,
     length: float,
     width: float,
     direction: tuple[float, float],
 ) -> np.ndarray:
-    """(B, B) alpha of ``count`` soft line segments (world units) on a tiling screen."""
-    ppu = bucket / VIEW
-    alpha = np.zeros((bucket, bucket), dtype=np.float32)
-    starts = rng.random((count, 2)) * VIEW
+    """(P, P) alpha, P = period * ppu, of soft line segments (world units), ``density`` of
+    them per VIEW x VIEW units, on a tile of the world."""
+    size = round(period * ppu)
+    count = round(density * (period / VIEW) ** 2)
+    alpha = np.zeros((size, size), dtype=np.float32)
+    starts = rng.random((count, 2)) * period
     dy, dx = np.asarray(direction) / np.hypot(*direction)
     steps = np.linspace(0.0, length, max(2, int(length * ppu * 2)))
     pts = starts[:, None, :] + steps[None, :, None] * np.array([dy, dx])  # (count, S, 2)
@@ -105,8 +111,8 @@ def _streaks(
     for oy in range(-r + 1, r):
         for ox in range(-r + 1, r):
             weight = max(0.0, 1.0 - np.hypot(oy, ox) / r) if r > 1 else 1.0
-            iy = (np.floor(pts[..., 0] * ppu).astype(int) + oy) % bucket
-            ix = (np.floor(pts[..., 1] * ppu).astype(int) + ox) % bucket
+            iy = (np.floor(pts[..., 0] * ppu).astype(int) + oy) % size
+            ix = (np.floor(pts[..., 1] * ppu).astype(int) + ox) % size
             np.maximum.at(alpha, (iy.ravel(), ix.ravel()), weight)
     return alpha
 
@@ -126,25 +132,22 @@ def build_atmosphere(layout: Layout, attrs: SceneAttrs, bucket: int) -> Atmosphe
         fog = Blend.of(np.clip(0.42 + 0.6 * (field - 0.5), 0.1, 0.85), _FOG_COLOR[attrs.time])
     shallow, deep = _SHIMMER[attrs.biome]
     rng = stream(layout.seed, "precipitation")
-    precipitation: tuple[Precipitation, ...] = ()
-    if attrs.weather == "rain":
+    period = layout.clouds.shape[0]
+    marks = None
+    if attrs.weather == "rain":  # sheen on the wet ground, slanted as the rain falls
         color = apply_light(np.array([196, 206, 222], np.float32), attrs)
-        streaks = 0.35 * _streaks(rng, bucket, 55, 3.5, 0.4, (3.0, -1.0))
-        precipitation = (Precipitation(Blend.of(streaks, color), (3.0, -1.0)),)
-    elif attrs.weather == "snowfall":
+        marks = Blend.of(0.3 * _streaks(rng, ppu, period, 40, 3.5, 0.4, (3.0, -1.0)), color)
+    elif attrs.weather == "snowfall":  # flakes and small drifts lying on the ground
         color = np.minimum(apply_light(np.array([250, 250, 255], np.float32), attrs) * 1.15, 255)
-        small = 0.8 * _streaks(rng, bucket, 110, 0.3, 0.5, (0.8, 0.3))
-        large = 0.9 * _streaks(rng, bucket, 25, 0.6, 0.9, (1.6, -0.4))
-        precipitation = (
-            Precipitation(Blend.of(small, color), (0.8, 0.3)),
-            Precipitation(Blend.of(large, color), (1.6, -0.4)),
-        )
+        small = 0.7 * _streaks(rng, ppu, period, 60, 0.3, 0.5, (0.8, 0.3))
+        large = 0.8 * _streaks(rng, ppu, period, 14, 0.6, 0.9, (1.6, -0.4))
+        marks = Blend.of(np.maximum(small, large), color)
     return Atmosphere(
         ppu=ppu,
         clouds=clouds,
         fog=fog,
         shimmer=(0.0, shallow * dim, deep * dim),
-        precipitation=precipitation,
+        marks=marks,
         wind=layout.wind,
     )
 
@@ -175,7 +178,7 @@ def wrap_crop(tex: np.ndarray, y0: int, x0: int, h: int, w: int) -> np.ndarray:
 def add_shimmer(
     frame: np.ndarray, water: np.ndarray, atm: Atmosphere, top_left: tuple[float, float], clock: int
 ) -> None:
-    """Sparkles on water pixels; ``water`` is the (H, W) water class of each pixel."""
+    """Slow glints on water pixels; ``water`` is the (H, W) water class of each pixel."""
     if not any(atm.shimmer) or not water.any():
         return
     amp = np.asarray(atm.shimmer, np.float32)[water]
@@ -189,14 +192,24 @@ def add_shimmer(
         ax = kx * wx
         return np.outer(np.sin(ay), np.cos(ax)) + np.outer(np.cos(ay), np.sin(ax))
 
-    s = wave(0.35, 0.9, 0.23) * wave(0.8, -0.3, 0.17)
+    s = wave(0.35, 0.9, _SHIMMER_SPEED[0]) * wave(0.8, -0.3, _SHIMMER_SPEED[1])
     frame += (amp * _smoothstep((s - 0.55) / 0.45))[..., None]
+
+
+def add_marks(frame: np.ndarray, water: np.ndarray, atm: Atmosphere, top_left: tuple[float, float]) -> None:
+    """Rain streaks or snow flakes lying on the land (``water``, the (B, B) water class of
+    each pixel, is 0 there), on a (B, B, 3) float32 frame, in place."""
+    if atm.marks is None:
+        return
+    marked = frame.copy()
+    atm.marks.apply(marked, int(np.floor(top_left[0] * atm.ppu)), int(np.floor(top_left[1] * atm.ppu)))
+    np.copyto(frame, marked, where=(water == 0)[..., None])
 
 
 def apply_weather(
     frame: np.ndarray, atm: Atmosphere, top_left: tuple[float, float], clock: int
 ) -> None:
-    """Cloud shadows, fog and precipitation on a (B, B, 3) float32 frame, in place."""
+    """Cloud shadows and fog on a (B, B, 3) float32 frame, in place."""
     b = frame.shape[0]
     if atm.clouds is not None or atm.fog is not None:
         oy = int(np.floor((top_left[0] - atm.wind[0] * clock) * atm.ppu))
@@ -205,8 +218,3 @@ def apply_weather(
             frame *= wrap_crop(atm.clouds, oy, ox, b, b)
         if atm.fog is not None:
             atm.fog.apply(frame, oy, ox)
-    for p in atm.precipitation:
-        # The layer moves by velocity * clock; reading it from minus that offset moves it.
-        sy = round(p.velocity[0] * clock * atm.ppu)
-        sx = round(p.velocity[1] * clock * atm.ppu)
-        p.layer.apply(frame, -sy, -sx)

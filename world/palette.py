@@ -2,7 +2,8 @@
 
 ``build_lut(attrs)`` returns (N_MAT * N_VAL * N_SHADE, 3) uint8; a world raster becomes
 an image with ``lut[lut_index(mat, val, shade)]``. Biome and season choose the base
-colours; the hill shade multiplies them (weakly on water); time of day and weather
+colours; the weather lies on the land (``weather_ground``: wet under rain, snow-covered
+under snowfall); the hill shade multiplies them (weakly on water); time of day and weather
 then apply one light to everything (``apply_light``), except lamps, which glow at dusk
 and night, and the ground around lamps, which gets their warm light added.
 """
@@ -182,10 +183,22 @@ _WEATHER_LIGHT: Mapping[str, tuple[float, float, RGB]] = MappingProxyType(
     {
         "clear": (1.0, 0.0, (0, 0, 0)),
         "cloudy": (0.86, 0.25, (0, 0, 0)),
-        "rain": (0.8, 0.35, (0, 4, 10)),
+        "rain": (0.84, 0.15, (0, 4, 10)),  # the wet ground is darker and deeper already
         "fog": (0.95, 0.3, (0, 0, 0)),
         "snowfall": (0.88, 0.35, (8, 10, 14)),
     }
+)
+# Weather on the land (not on water, lamps or bridges' shadows): under rain each material is
+# darker and deeper in colour by (darken, saturate), under snowfall it is covered toward snow
+# white by the share given.
+_WET: Mapping[int, tuple[float, float]] = MappingProxyType(
+    {TERRAIN: (0.82, 1.25), GLOW_NEAR: (0.82, 1.25), GLOW_FAR: (0.82, 1.25), ROAD: (0.7, 1.1),
+     BRIDGE: (0.75, 1.1), FIELD: (0.8, 1.25), TREE: (0.85, 1.15), ROOF: (0.8, 1.1), ROCK: (0.72, 1.0),
+     FLOWER: (0.85, 1.2)}
+)
+_SNOW_COVER: Mapping[int, float] = MappingProxyType(
+    {TERRAIN: 0.6, GLOW_NEAR: 0.6, GLOW_FAR: 0.6, ROAD: 0.4, BRIDGE: 0.3, FIELD: 0.65, TREE: 0.3, ROOF: 0.7,
+     ROCK: 0.35, FLOWER: 0.75}
 )
 _GLOW: Mapping[str, tuple[RGB, RGB]] = MappingProxyType(
     {
@@ -287,9 +300,28 @@ def _flower(biome: str, season: str, v: int, lowland: np.ndarray) -> np.ndarray:
     return lowland * (0.82, 1.12, 0.9)[v]
 
 
+def weather_ground(base: np.ndarray, attrs: SceneAttrs) -> np.ndarray:
+    """The unlit colours (N_MAT, N_VAL, 3) with the weather lying on the land: wet under rain,
+    snow-covered under snowfall; water keeps its colour."""
+    if attrs.weather not in ("rain", "snowfall"):
+        return base
+    out = base.copy()
+    for m in _WET if attrs.weather == "rain" else _SNOW_COVER:
+        land = slice(SEA_END, None) if m in (TERRAIN, GLOW_NEAR, GLOW_FAR) else slice(None)
+        rgb = out[m, land]
+        if attrs.weather == "rain":
+            darken, saturate = _WET[m]
+            gray = rgb @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+            out[m, land] = np.clip((gray[:, None] + (rgb - gray[:, None]) * saturate) * darken, 0, 255)
+        else:
+            cover = _SNOW_COVER[m]
+            out[m, land] = rgb * (1 - cover) + np.asarray(_SNOW_WHITE, np.float32) * cover
+    return out
+
+
 def build_lut(attrs: SceneAttrs) -> np.ndarray:
     """(N_MAT * N_VAL * N_SHADE, 3) uint8 colour of every texel code, for this scene."""
-    base = base_colors(attrs)
+    base = weather_ground(base_colors(attrs), attrs)
     s = np.arange(N_SHADE, dtype=np.float32)
     land_mul = 0.62 + 0.0475 * s  # shade 8 -> 1.0
     water_mul = 0.93 + 0.00875 * s

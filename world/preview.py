@@ -25,6 +25,7 @@ ROWS: tuple[tuple[int, str], ...] = (
     (5, "autumn woods in fog"),
     (5, "barren spring meadow, cloudy"),
     (13, "winter blizzard"),
+    (3, "grassland village in snowfall, autumn"),
     (17, "jungle at sunset"),
 )
 FRAMES = 4

@@ -1,4 +1,5 @@
-"""Frames: a sub-pixel crop of the scene's map texture, then actors and weather on top.
+"""Frames: a sub-pixel crop of the scene's map texture with the rain or snow lying on it, then
+water glints, actors, cloud shadows and fog on top.
 
 For a bucket of B pixels the camera shows VIEW × VIEW world units at ppu = B / VIEW
 pixels per unit. Frame pixel i (row or column) covers world coordinate
@@ -15,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from .actors import Actors
-from .atmosphere import Atmosphere, add_shimmer, apply_weather, wrap_crop
+from .atmosphere import Atmosphere, add_marks, add_shimmer, apply_weather, wrap_crop
 from .sprites import SpriteSheet, draw_actors
 
 
@@ -54,8 +55,9 @@ def nearest(img: np.ndarray, size: int) -> np.ndarray:
 
 
 def ground(look: BucketLook, top_left: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
-    """The map alone under the camera whose view starts at ``top_left`` (world units): the
-    (B, B, 3) float32 colours (owned, writable) and the (B, B) water class of each pixel."""
+    """The ground under the camera whose view starts at ``top_left`` (world units): the map
+    and the rain or snow lying on it, as (B, B, 3) float32 colours (owned, writable), and the
+    (B, B) water class of each pixel."""
     b = look.bucket
     ty, tx = top_left[0] * look.ppu, top_left[1] * look.ppu
     ny, nx = int(np.floor(ty)), int(np.floor(tx))
@@ -64,7 +66,9 @@ def ground(look: BucketLook, top_left: tuple[float, float]) -> tuple[np.ndarray,
     rows = win[:b] if fy == 0 else win[:b] * (1 - fy) + win[1:] * fy
     frame = rows[:, :b] if fx == 0 else rows[:, :b] * (1 - fx) + rows[:, 1:] * fx
     water = wrap_crop(look.water, ny + int(fy >= 0.5), nx + int(fx >= 0.5), b, b)
-    return np.array(frame, dtype=np.float32), water
+    frame = np.array(frame, dtype=np.float32)
+    add_marks(frame, water, look.atmosphere, top_left)
+    return frame, water
 
 
 def render_frame(

@@ -148,8 +148,9 @@ class World:
         return render_frame(self._look(bucket), self._top_left(), self._actors, self._clock, self.map_size)
 
     def render_ground(self, bucket: int) -> np.ndarray:
-        """The map alone under the current camera at ``bucket``, (bucket, bucket, 3) uint8: no
-        actors, water shimmer or weather (what a perfect memory of the place holds)."""
+        """The ground under the current camera at ``bucket``, (bucket, bucket, 3) uint8: the map
+        and the rain or snow lying on it; no actors, water glints, cloud shadows or fog (what a
+        perfect memory of the place holds)."""
         return to_uint8(ground(self._look(bucket), self._top_left())[0])
 
     def _look(self, bucket: int) -> BucketLook:
