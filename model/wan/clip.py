@@ -37,7 +37,7 @@ class ImageEncoder:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"CLIP image encoder {path} has no config.json")
-        model = CLIPVisionModel.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
+        model = CLIPVisionModel.from_pretrained(path, local_files_only=True, dtype=dtype)
         return cls(model.to(device))
 
     @property
