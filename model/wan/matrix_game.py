@@ -15,9 +15,13 @@ model's own start frame (``DIR/start.png`` where it exists, else the procedural 
 ``first_frame``). Its condition is what the authors feed: the VAE latent of the image followed
 by blank frames, with a mask that is 1 on the image's latent frame (``cond``, 20 channels
 beside the 16 of the latents), and its CLIP tokens through ``img_emb`` as the cross-attention's
-keys and values (kept per session like a prompt's). The encoder is causal with a finite reach
-back in time, so the condition of blank frames becomes the same frame after a few:
-``COND_FRAMES`` are encoded and later model frames reuse the last.
+keys and values (kept per session like a prompt's). The authors encode the whole
+[image, blank...] video of their rollout in one go. The Wan2.1 VAE's encoder is causal with a
+finite reach back in time: its latent frame n depends on pixel frames back to latent frame
+n - 28, so with blank frames after the image every latent frame from 29 on is the same tensor
+(the blank video's, whatever the image). ``COND_FRAMES`` (30) are encoded, and later model
+frames reuse the last: equal, frame for frame, to the authors' full-length encode however long
+the stream runs.
 
 An ``observation`` mid-stream re-anchors the session: the new image's condition and CLIP
 tokens replace the old, the window is emptied (the next chunk starts at model frame 0, whose
@@ -70,7 +74,9 @@ log = logging.getLogger(__name__)
 
 FAMILY = "matrix-game-2"
 DEFAULT_SIZES = ((352, 640),)  # the authors' frames: 44 x 80 latents, 880 tokens a frame
-COND_FRAMES = 8  # latent frames of the anchor's condition encoded (29 pixel frames); later ones reuse the last
+# latent frames of the anchor's condition encoded (117 pixel frames): the image reaches latent frames
+# 0-28 through the VAE encoder's causal convolutions; from 29 on, the latent of blank frames is constant
+COND_FRAMES = 30
 
 
 @dataclass(slots=True)
@@ -289,8 +295,7 @@ class MatrixGameRunner(WanRunner):
             kb_w, ms_w = s.history.windows(m, f)
             kbs.append(torch.from_numpy(kb_w))
             mss.append(torch.from_numpy(ms_w))
-            idx = torch.clamp(torch.arange(m, m + f), max=s.anchor.cond.shape[1] - 1)
-            conds.append(s.anchor.cond[:, idx.to(s.anchor.cond.device)])
+            conds.append(condition_frames(s.anchor.cond, m, f))
         act = self.actions[states[0].bucket].chunk(
             ctx, torch.stack(kbs).to(self.device, self.dtype),
             torch.stack(mss).to(self.device, self.dtype) if a.enable_mouse else None,
@@ -329,6 +334,13 @@ def image_condition(decoder: StreamingDecoder, image: np.ndarray) -> torch.Tenso
     mask = torch.zeros(COND_MASK_CHANNELS, *latent.shape[1:], device=latent.device)
     mask[:, 0] = 1
     return torch.cat((mask, latent), 0)
+
+
+def condition_frames(cond: torch.Tensor, first: int, count: int) -> torch.Tensor:
+    """Model frames ``first`` .. ``first + count - 1`` of an anchor's condition (cond_dim, N, h, w):
+    past the encoded ones, the last (the blank video's constant latent)."""
+    idx = torch.clamp(torch.arange(first, first + count), max=cond.shape[1] - 1)
+    return cond[:, idx.to(cond.device)]
 
 
 def fit_rows(actions: np.ndarray, count: int) -> np.ndarray:

@@ -147,7 +147,7 @@ def test_a_lora_that_does_not_fit_is_named(tmp_path, cfg):
     bad = tmp_path / "lora.pt"
     torch.save({"base_model.model.blocks.0.nowhere.lora_A.weight": torch.zeros(2, 48),
                 "base_model.model.blocks.0.nowhere.lora_B.weight": torch.zeros(48, 2)}, bad)
-    with pytest.raises(WeightsError, match="LoRA target 'blocks.0.nowhere' is not a weight of the checkpoint"):
+    with pytest.raises(WeightsError, match=r"LoRA target 'blocks\.0\.nowhere' is not a weight of the checkpoint"):
         load_model(base_path, cfg, key="generator", lora=bad, lora_alpha=2)
 
 
@@ -187,5 +187,5 @@ def test_a_lora_file_names_what_is_wrong_with_it(tmp_path):
     torch.save({"base_model.model.blocks.0.self_attn.q.weight": torch.zeros(2)}, bad)
     with pytest.raises(WeightsError, match="is not a lora_A / lora_B weight"):
         weights.read_lora(bad)
-    with pytest.raises(WeightsError, match="missing.pt does not exist"):
+    with pytest.raises(WeightsError, match=r"missing\.pt does not exist"):
         weights.read_lora(tmp_path / "missing.pt")

@@ -25,7 +25,9 @@ import pytest
 import torch
 
 from tests.model.wan.tiny import random_model, save_checkpoint, tiny_config
+from worldserve.model.wan import recipes
 from worldserve.model.wan.cache import WanKVCache
+from worldserve.model.wan.sampler import generate_chunk
 from worldserve.model.wan.weights import load_model
 
 reference = pytest.importorskip("models.wan.causal_model", reason="streamdiffusionv2 (test dependency) not installed")
@@ -115,3 +117,59 @@ def test_chunks_through_the_cache_match_the_reference(pair):
                 k, v = cache.read(layer, read_ctx)
                 torch.testing.assert_close(k, kv[layer]["k"][:, :held], atol=1e-5, rtol=1e-5)
                 torch.testing.assert_close(v, kv[layer]["v"][:, :held], atol=1e-5, rtol=1e-5)
+
+
+def test_a_self_forcing_rollout_of_7_chunks_equals_the_reference_s_global_attention_rollout(tmp_path):
+    """Self-Forcing generates 21 latent frames (81 pixel frames), 7 chunks of 3, every chunk
+    attending to every frame before it (a cache of 21 frames, no sinks). The recipe served
+    (model/wan/recipes.py) through the real loading path, sampled chunk by chunk with the same
+    noise, gives the reference's frames; the house's old default (3 sinks and a window of 9)
+    departs from latent frame 15 on."""
+    recipe = recipes.get("self-forcing")
+    cfg = tiny_config(**recipe.config_fields())
+    ref = build_reference(cfg)
+    ref.load_state_dict(random_model(cfg, seed=5).state_dict())
+    path = save_checkpoint(ref.state_dict(), tmp_path / "self_forcing_dmd.pt")
+    mine = load_model(path, cfg, key=recipe.checkpoint_key)
+    f, t_tok, chunks = cfg.chunk_frames, (H // 2) * (W // 2), 7
+    prompt = [torch.randn(cfg.text_len, cfg.text_dim, generator=torch.Generator().manual_seed(0))]
+    steps = cfg.step_timesteps
+    g = torch.Generator().manual_seed(1)
+    first = [torch.randn(1, cfg.out_dim, f, H, W, generator=g) for _ in range(chunks)]  # each chunk's start
+
+    def reference_rollout() -> torch.Tensor:
+        kv, cross = reference_caches(cfg, 1, (chunks + 1) * f * t_tok)
+        fresh = torch.Generator().manual_seed(2)  # the noise between steps, drawn as the sampler draws it
+        out = []
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for c in range(chunks):
+                start = torch.tensor([c * f * t_tok])
+
+                def run(x, t, start=start):
+                    return ref(x, torch.full((1, f), float(t)), prompt, seq_len=10**6, kv_cache=kv,
+                               crossattn_cache=cross, current_start=start, current_end=start + f * t_tok)
+
+                x = first[c]
+                for i, t in enumerate(steps):
+                    x0 = x - (t / cfg.num_train_timesteps) * run(x, t)
+                    if i + 1 < len(steps):
+                        s = steps[i + 1] / cfg.num_train_timesteps
+                        x = (1 - s) * x0 + s * torch.randn(x.shape, generator=fresh)
+                run(x0, 0.0)
+                out.append(x0)
+        return torch.cat(out, 2)
+
+    def rollout(model) -> torch.Tensor:
+        cache = WanKVCache.create(model.cfg, H, W, slots=1)
+        slot = cache.allocate()
+        text = model.text_kv(prompt)
+        fresh = torch.Generator().manual_seed(2)
+        return torch.cat([generate_chunk(model, cache.chunk([slot]), text, first[c], generator=fresh)
+                          for c in range(chunks)], 2)
+
+    want = reference_rollout()
+    torch.testing.assert_close(rollout(mine), want, atol=1e-4, rtol=1e-4)
+    old = tiny_config(**{**recipe.config_fields(), "sink_frames": 3, "window_frames": 9})
+    frame_err = (rollout(load_model(path, old)) - want).abs().amax(dim=(0, 1, 3, 4))  # (21,) by latent frame
+    assert frame_err[:15].max() < 1e-4 and frame_err[15:].min() > 1e-3
