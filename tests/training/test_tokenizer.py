@@ -1,0 +1,64 @@
+"""The ground tokenizer and its training stage: a code per 4x4 pixels, small half-precision
+weights that load to the same codes, and a stage that resumes where it stopped or from the
+committed export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from worldserve.model.default.tokenizer import (
+    GroundTokenizer,
+    TokenizerConfig,
+    load_tokenizer,
+    save_tokenizer,
+)
+from worldserve.training.tokenizer import TokenizerTrainConfig, relit, train
+from worldserve.world import sample_scene
+
+TINY = TokenizerConfig(codes=16, code_dim=4, widths=(8, 8, 8), groups=4)
+
+
+def test_a_code_covers_4x4_pixels_and_decodes_back_to_a_frame() -> None:
+    model = GroundTokenizer(TINY).eval()
+    frames = torch.rand(2, 3, 64, 64) * 2 - 1
+    ids = model.encode(frames)
+    assert ids.shape == (2, 16, 16) and ids.dtype == torch.int64
+    assert int(ids.min()) >= 0 and int(ids.max()) < TINY.codes
+    assert model.decode(ids, torch.zeros(2, TINY.scene_dim)).shape == (2, 3, 64, 64)
+
+
+def test_the_shipped_weights_are_half_precision_small_and_load_to_the_same_codes(tmp_path: Path) -> None:
+    model = GroundTokenizer()  # the shipped size
+    path = save_tokenizer(model, tmp_path / "tokenizer", {"steps": 3})
+    assert all(t.dtype == torch.float16 for t in load_file(str(path)).values())
+    assert path.stat().st_size < 2_000_000
+    back = load_tokenizer(tmp_path / "tokenizer")
+    model.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
+    frames = torch.rand(2, 3, 32, 32) * 2 - 1
+    assert torch.equal(back.encode(frames), model.eval().encode(frames))
+
+
+def test_a_re_skin_keeps_biome_vegetation_and_weather() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a = sample_scene(rng)
+        b = relit(a, rng)
+        assert (a.biome, a.vegetation, a.weather) == (b.biome, b.vegetation, b.weather)
+
+
+def test_the_stage_resumes_where_it_stopped_and_else_from_the_committed_export(tmp_path: Path) -> None:
+    tc = TokenizerTrainConfig(out=tmp_path / "run", minutes=10, steps=2, batch=4, crop=16, worlds=2, map_size=256,
+                              eval_every=1000, model=TINY)
+    first = train(tc, resume=False, export=tmp_path / "w" / "tokenizer")
+    assert first["steps"] == 2 and (tmp_path / "run" / "ckpt.safetensors").exists()
+    again = train(tc, resume=True, export=None)
+    assert again["steps"] == 4
+    assert json.loads((tmp_path / "run" / "ckpt.json").read_text())["step"] == 4
+    # a new session without the run's checkpoint starts from the export's weights and step count
+    other = TokenizerTrainConfig(**{**tc.__dict__, "out": tmp_path / "elsewhere"})
+    assert train(other, resume=True, export=None, init=tmp_path / "w" / "tokenizer")["steps"] == 4

@@ -1,0 +1,296 @@
+"""Training the ground tokenizer (``model/default/tokenizer.py``), the first stage of the world
+canvas (issue 38, item 3).
+
+    python -m training.tokenizer --out runs/tokenizer --minutes 60 --export model/default/weights/tokenizer
+    python -m training.tokenizer --out runs/tokenizer --resume --minutes 60 ...   # continue
+
+Data: views of the ground alone (``World.render_ground``: the map and the rain or snow lying
+on it; no actors, water glints, cloud shadows or fog) of training worlds at random places,
+``--crop``-pixel windows of 64-px views. Each item is encoded under one scene and decoded
+under a second scene of the same biome, vegetation and weather (the same geometry: trees grow
+by biome and vegetation, rain and snow lie where the weather puts them) with a fresh time of
+day and season, or under the same scene (``--same-share``); the loss is the squared error to
+the view under the decoder's scene, plus the quantizer's term. So the codes carry the place
+and the decoder the look.
+
+``--resume`` continues ``--out``'s checkpoint (model, Adam, step); without one there, it
+starts from the committed export (``--init``, weights only, a fresh Adam), so the stage goes
+on across sessions. Codes unused for ``REVIVE_EVERY`` steps are moved to encoder outputs of
+the current batch. Every ``--eval-every`` steps and at the end: held-out PSNR of static views
+of ``EVAL_SEEDS`` (same scene, and re-skinned to another scene), and how many codes those
+views use. The export is half precision with the report beside it; the checkpoint (with Adam's
+moments) stays under ``--out`` and is never committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from worldserve.model.default.tokenizer import (
+    GroundTokenizer,
+    TokenizerConfig,
+    load_tokenizer,
+    save_tokenizer,
+)
+from worldserve.training.data import TRAIN_SEED_BASE
+from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
+from worldserve.training.train import HELD_OUT_SEEDS
+from worldserve.world import DEFAULT_MAP_SIZE, World, sample_scene
+from worldserve.world.scene import ATTRIBUTES, SceneAttrs
+
+BUCKET = 64  # one code per 4x4 world units
+EVAL_SEEDS = tuple(HELD_OUT_SEEDS[900:908])  # held out, and used by no bench
+EVAL_VIEWS = 8  # per eval seed
+REVIVE_EVERY = 200  # steps: a code unused for this long moves to an encoder output
+COMMITTED = Path(__file__).resolve().parent.parent / "model" / "default" / "weights" / "tokenizer"
+
+
+@dataclass
+class TokenizerTrainConfig:
+    out: Path = Path("runs/tokenizer")
+    minutes: float = 30.0  # wall-clock budget of this run
+    steps: int = 0  # stop after this many steps of this run too (0: the minutes alone)
+    batch: int = 64  # crops a step
+    crop: int = 32  # px, windows of 64-px views
+    lr: float = 5e-4  # Adam, constant after a warm-up of 50 steps
+    worlds: int = 8  # training worlds in the pool; one is replaced every 50 steps
+    same_share: float = 0.5  # share of items decoded under the scene they were encoded from
+    seed: int = 0
+    threads: int = 1
+    eval_every: int = 200
+    checkpoint_minutes: float = 10.0
+    map_size: int = DEFAULT_MAP_SIZE
+    model: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+
+def scene_vector(scene: SceneAttrs) -> np.ndarray:
+    return scene.to_vector().astype(np.float32)
+
+
+def relit(scene: SceneAttrs, rng: np.random.Generator) -> SceneAttrs:
+    """The same biome, vegetation and weather (the same ground), another time and season."""
+    return replace(scene, time=str(rng.choice(ATTRIBUTES["time"])), season=str(rng.choice(ATTRIBUTES["season"])))
+
+
+def to_input(frames: np.ndarray) -> torch.Tensor:
+    """(N, H, W, 3) uint8 -> (N, 3, H, W) float in [-1, 1]."""
+    return torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 127.5 - 1
+
+
+class PairedWorld:
+    """One place under two scenes (two ``World``s sharing a layout)."""
+
+    def __init__(self, seed: int, rng: np.random.Generator, map_size: int):
+        self.a = World(seed, None, (BUCKET,), map_size=map_size)
+        self.b = World(seed, None, (BUCKET,), map_size=map_size, layout=self.a.layout)
+        self.rescene(rng, 0.0)
+
+    def rescene(self, rng: np.random.Generator, same_share: float) -> None:
+        scene = sample_scene(rng)
+        self.a.set_scene(scene)
+        self.b.set_scene(scene if rng.random() < same_share else relit(scene, rng))
+
+    def views(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` places: the ground under scene a and under scene b, each (n, 64, 64, 3)."""
+        a, b = [], []
+        for _ in range(n):
+            pos = self.a.random_position(rng, max_water=0.8, max_rock=0.6)
+            self.a.reset(pos)
+            self.b.reset(pos)
+            a.append(self.a.render_ground(BUCKET))
+            b.append(self.b.render_ground(BUCKET))
+        return np.stack(a), np.stack(b)
+
+
+class GroundBatches:
+    def __init__(self, tc: TokenizerTrainConfig, rng: np.random.Generator):
+        self.tc, self.rng = tc, rng
+        self.next_seed = TRAIN_SEED_BASE + int(rng.integers(0, 1_000_000))
+        self.pool = [self._new() for _ in range(tc.worlds)]
+        self.calls = 0
+
+    def _new(self) -> PairedWorld:
+        self.next_seed += 1
+        return PairedWorld(self.next_seed, self.rng, self.tc.map_size)
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(encoder input, decoder scene, target): crops (B, 3, c, c), scenes (B, S)."""
+        tc, rng = self.tc, self.rng
+        self.calls += 1
+        if self.calls % 50 == 0:
+            self.pool[int(rng.integers(len(self.pool)))] = self._new()
+        w = self.pool[int(rng.integers(len(self.pool)))]
+        w.rescene(rng, tc.same_share)  # one pair of scenes changes a step
+        per = tc.batch // len(self.pool)
+        src, dst, scenes = [], [], []
+        for pw in self.pool:
+            a, b = pw.views(per, rng)
+            y, x = rng.integers(0, BUCKET - tc.crop + 1, 2)
+            src.append(a[:, y : y + tc.crop, x : x + tc.crop])
+            dst.append(b[:, y : y + tc.crop, x : x + tc.crop])
+            scenes.append(np.repeat(scene_vector(pw.b.scene)[None], per, 0))
+        return to_input(np.concatenate(src)), torch.from_numpy(np.concatenate(scenes)), to_input(np.concatenate(dst))
+
+
+def held_out_views(map_size: int = DEFAULT_MAP_SIZE, seeds: tuple[int, ...] = EVAL_SEEDS,
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per eval seed: views under a scene and its re-skin, and both scene vectors."""
+    rng = np.random.default_rng(77)
+    out = []
+    for s in seeds:
+        pw = PairedWorld(s, rng, map_size)
+        pw.b.set_scene(relit(pw.a.scene, rng))
+        a, b = pw.views(EVAL_VIEWS, rng)
+        out.append((a, b, scene_vector(pw.a.scene), scene_vector(pw.b.scene)))
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: GroundTokenizer, views: list) -> dict[str, float]:
+    """Held-out static views: ``psnr`` (encoded and decoded under the same scene), ``psnr_reskin``
+    (encoded under one scene, decoded under the other, against that scene's view),
+    ``codes_used`` (distinct codes over all views)."""
+    model.eval()
+    same, reskin, used = [], [], set()
+    for a, b, sa, sb in views:
+        xa, xb = to_input(a), to_input(b)
+        ids = model.encode(xa)
+        used.update(ids.unique().tolist())
+        same.append(float(((model.decode(ids, torch.from_numpy(sa)[None].expand(len(a), -1)).clamp(-1, 1) - xa) ** 2).mean()))
+        reskin.append(float(((model.decode(ids, torch.from_numpy(sb)[None].expand(len(a), -1)).clamp(-1, 1) - xb) ** 2).mean()))
+    model.train()
+    db = lambda errs: float(10 * np.log10(4.0 / max(float(np.mean(errs)), 1e-12)))  # noqa: E731  (range 2)
+    return {"psnr": db(same), "psnr_reskin": db(reskin), "codes_used": float(len(used))}
+
+
+def revive(model: GroundTokenizer, usage: torch.Tensor, z: torch.Tensor, gen: torch.Generator) -> int:
+    """Move codes unused since the last revival to random encoder outputs ``z`` (B, D, h, w)."""
+    dead = (usage == 0).nonzero().flatten()
+    if len(dead):
+        flat = F.normalize(z.detach(), dim=1).permute(0, 2, 3, 1).reshape(-1, z.shape[1])
+        pick = torch.randint(len(flat), (len(dead),), generator=gen)
+        with torch.no_grad():
+            model.quantizer.codebook[dead] = flat[pick]
+    usage.zero_()
+    return len(dead)
+
+
+def save_checkpoint(out: Path, model: GroundTokenizer, opt: torch.optim.Optimizer, meta: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()} | optimizer_tensors(opt, model, "opt.")
+    tmp = out / "ckpt.tmp.safetensors"
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
+    os.replace(tmp, out / "ckpt.safetensors")
+    (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
+
+
+def start(tc: TokenizerTrainConfig, resume: bool, init: Path | None) -> tuple[GroundTokenizer, torch.optim.Optimizer, dict]:
+    """The model, its optimizer and the run's bookkeeping: fresh, from ``--out``'s checkpoint,
+    or from the committed export ``init`` (weights only)."""
+    meta: dict = {"step": 0, "seconds": 0.0, "history": []}
+    if resume and (tc.out / "ckpt.safetensors").exists():
+        meta = json.loads((tc.out / "ckpt.json").read_text())
+        cfg = meta["model"]
+        model = GroundTokenizer(TokenizerConfig(**{**cfg, "widths": tuple(cfg["widths"])}))
+        tensors = load_file(str(tc.out / "ckpt.safetensors"))
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
+        load_optimizer_tensors(opt, model, tensors, "opt.")
+        print(f"resumed {tc.out} at step {meta['step']}", file=sys.stderr)
+        return model.train(), opt, meta
+    if resume and init is not None and init.with_suffix(".json").exists():
+        model = load_tokenizer(init)
+        prior = json.loads(init.with_suffix(".json").read_text()).get("report", {})
+        meta.update(step=int(prior.get("steps", 0)), seconds=float(prior.get("seconds", 0.0)))
+        print(f"started from {init} (step {meta['step']}), a fresh optimizer", file=sys.stderr)
+    else:
+        torch.manual_seed(tc.seed)
+        model = GroundTokenizer(tc.model)
+    return model.train(), torch.optim.Adam(model.parameters(), lr=tc.lr), meta
+
+
+def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Path | None = COMMITTED,
+          argv: list[str] | None = None) -> dict:
+    torch.set_num_threads(tc.threads)
+    model, opt, meta = start(tc, resume, init)
+    meta["model"] = asdict(model.cfg)
+    rng = np.random.default_rng([tc.seed, meta["step"]])
+    gen = torch.Generator().manual_seed(tc.seed + meta["step"])
+    data = GroundBatches(tc, rng)
+    views = held_out_views(tc.map_size, EVAL_SEEDS if tc.map_size == DEFAULT_MAP_SIZE else EVAL_SEEDS[:2])
+    usage = torch.zeros(model.cfg.codes)
+    t0 = last_ckpt = time.perf_counter()
+    seconds0 = meta["seconds"]
+    budget = tc.minutes * 60
+    first = meta["step"]
+    losses: list[float] = []
+    while time.perf_counter() - t0 < budget and not (tc.steps and meta["step"] - first >= tc.steps):
+        src, scene, dst = data.batch()
+        for g in opt.param_groups:
+            g["lr"] = tc.lr * min(1.0, (meta["step"] - first + 1) / 50)
+        z = model.encoder(src)
+        q, ids, vq_loss = model.quantizer(z)
+        rec = F.mse_loss(model.decoder(q, scene), dst)
+        loss = rec + vq_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        usage += torch.bincount(ids.flatten(), minlength=model.cfg.codes)
+        meta["step"] += 1
+        losses.append(float(rec.detach()))
+        if meta["step"] % REVIVE_EVERY == 0:
+            n = revive(model, usage, z, gen)
+            print(f"step {meta['step']}: {n} unused codes revived", file=sys.stderr)
+        if meta["step"] % tc.eval_every == 0:
+            ev = evaluate(model, views)
+            meta["history"].append({"step": meta["step"], "mse": float(np.mean(losses))} | ev)
+            losses = []
+            print(f"step {meta['step']} ({time.perf_counter() - t0:.0f} s): " + json.dumps(meta["history"][-1]), file=sys.stderr)
+        if time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
+            meta["seconds"] = seconds0 + time.perf_counter() - t0
+            save_checkpoint(tc.out, model, opt, meta)
+            last_ckpt = time.perf_counter()
+    meta["seconds"] = seconds0 + time.perf_counter() - t0
+    ev = evaluate(model, views)
+    meta["final"] = ev
+    save_checkpoint(tc.out, model, opt, meta)
+    report = {"steps": meta["step"], "seconds": round(meta["seconds"]), "threads": tc.threads, "held_out": ev,
+              "command": "python -m training.tokenizer " + " ".join(argv or []),
+              "train": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(tc).items() if k != "model"}}
+    if export is not None:
+        save_tokenizer(model, export, report)
+    print(json.dumps(report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Train the ground tokenizer (a VQ autoencoder of the world's ground).")
+    ap.add_argument("--out", type=Path, default=TokenizerTrainConfig.out)
+    ap.add_argument("--resume", action="store_true",
+                    help="continue --out's checkpoint; without one, start from --init's weights")
+    ap.add_argument("--init", type=Path, default=COMMITTED, help="committed weights to start from (no suffix)")
+    ap.add_argument("--export", type=Path, default=None, help="write half-precision weights there (no suffix)")
+    for name in ("minutes", "steps", "batch", "crop", "lr", "worlds", "same_share", "seed", "threads", "eval_every",
+                 "checkpoint_minutes", "map_size"):
+        default = getattr(TokenizerTrainConfig, name)
+        ap.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    args = ap.parse_args(argv)
+    tc = TokenizerTrainConfig(**{k: getattr(args, k) for k in (
+        "out", "minutes", "steps", "batch", "crop", "lr", "worlds", "same_share", "seed", "threads", "eval_every",
+        "checkpoint_minutes", "map_size")})
+    train(tc, args.resume, args.export, args.init, argv if argv is not None else sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()
