@@ -275,5 +275,6 @@ def check_image_layout(root: str | Path, recipe: Recipe | None = None) -> tuple[
     assert files.image_encoder is not None
     clip = _json(files.image_encoder / CONFIG_FILE)
     width = clip.get("hidden_size", (clip.get("vision_config") or {}).get("hidden_size"))
-    _expect(files.image_encoder / CONFIG_FILE, "hidden_size", width, cfg.image_dim, f"image_dim of {files.config}")
+    _expect(files.image_encoder / CONFIG_FILE, "hidden_size", width, cfg.image_dim,
+            f"image_dim of {files.config or 'recipe ' + recipe.name}")
     return files, cfg, served
