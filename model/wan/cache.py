@@ -170,6 +170,23 @@ class WanKVCache:
         lat = self.latents[slot, torch.from_numpy(pos).to(self.latents.device)]  # (N, C, h, w)
         return frames[pos].copy(), lat.transpose(0, 1).contiguous()
 
+    def take(self, slot: int, other: WanKVCache, other_slot: int, frames: list[int]) -> None:
+        """Copy the keys, values and latents of epoch ``frames`` (held by ``other``'s slot, a
+        cache of the same frame size) into this empty slot, which then expects the frame after
+        the last (LongLive's prompt switch builds the window in a scratch cache)."""
+        self._check_slot(slot)
+        t = self.tokens_per_frame
+        for g in frames:
+            src, dst = other.position(g), self.position(g)
+            if other.frame_at[other_slot, src] != g:
+                raise ValueError(f"slot {other_slot} does not hold frame {g} (position {src} holds "
+                                 f"{other.frame_at[other_slot, src]})")
+            self.k[:, slot, dst * t:(dst + 1) * t] = other.k[:, other_slot, src * t:(src + 1) * t]
+            self.v[:, slot, dst * t:(dst + 1) * t] = other.v[:, other_slot, src * t:(src + 1) * t]
+            self.latents[slot, dst] = other.latents[other_slot, src]
+            self.frame_at[slot, dst] = g
+        self.next_frame[slot] = max(frames) + 1
+
     # --- one chunk ---
     def chunk(
         self, slots: list[int], start_frames: np.ndarray | list[int] | None = None,

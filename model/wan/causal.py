@@ -362,6 +362,33 @@ class CausalWanModel(nn.Module):
         return out
 
     @torch.no_grad()
+    def recache_jointly(self, cache: WanKVCache, slot: int, latents: torch.Tensor, frame_ids: Sequence[int],
+                        text: TextKV, keep_sinks: bool) -> None:
+        """LongLive's re-cache after a prompt switch: the frames (C, N, H, W), epoch ids
+        ``frame_ids`` (consecutive), go through one commit pass together, each attending to
+        all of them (no causal order among them) and to the slot's sinks as they are
+        (``keep_sinks``: their keys and values stay those of the old prompt); the slot then
+        holds the sinks and the latest ``window_frames`` of the frames. Without ``keep_sinks``
+        the frames start at 0 and include the sinks, which are recomputed with the rest."""
+        cfg = self.cfg
+        ids = [int(i) for i in frame_ids]
+        if latents.dim() != 4 or latents.shape[1] != len(ids) or not ids or ids != list(range(ids[0], ids[-1] + 1)):
+            raise ValueError(f"slot {slot}: latents {tuple(latents.shape)} and frame ids {ids} are not N consecutive frames")
+        if keep_sinks == (ids[0] == 0) and cfg.sink_frames:
+            raise ValueError(f"slot {slot}: frames from {ids[0]} with keep_sinks={keep_sinks}")
+        scratch = WanKVCache.create(cfg.with_recipe(window_frames=max(len(ids), cfg.chunk_frames)), cache.height,
+                                    cache.width, 1, cache.k.dtype, cache.k.device)
+        tmp = scratch.allocate()
+        sinks = list(range(min(cfg.sink_frames, ids[-1] + 1)))
+        if keep_sinks:
+            scratch.take(tmp, cache, slot, sinks)
+        scratch.seek(tmp, ids[0])
+        self.commit(latents[None], text, scratch.chunk([tmp], num_frames=len(ids)))
+        cache.reset(slot)
+        window = [g for g in ids[-cfg.window_frames:] if g >= cfg.sink_frames]
+        cache.take(slot, scratch, tmp, [*sinks, *window])
+
+    @torch.no_grad()
     def recache(self, cache: WanKVCache, slot: int, latents: torch.Tensor, frame_ids: Sequence[int] | np.ndarray,
                 text: TextKV, inputs: Callable[[ChunkContext], dict] | None = None) -> None:
         """Rebuild one slot's cache from clean latent frames under (new) text K/V: the slot is

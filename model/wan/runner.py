@@ -286,9 +286,28 @@ class WanRunner:
             self._ignore_observation(upd.session_id)
         if upd.scene is not None and upd.scene != s.prompt:
             s.prompt, s.text = upd.scene, self._text_kv(upd.scene)
-            self._recache(s)  # the window under the new prompt (LongLive's re-cache)
+            self._switch_prompt(s)
         if upd.bucket is not None and upd.bucket != s.bucket:
             self._switch_bucket(s, upd.bucket)
+
+    def _switch_prompt(self, s: WanSession) -> None:
+        """The cache under a new prompt. The longlive recipe does as LongLive's interactive
+        pipeline (``_recache_after_switch`` with ``global_sink``): the latest sinks + window +
+        chunk frames (their ``local_attn_size``) are recomputed in one pass, every one seeing
+        all of them; past those first frames the sinks keep the old prompt's keys and values
+        and only the frames after them are recomputed (the oldest chunk of them is read by
+        the others in that pass, then dropped). Other recipes re-commit the sinks and the
+        window chunk by chunk under the new prompt (``_recache``)."""
+        r, cfg = self.served.recipe, self.cfg
+        if r is None or r.prompt_switch != "longlive" or s.frame_index == 0:
+            self._recache(s)
+            return
+        n = s.frame_index
+        keep_sinks = n > cfg.sink_frames + cfg.window_frames + cfg.chunk_frames
+        count = cfg.window_frames + cfg.chunk_frames if keep_sinks else n
+        frames = [*s.sinks, *s.recent][-count:]
+        self.model.recache_jointly(self.pools[s.bucket], s.slot, torch.stack(frames, 1), range(n - count, n), s.text,
+                                   keep_sinks)
 
     def _restore(self, s: WanSession, st: ModelState) -> None:
         cfg = self.cfg

@@ -322,3 +322,76 @@ def test_config_refuses_bad_values_quoting_them(tmp_path):
     bad.write_text(json.dumps({**WAN_1_3B_CONFIG, "num_heads": 7}))
     with pytest.raises(ValueError, match=r"bad.json: .*num_heads 7"):
         WanConfig.from_json(bad)
+
+
+# ---------------------------------------------------------------------------- LongLive's prompt switch
+
+
+@torch.no_grad()
+def joint_kv(model, x: torch.Tensor, text: TextKV, sinks: list[tuple[torch.Tensor, torch.Tensor]] | None):
+    """LongLive's re-cache pass written out: every frame of x (1, C, N, H, W) at timestep 0
+    attends to the sinks' stored keys/values (``sinks``: per layer, space-rotated, or None)
+    and to all N frames, time positions by rank. Returns each layer's (k, v) of the N frames
+    as the cache stores them (k after norm_k, rotated in space only)."""
+    cfg = model.cfg
+    n = x.shape[2]
+    tok = model.patch_embedding(x)
+    hh, ww = tok.shape[3:]
+    tpf = hh * ww
+    grid = space_grid(cfg, n, hh, ww, x.device)
+    h = tok.flatten(2).transpose(1, 2)
+    e = model.time_embedding(timestep_embedding(cfg.freq_dim, torch.zeros(n)).float())
+    e6 = model.time_projection(e).view(1, n, 6, cfg.dim)
+    held = 0 if sinks is None else sinks[0][0].shape[1] // tpf
+    cos, sin = time_angles(cfg, list(range(held + n)), tpf)
+    out = []
+    for i, blk in enumerate(model.blocks):
+        s1, c1, g1, s2, c2, g2 = (v.unsqueeze(2) for v in (blk.modulation.unsqueeze(1) + e6).unbind(2))
+        a = (blk.norm1(h).view(1, n, tpf, -1) * (1 + c1) + s1).flatten(1, 2)
+        sa = blk.self_attn
+        q = rotate(sa.norm_q(sa.q(a)).view(1, n * tpf, cfg.num_heads, -1), grid.cos, grid.sin, cfg.rope_pairs[0])
+        k = rotate(sa.norm_k(sa.k(a)).view(1, n * tpf, cfg.num_heads, -1), grid.cos, grid.sin, cfg.rope_pairs[0])
+        v = sa.v(a).view(1, n * tpf, cfg.num_heads, -1)
+        out.append((k, v))
+        ks, vs = (k, v) if sinks is None else (torch.cat((sinks[i][0], k), 1), torch.cat((sinks[i][1], v), 1))
+        qt = rotate(q, cos[:, held * tpf:], sin[:, held * tpf:], 0)
+        y = attend(qt, rotate(ks, cos, sin, 0), vs, None)
+        h = h + (sa.o(y.flatten(2)).view(1, n, tpf, -1) * g1).flatten(1, 2)
+        h = h + blk.cross_attn(blk.norm3(h), text.k[i], text.v[i])
+        h = h + (blk.ffn((blk.norm2(h).view(1, n, tpf, -1) * (1 + c2) + s2).flatten(1, 2)).view(1, n, tpf, -1) * g2).flatten(1, 2)
+    return out
+
+
+@pytest.mark.parametrize("chunks", [3, 6])  # 6 frames: all within the first span; 12: past it, the sinks kept
+def test_longlive_s_prompt_switch_keeps_the_old_sinks_and_recomputes_the_window_in_one_pass(model, chunks):
+    cfg = model.cfg
+    gen = torch.Generator().manual_seed(7)
+    old = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
+    new = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
+    cache = WanKVCache.create(cfg, H, W, slots=1)
+    slot = cache.allocate()
+    lat = []
+    for _ in range(chunks):
+        x0 = torch.randn(1, cfg.in_dim, cfg.chunk_frames, H, W, generator=gen)
+        model.commit(x0, old, cache.chunk([slot]))
+        lat.append(x0)
+    latents = torch.cat(lat, 2)[0]  # (C, n, H, W)
+    n, s, k, t = latents.shape[1], cfg.sink_frames, cfg.window_frames, cache.tokens_per_frame
+    keep = n > s + k + cfg.chunk_frames  # LongLive: the re-cache starts past frame 0
+    ids = list(range(n - (k + cfg.chunk_frames if keep else n), n))
+    sinks_before = [(cache.k[i, slot, :s * t][None].clone(), cache.v[i, slot, :s * t][None].clone())
+                    for i in range(cfg.num_layers)]
+    model.recache_jointly(cache, slot, latents[:, ids], ids, new, keep)
+    want = joint_kv(model, latents[None, :, ids], new, sinks_before if keep else None)
+    held = [*range(s), *ids[-k:]] if keep else [*range(s), *[g for g in ids[-k:] if g >= s]]
+    assert sorted(cache.frame_at[slot][cache.frame_at[slot] >= 0].tolist()) == held and cache.next_frame[slot] == n
+    for layer, (kk, vv) in enumerate(want):
+        for g in held:
+            pos = cache.position(g)
+            got_k, got_v = cache.k[layer, slot, pos * t:(pos + 1) * t], cache.v[layer, slot, pos * t:(pos + 1) * t]
+            if keep and g < s:  # the sinks as the old prompt left them
+                assert torch.equal(got_k, sinks_before[layer][0][0, g * t:(g + 1) * t]), f"layer {layer} sink {g}"
+                continue
+            j = ids.index(g)
+            torch.testing.assert_close(got_k, kk[0, j * t:(j + 1) * t], atol=1e-5, rtol=1e-5, msg=f"k {layer} {g}")
+            torch.testing.assert_close(got_v, vv[0, j * t:(j + 1) * t], atol=1e-5, rtol=1e-5, msg=f"v {layer} {g}")
