@@ -330,14 +330,10 @@ MATRIX_GAME_VARIANTS: dict[str, tuple[int, bool]] = {
     "templerun": (7, False),
 }
 
-# Other names for the same fields: diffusers' transformer config and the authors' training configs.
+# Other names for the same fields: diffusers' transformer config and the authors' training configs
+# (local_attn_size counts sinks, window and chunk together: from_dict converts it)
 _ALIASES = {
     "in_channels": "in_dim",
     "out_channels": "out_dim",
-    "num_frame_per_block": "chunk_frames",
-    "sink_size": "sink_frames",
-    "denoising_step_list": "timesteps",
-    "warp_denoising_step": "warp_timesteps",
-    "timestep_shift": "shift",
-    "context_noise": "commit_timestep",
+    **{k: v for k, v in recipes.AUTHORS_NAMES.items() if k != "local_attn_size"},
 }
