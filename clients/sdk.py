@@ -11,9 +11,12 @@ The server starts a pull session's blocks no faster than the ``fps`` it was star
 
 Blocks are never skipped: every block of an epoch arrives once, in order. A push block that
 comes late is preceded by one ``skipped`` message (``frames`` display frames showed the
-previous picture instead); ``skipped_frames`` adds them up. ``fps`` and ``level`` are what
-the session runs at now: ``started`` gives the admitted settings (maybe below what was
-asked) and every ``degradation`` moves them; ``Frame.pts_us`` is on that clock.
+previous picture instead); ``skipped_frames`` adds them up (once per block, also when a
+resume sends the block and its ``skipped`` again). ``fps`` and ``level`` are what the
+session runs at now: ``started`` gives the admitted settings (maybe below what was asked)
+and every ``degradation`` moves them. ``Frame.pts_us`` is the epoch's presentation clock
+(docs/protocol.md, "Time"): one frame period a frame at the rate in force, later only by
+skipped frames, continuing across resumes and migrations; schedule frames by it.
 
 Messages are the ``protocol`` package's dataclasses (torch-free, shared with the server);
 the client needs numpy, msgpack, aiohttp and Pillow (JPEG frames), PyAV only for H.264.
@@ -534,7 +537,7 @@ class WorldClient:
             self.fps, self.level = msg.fps, msg.level
         elif isinstance(msg, Degradation):
             self.fps, self.level = msg.fps, msg.new_level
-        elif isinstance(msg, Skipped):
+        elif isinstance(msg, Skipped) and msg.block_idx >= self._next_block:  # not one sent again
             self.skipped_frames += msg.frames
         if isinstance(msg, Started | Resumed | Error) and self._reply is not None and not self._reply.done():
             if not isinstance(msg, Error) or msg.code not in (ErrorCode.RUNNER_ERROR, ErrorCode.RATE_LIMITED):

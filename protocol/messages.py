@@ -460,6 +460,8 @@ class Status(Message):
     steps: int
     lookahead: int
     utilisation: float  # predicted model utilisation of the whole server
+    action_seq: int | None = None  # the action_seq of the newest frame sent (None: none sent yet)
+    frame: int | None = None  # that frame's epoch frame index
 
 
 @dataclass(frozen=True, slots=True)

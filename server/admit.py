@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from worldserve.protocol import Resumed, Started
+from worldserve.protocol import Resumed, Skipped, Started
 from worldserve.server.engine import Engine
 from worldserve.server.live import Chunk, Live, ModelFull, Peer, Shape, rebucket
 from worldserve.server.sessions import Sessions
@@ -128,5 +128,7 @@ class Admissions:
         live.peer = peer
         peer.attached(reply, live.request.quality or self.settings.jpeg_quality)
         for ch in replay:
+            if ch.late_frames and not live.pull:  # its pts_us counts them: said again before it
+                peer.send(Skipped(ch.block_idx, ch.block_idx - 1, ch.late_frames))
             peer.chunk(ch, ordered=True)
         live.shown = live.next_block - 1  # the newest block the peer has (replayed up to it)

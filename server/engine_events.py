@@ -84,21 +84,8 @@ class EngineEvents:
         step = 1e6 / live.settings.fps  # the rate it was made at (admitted, maybe degraded)
         return Chunk(
             live.sid, ev.block_idx, ev.frames, ev.action_seq, first,
-            step, time.time(), self._pts(live, ev, first, step), late,
+            step, time.time(), live.presentation.place(ev.block_idx, first, len(ev.frames), step, late), late,
         )
-
-    def _pts(self, live: Live, ev: ChunkReady, first: int, step: float) -> int:
-        """A block's presentation time in microseconds. Push: its display time on the frame
-        clock that paces it, from the epoch's first frame (a late start, skipped slots and
-        fps changes included). Pull: the frames before it, each at the rate it was made at."""
-        if ev.display_time is not None:
-            if ev.block_idx == 0 or live.pts_origin is None:  # a new epoch; or adopted from
-                live.pts_origin = ev.display_time - first * step / 1e6  # a worker with another clock
-            return round((ev.display_time - live.pts_origin) * 1e6)
-        nxt = live.pts_next
-        pts = nxt[1] if nxt is not None and nxt[0] == ev.block_idx and ev.block_idx > 0 else first * step
-        live.pts_next = (ev.block_idx + 1, pts + len(ev.frames) * step)
-        return round(pts)
 
     def on_event(self, ev: Event) -> None:
         if isinstance(ev, Drift):

@@ -5,11 +5,14 @@ requests (what server/dispatch.py hands the service for both transports).
   seen is dropped (``stale``); faster than ``max_actions_per_s`` actions coalesce into one
   pending action, applied when the token bucket allows (``coalesced``). The applied action
   is kept on the ``Live`` so that a resume (here or on another worker) applies it again.
-  A model that takes neither keys nor mouse (``started.controls``) applies them as nothing
-  and says so once, with a non-fatal ``ignored_control`` error.
 - ``prompt`` and ``observe`` change the session's scene or commit a real frame; both are
   acknowledged (``ack``). An observation's image is decoded on the codec pool
   (server/offload.py), off the loop; the session is looked up again once it is decoded.
+- An input of a kind the model does not take (``keys``, ``mouse``, ``prompt``,
+  ``observation`` missing from ``started.controls``) is handled like any other (an action
+  still counts in ``action_seq``, a prompt or observation is still acknowledged) and changes
+  nothing the model draws; the first of each kind on a connection gets one non-fatal
+  ``ignored_control`` error whose ``field`` names the kind.
 - ``block``: pull mode's block requests, under the store's block_idx rules (next, a
   retransmit of the last, or 0 for a new epoch) and at most ``pull_queue`` outstanding
   (requested, not yet generated; ``start``'s block 0 counts). The scheduler starts them
@@ -87,14 +90,10 @@ class Inputs:
             return
         live.seen_seq = msg.seq
         vec = encode_action(frozenset(msg.keys), (msg.mouse[0], msg.mouse[1]))
-        if not live.told_ignored and vec.any() and not {"keys", "mouse"} & set(self.shape.controls):
-            live.told_ignored = True  # a text-only model: say so once, then apply as usual
-            if live.peer is not None:
-                live.peer.send(Error(
-                    ErrorCode.IGNORED_CONTROL,
-                    f"this model takes {', '.join(self.shape.controls)}; keys and mouse are ignored",
-                    "keys",
-                ))
+        if msg.keys:
+            self._ignored(live, "keys")
+        if msg.mouse[0] or msg.mouse[1]:
+            self._ignored(live, "mouse")
         if live.pending is None and live.actions.take():
             self._apply_action(live, msg.seq, vec)
             return
@@ -104,6 +103,17 @@ class Inputs:
         if live.action_timer is None:
             loop = asyncio.get_running_loop()
             live.action_timer = loop.call_later(live.actions.wait_time(), self._flush_action, live)
+
+    def _ignored(self, live: Live, kind: str) -> None:
+        """Say once per connection that the model does not take inputs of ``kind``."""
+        controls = self.shape.controls
+        if kind in controls or kind in live.told_ignored or live.peer is None:
+            return
+        live.told_ignored.add(kind)
+        live.peer.send(Error(
+            ErrorCode.IGNORED_CONTROL,
+            f"this model takes {', '.join(controls) or 'no inputs'}; {kind} is ignored", kind,
+        ))
 
     def _flush_action(self, live: Live) -> None:
         live.action_timer = None
@@ -126,6 +136,7 @@ class Inputs:
     def prompt(self, sid: str, msg: Prompt) -> Ack:
         live = self.sessions.attached(sid)
         engine = self.gate.require_ready()
+        self._ignored(live, "prompt")
         self.sessions.store.get(sid).set_scene(msg.prompt)
         live.scene = msg.prompt
         if sid in engine.scheduler:
@@ -136,8 +147,9 @@ class Inputs:
         self.sessions.attached(sid)
         self.gate.require_ready()
         frame = await self.decode_image(msg.image, "image")
-        self.sessions.attached(sid)  # it may have ended or moved while the image was decoded
+        live = self.sessions.attached(sid)  # it may have ended or moved while the image was decoded
         engine = self.gate.require_ready()
+        self._ignored(live, "observation")
         if sid in engine.scheduler:
             engine.observe(sid, frame)
         return Ack("observation", msg.id)

@@ -26,6 +26,7 @@ from worldserve.session.admission import Admission
 from worldserve.session.degrade import Settings as Rung
 from worldserve.session.errors import AtCapacity, SessionError
 from worldserve.session.plan import CONTROLS, ModelState
+from worldserve.session.presentation import Presentation
 from worldserve.session.scheduler import RunnerInfo
 
 
@@ -129,13 +130,11 @@ class Chunk:
     first_frame: int  # epoch frame index of frames[0]
     pts_step_us: float  # microseconds per frame at the rate it was made at
     t_gen: float  # wall clock when generated
-    pts_us: int | None = None  # frames[0]'s presentation time (None: first_frame * pts_step_us)
+    pts_us: int  # frames[0]'s presentation time (session/presentation.py)
     late_frames: int = 0  # push: display frames before it that got no new picture (skipped)
 
     def frame_pts(self, i: int) -> int:
         """Presentation time in microseconds of ``frames[i]``."""
-        if self.pts_us is None:
-            return int((self.first_frame + i) * self.pts_step_us)
         return self.pts_us + round(i * self.pts_step_us)
 
 
@@ -179,12 +178,11 @@ class Live:
     skipped: int = 0
     misses: int = 0
     late: tuple[int, int] | None = None  # push: (next block, display frames skipped before it)
-    pts_origin: float | None = None  # push: scheduler-clock time of pts 0 in this epoch
-    pts_next: tuple[int, float] | None = None  # pull: (next block, its pts in microseconds)
+    presentation: Presentation = field(default_factory=Presentation)  # the epoch's pts_us clock
     end_reason: str | None = None
     adopted: int | None = None  # restored from another worker's handoff at this block
     handing_off: bool = False  # suspended for a migration: no more generation here
-    told_ignored: bool = False  # told once that the model ignores keys and mouse
+    told_ignored: set[str] = field(default_factory=set)  # input kinds said ignored on this connection
 
     @property
     def pull(self) -> bool:
@@ -193,6 +191,7 @@ class Live:
     def unbind(self) -> None:
         """Its transport is gone: forget the peer, stop sending, drop a pending action."""
         self.peer = None
+        self.told_ignored.clear()  # the next connection is told again
         self.drop_held()
         if self.action_timer is not None:
             self.action_timer.cancel()

@@ -8,7 +8,10 @@ never grows server memory: control messages in a deque (oldest dropped past
 ``control_queue``), pull and replayed blocks in an ordered deque (``send_queue``), push
 frames in a one-slot holder, the only latest-wins holder on a frame's way out (its frames
 are counted as ``slow_client`` drops; push chunks reach it already paced, at their display
-time: server/engine_events.py).
+time: server/engine_events.py). A push chunk's first frame goes out when it arrives and
+each next one a frame period after the one before (``pts_step_us``), as the WebRTC track
+does; a newer chunk that arrives while an older one's frames are still going out wins (the
+rest of the older one is dropped and counted). Pull and replayed blocks go out at once.
 Frames are encoded only when sent, so a dropped frame costs nothing, and off the loop: the
 writer hands each frame to the app's codec pool (server/offload.py) and waits for it before
 the next, so a connection's frames go out in order and its encoder (H.264 keeps state) is
@@ -94,12 +97,13 @@ class Connection:
         self._status: bytes | None = None  # the newest status message (latest wins)
         self._ordered: deque[Chunk] = deque()
         self._latest: Chunk | None = None
+        self._paced: tuple[Chunk, int, float] | None = None  # push: (chunk, next frame, when due)
         self._wake = asyncio.Event()
         self._closing: tuple[int, str] | None = None
         self._closed = asyncio.Event()
         self._keyframe = False
-        self._skip: Skipped | None = None  # sent right before its block's frames
         self._last_block = -1  # the newest block sent (what the client shows)
+        self._last_frame: tuple[int, int] | None = None  # (action_seq, frame index) last sent
         self._inbound = Inbound(settings, metrics)
         self._start_at: float | None = None  # monotonic time of the start message (TTFF)
         self._sent_window: deque[float] = deque(maxlen=512)  # send times, for the fps figure
@@ -117,13 +121,12 @@ class Connection:
         self._encoder = make_encoder(reply.codec, quality=quality, fps=reply.fps)
         self._keyframe = True
         self._ordered.clear()
-        self._latest = None
-        self._skip, self._last_block = None, -1
+        self._latest = self._paced = None
+        self._last_block = -1
         self.send(reply)
 
     def send(self, msg: ServerMessage) -> None:
-        if isinstance(msg, Skipped):  # goes with the late block's frames (``_send_chunk``)
-            self._skip = msg
+        if isinstance(msg, Skipped):  # written from the late chunk itself (``_send_frame``)
             return
         self._queue_control(msg.encode())
 
@@ -165,7 +168,7 @@ class Connection:
     @property
     def queued(self) -> int:
         """Frames waiting to be sent (bounded)."""
-        return len(self._ordered) + (self._latest is not None)
+        return len(self._ordered) + (self._latest is not None) + (self._paced is not None)
 
     @property
     def queued_control(self) -> int:
@@ -307,23 +310,23 @@ class Connection:
         self._control.append(data)
         self._wake.set()
 
-    def _count_drop(self, chunk: Chunk) -> None:
-        """The frames of ``chunk``, replaced or pushed out before they were sent."""
-        self.drops += len(chunk.frames)
-        self.metrics.drops.labels("slow_client").inc(len(chunk.frames))
+    def _count_drop(self, chunk: Chunk, sent: int = 0) -> None:
+        """The frames of ``chunk`` from ``sent`` on, replaced or pushed out before they were sent."""
+        n = len(chunk.frames) - sent
+        self.drops += n
+        self.metrics.drops.labels("slow_client").inc(n)
 
     def _begin_close(self, code: int, reason: str) -> None:
         if self._closing is None:
             self._closing = (code, reason)
             self._ordered.clear()
-            self._latest = None
+            self._latest = self._paced = None
         self._wake.set()
 
     async def _write_loop(self) -> None:
         try:
             while True:
-                await self._wake.wait()
-                self._wake.clear()
+                await self._next_work()
                 while True:
                     if self._control:
                         await self.ws.send_bytes(self._control.popleft())
@@ -341,7 +344,11 @@ class Connection:
                         await self._send_chunk(self._ordered.popleft())
                     elif self._latest is not None:
                         chunk, self._latest = self._latest, None
-                        await self._send_chunk(chunk)
+                        if self._paced is not None:  # a newer chunk wins over the rest of it
+                            self._count_drop(self._paced[0], self._paced[1])
+                        self._paced = (chunk, 0, time.monotonic())
+                    elif self._paced is not None and self._paced[2] <= time.monotonic():
+                        await self._send_paced(*self._paced)
                     else:
                         break
         except asyncio.CancelledError:
@@ -353,43 +360,69 @@ class Connection:
             log.exception("writer failed", extra={"sid": self.sid})
             self._abort()
 
+    async def _next_work(self) -> None:
+        """Wait until something is queued, or until a paced push frame is due."""
+        due = None if self._paced is None else self._paced[2] - time.monotonic()
+        if due is None:
+            await self._wake.wait()
+        elif due > 0:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), due)
+        self._wake.clear()
+
+    async def _send_paced(self, chunk: Chunk, i: int, due: float) -> None:
+        """Frame ``i`` of the push chunk being paced; the next one a frame period later."""
+        sent = await self._send_frame(chunk, i)
+        more = sent and i + 1 < len(chunk.frames) and self._paced is not None and self._paced[0] is chunk
+        if more:
+            self._paced = (chunk, i + 1, due + chunk.pts_step_us / 1e6)
+        elif self._paced is not None and self._paced[0] is chunk:
+            self._paced = None
+
     async def _send_chunk(self, chunk: Chunk) -> None:
+        """Every frame of a pull or replayed chunk, at once."""
+        for i in range(len(chunk.frames)):
+            if not await self._send_frame(chunk, i):
+                return
+
+    async def _send_frame(self, chunk: Chunk, i: int) -> bool:
+        """Encode and send ``chunk.frames[i]`` (a ``skipped`` first, before a late block's
+        first frame); False when the rest of the chunk is stale (re-attached or closing)."""
         enc = self._encoder
         if enc is None or chunk.session_id != self.sid:
-            return
-        skip = self._skip
-        if skip is not None and skip.block_idx <= chunk.block_idx:
-            self._skip = None
-            if skip.block_idx == chunk.block_idx:  # late: the client kept showing the last one
-                await self.ws.send_bytes(Skipped(chunk.block_idx, self._last_block, skip.frames).encode())
-        for i, frame in enumerate(chunk.frames):
-            index = chunk.first_frame + i
-            asked, self._keyframe = self._keyframe, False  # a request made meanwhile stays
-            if enc.offload:  # on the codec pool; this task alone uses ``enc``, one frame at a time
-                data, key, seconds = await self.codecs.run(_timed_encode, enc, frame, index, asked)
-                if enc is not self._encoder or self._closing is not None:
-                    return  # re-attached or closing meanwhile: the rest of this chunk is stale
-            else:
-                data, key, seconds = _timed_encode(enc, frame, index, asked)
-            self.metrics.encode_latency.labels(enc.codec).observe(seconds)
-            if asked and not key:
-                self._keyframe = True
-            h, w = frame.shape[:2]
-            now = time.time()
-            msg = Frame(
-                chunk.session_id, chunk.block_idx, index, chunk.frame_pts(i),
-                chunk.action_seq, enc.codec, w, h, data, key, chunk.t_gen, now,
-            )
-            await self.ws.send_bytes(msg.encode())
-            self.frames_sent += 1
-            self._last_block = chunk.block_idx
-            self._sent_window.append(time.monotonic())
-            self.metrics.frames_sent.labels(enc.codec).inc()
-            self.metrics.bytes_sent.labels(enc.codec).inc(len(data))
-            self.metrics.frame_latency.labels(enc.codec).observe(max(0.0, now - chunk.t_gen))
-            if self._start_at is not None:
-                self.metrics.ttff.observe(time.monotonic() - self._start_at)
-                self._start_at = None
+            return False
+        if i == 0 and chunk.late_frames:  # late: the client kept showing the last one
+            await self.ws.send_bytes(Skipped(chunk.block_idx, self._last_block, chunk.late_frames).encode())
+        frame = chunk.frames[i]
+        index = chunk.first_frame + i
+        asked, self._keyframe = self._keyframe, False  # a request made meanwhile stays
+        if enc.offload:  # on the codec pool; this task alone uses ``enc``, one frame at a time
+            data, key, seconds = await self.codecs.run(_timed_encode, enc, frame, index, asked)
+            if enc is not self._encoder or self._closing is not None:
+                return False  # re-attached or closing meanwhile: the rest of this chunk is stale
+        else:
+            data, key, seconds = _timed_encode(enc, frame, index, asked)
+        self.metrics.encode_latency.labels(enc.codec).observe(seconds)
+        if asked and not key:
+            self._keyframe = True
+        h, w = frame.shape[:2]
+        now = time.time()
+        msg = Frame(
+            chunk.session_id, chunk.block_idx, index, chunk.frame_pts(i),
+            chunk.action_seq, enc.codec, w, h, data, key, chunk.t_gen, now,
+        )
+        await self.ws.send_bytes(msg.encode())
+        self.frames_sent += 1
+        self._last_block = chunk.block_idx
+        self._last_frame = (chunk.action_seq, index)
+        self._sent_window.append(time.monotonic())
+        self.metrics.frames_sent.labels(enc.codec).inc()
+        self.metrics.bytes_sent.labels(enc.codec).inc(len(data))
+        self.metrics.frame_latency.labels(enc.codec).observe(max(0.0, now - chunk.t_gen))
+        if self._start_at is not None:
+            self.metrics.ttff.observe(time.monotonic() - self._start_at)
+            self._start_at = None
+        return True
 
     async def _status_loop(self) -> None:
         interval = self.settings.status_interval_s
@@ -414,7 +447,7 @@ class Connection:
         return Status(
             live.level, sent / interval, s.fps, self.queued, self.drops,
             live.skipped, live.misses, s.bucket, s.steps, s.lookahead,
-            round(self.service.utilisation(), 4),
+            round(self.service.utilisation(), 4), *(self._last_frame or (None, None)),
         )
 
     def _abort(self) -> None:

@@ -10,8 +10,14 @@ have received them yet; the target resends them on resume). msgpack, one map::
      "session_id", "epoch", "next_block", "level", "created",
      "request": {start fields},
      "action": {"seq", "seen", "vec": <6 float32 bytes> | nil},
-     "replay": [{"block", "action_seq", "shape": [F, H, W, 3], "data": <uint8 bytes>}],
-     "snapshot": <session snapshot bytes>}
+     "replay": [{"block", "action_seq", "shape": [F, H, W, 3], "data": <uint8 bytes>, "pts_us", "late"}],
+     "snapshot": <session snapshot bytes>,
+     "presentation": [frame, us]}
+
+``presentation`` (where the epoch's next frame goes on its ``pts_us`` clock,
+session/presentation.py) and each replayed block's ``pts_us`` and ``late`` (push: the
+display frames a ``skipped`` named before it) are optional: a handoff without them (written
+before they existed) continues the clock at ``frame * 1e6 / fps``.
 
 A ``checkpoint`` is written every few seconds while a session runs (crash recovery:
 ``replay`` is empty, it stays small); a ``migration`` is written once by a draining
@@ -34,6 +40,7 @@ from worldserve.protocol.vocab import SESSION_ID_RE
 from worldserve.session.errors import SnapshotError
 from worldserve.session.msgfields import MAX_INT
 from worldserve.session.plan import ACTION_DIM, ModelState
+from worldserve.session.presentation import Presentation
 from worldserve.session.session import Clock, Session
 from worldserve.session.snapshot import MAX_SNAPSHOT_BYTES
 from worldserve.session.snapshot import restore as restore_snapshot
@@ -45,6 +52,8 @@ MAX_BYTES = MAX_SNAPSHOT_BYTES * 2
 Kind = Literal["checkpoint", "migration"]
 _KEYS = {"format", "version", "kind", "session_id", "epoch", "next_block", "level", "created",
          "request", "action", "replay", "snapshot"}
+_OPTIONAL = {"presentation"}
+_REPLAY_KEYS = {"block", "action_seq", "shape", "data"}
 _DROPPED_REQUEST_FIELDS = ("type", "v", "observation", "api_key", "session_id")
 
 
@@ -57,6 +66,8 @@ class ReplayBlock:
     block_idx: int
     action_seq: int
     frames: np.ndarray  # (chunk_frames, H, W, 3) uint8
+    pts_us: int | None = None  # its first frame's presentation time (None: not recorded)
+    late: int = 0  # push: display frames skipped right before it
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -73,6 +84,7 @@ class Handoff:
     replay: tuple[ReplayBlock, ...]  # recent blocks, oldest first (migrations)
     snapshot: bytes  # session/snapshot.py
     created: float  # wall clock (unix seconds)
+    presentation: Presentation | None = None  # the epoch's pts_us clock (None: not recorded)
 
     def encode(self) -> bytes:
         request = {k: v for k, v in self.request.to_wire().items() if k not in _DROPPED_REQUEST_FIELDS}
@@ -94,11 +106,14 @@ class Handoff:
                     "action_seq": r.action_seq,
                     "shape": list(r.frames.shape),
                     "data": np.ascontiguousarray(r.frames, np.uint8).tobytes(),
+                    **({} if r.pts_us is None else {"pts_us": r.pts_us, "late": r.late}),
                 }
                 for r in self.replay
             ],
             "snapshot": self.snapshot,
         }
+        if self.presentation is not None:
+            doc["presentation"] = [self.presentation.frame, float(self.presentation.us)]
         data: bytes = msgpack.packb(doc, use_bin_type=True)
         return data
 
@@ -128,8 +143,9 @@ def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Handoff:
         raise HandoffError(f"not a map with format {FORMAT!r}")
     if obj.get("version") != VERSION or type(obj.get("version")) is not int:
         raise HandoffError(f"unsupported version; this worker reads {VERSION}")
-    if set(obj) != _KEYS:
-        raise HandoffError(f"keys: missing {sorted(_KEYS - set(obj))}, unexpected {len(set(obj) - _KEYS)}")
+    if set(obj) - _OPTIONAL != _KEYS:
+        unexpected = len(set(obj) - _KEYS - _OPTIONAL)
+        raise HandoffError(f"keys: missing {sorted(_KEYS - set(obj))}, unexpected {unexpected}")
     kind = obj["kind"]
     if kind not in ("checkpoint", "migration"):
         raise HandoffError("kind: expected 'checkpoint' or 'migration'")
@@ -170,7 +186,23 @@ def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Handoff:
         tuple(_replay(r, f"replay[{i}]") for i, r in enumerate(replay)),
         snapshot,
         float(created),
+        _presentation(obj.get("presentation")),
     )
+
+
+def _presentation(value: object) -> Presentation | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or isinstance(value[1], bool)
+        or not isinstance(value[1], int | float)
+        or not math.isfinite(value[1])
+        or not 0 <= value[1] <= MAX_INT
+    ):
+        raise HandoffError("presentation: expected [frame, us]")
+    return Presentation(_int(value[0], "presentation[0]"), float(value[1]))
 
 
 def _map(obj: object, path: str, keys: set[str]) -> dict[str, Any]:
@@ -186,7 +218,9 @@ def _int(value: object, path: str) -> int:
 
 
 def _replay(obj: object, path: str) -> ReplayBlock:
-    m = _map(obj, path, {"block", "action_seq", "shape", "data"})
+    if not isinstance(obj, dict) or not _REPLAY_KEYS <= set(obj) <= _REPLAY_KEYS | {"pts_us", "late"}:
+        raise HandoffError(f"{path}: expected a map with keys {sorted(_REPLAY_KEYS)} (and pts_us, late)")
+    m: dict[str, Any] = obj
     shape = m["shape"]
     if (
         not isinstance(shape, list)
@@ -199,4 +233,9 @@ def _replay(obj: object, path: str) -> ReplayBlock:
     if not isinstance(data, bytes) or len(data) != math.prod(shape):
         raise HandoffError(f"{path}.data: expected {math.prod(shape)} bytes")
     frames = np.frombuffer(data, np.uint8).reshape(shape)
-    return ReplayBlock(_int(m["block"], f"{path}.block"), _int(m["action_seq"], f"{path}.action_seq"), frames)
+    pts = m.get("pts_us")
+    return ReplayBlock(
+        _int(m["block"], f"{path}.block"), _int(m["action_seq"], f"{path}.action_seq"), frames,
+        None if pts is None else _int(pts, f"{path}.pts_us"),
+        _int(m.get("late", 0), f"{path}.late"),
+    )

@@ -42,6 +42,7 @@ from worldserve.server.settings import Settings
 from worldserve.session.degrade import Settings as Rung
 from worldserve.session.errors import BadToken, SessionStateMissing
 from worldserve.session.plan import ModelState
+from worldserve.session.presentation import Presentation
 from worldserve.session.session import Session, SessionStatus
 from worldserve.session.snapshot import snapshot
 
@@ -159,10 +160,16 @@ class Migration:
             live.action,
             live.action_seq,
             live.seen_seq,
-            tuple(ReplayBlock(ch.block_idx, ch.action_seq, ch.frames) for ch in blocks),
+            tuple(ReplayBlock(ch.block_idx, ch.action_seq, ch.frames, ch.pts_us, ch.late_frames) for ch in blocks),
             snapshot(session, state),
             time.time(),
+            self._presentation_at(live, susp.next_block),
         )
+
+    def _presentation_at(self, live: Live, next_block: int) -> Presentation:
+        """The epoch's pts clock placed at ``next_block``, where the target goes on."""
+        first = self.shape.block_start(next_block)
+        return Presentation(first, live.presentation.at(first, 1e6 / live.settings.fps))
 
     def _adopt(self, h: Handoff, msg: Resume) -> None:
         """Install another worker's handoff as a DETACHED session with its suspension."""
@@ -190,8 +197,10 @@ class Migration:
         s, req = self.settings, h.request
         rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.shape.max_steps, state.bucket)
         step_us = 1e6 / req.fps
+        start = self.shape.block_start
         ring = deque(
-            (Chunk(sid, r.block_idx, r.frames, r.action_seq, self.shape.block_start(r.block_idx), step_us, h.created)
+            (Chunk(sid, r.block_idx, r.frames, r.action_seq, start(r.block_idx), step_us, h.created,
+                   round(start(r.block_idx) * step_us) if r.pts_us is None else r.pts_us, r.late)
              for r in h.replay),
             maxlen=max(s.replay_blocks, len(h.replay)),
         )
@@ -202,6 +211,7 @@ class Migration:
         )
         live.suspension = Suspension(sid, k, state, h.level, rung)
         live.next_block, live.adopted = k, k
+        live.presentation = h.presentation or Presentation(start(k), start(k) * step_us)
         live.action, live.action_seq, live.seen_seq = h.action, h.action_seq, h.seen_seq
         self.sessions.add(live)
         self.metrics.migrations.labels("adopted").inc()

@@ -20,10 +20,9 @@ the peer is the session's ``service.Peer``, as a WebSocket ``Connection`` would 
 Client messages from both channels reach the service through server/dispatch.py, as on
 the WebSocket (the same rate limit, decoding and routing); errors are answered here.
 
-Status messages carry two optional keys beyond protocol v1's fields (a v1 decoder ignores
-unknown keys): ``action_seq``, the newest action folded into the last frame the track
-handed to the encoder, and ``frame``, that frame's index in the epoch (both absent before
-the first frame). Besides every ``status_interval_s``, a status goes out as soon as a
+Status messages name the last frame sent (``status.action_seq`` and ``status.frame``,
+declared in protocol/messages.py; here the last frame the track handed to the encoder,
+nil before the first). Besides every ``status_interval_s``, a status goes out as soon as a
 frame with a newer ``action_seq`` is sent (and for the first frame), queued like any
 control message, so a client can measure action-to-frame latency: the first frame it
 shows after that status is the one (video frames carry no metadata a browser can read).
@@ -47,9 +46,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
 
-import msgpack
 from aiortc import RTCDataChannel, RTCPeerConnection
 
 from worldserve.protocol import (
@@ -327,11 +324,7 @@ class RtcPeer:
         status = self._make_status()
         if status is None:
             return None
-        wire: dict[str, Any] = status.to_wire()
-        if self._last_frame is not None:
-            wire["action_seq"], wire["frame"] = self._last_frame
-        data: bytes = msgpack.packb(wire, use_bin_type=True)
-        return data
+        return status.encode()
 
     def _make_status(self) -> Status | None:
         live = self.service.live(self.sid or "")
@@ -344,7 +337,7 @@ class RtcPeer:
         return Status(
             live.level, sent / interval, s.fps, self.track.queued,
             self.track.dropped, live.skipped, live.misses, s.bucket,
-            s.steps, s.lookahead, round(self.service.utilisation(), 4),
+            s.steps, s.lookahead, round(self.service.utilisation(), 4), *(self._last_frame or (None, None)),
         )
 
     async def _status_loop(self) -> None:

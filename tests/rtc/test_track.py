@@ -18,7 +18,7 @@ def chunk(first_frame: int, frames: int = 1, value: int | None = None, seq: int 
     arr = np.zeros((frames, 8, 8, 3), np.uint8)
     for i in range(frames):
         arr[i] = (first_frame + i) % 256 if value is None else value
-    return Chunk("s", first_frame // frames, arr, seq, first_frame, 1e6 / 24, 0.0)
+    return Chunk("s", first_frame // frames, arr, seq, first_frame, 1e6 / 24, 0.0, round(first_frame * 1e6 / 24))
 
 
 class FakeTime:

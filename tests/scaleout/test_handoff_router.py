@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from worldserve.server.cluster.directory import (
 from worldserve.server.cluster.handoff import Handoff, HandoffError, ReplayBlock, decode
 from worldserve.server.cluster.router import Router, RouterSettings
 from worldserve.session.plan import ModelState
+from worldserve.session.presentation import Presentation
 from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import snapshot
 
@@ -50,6 +53,24 @@ def test_a_handoff_round_trips_and_restores_its_session() -> None:
     session, state = back.restore()
     assert session.check_token(token) and session.id == h.session_id
     assert state.frame_index == 9 and state.sink_count == 1
+
+
+def test_a_handoff_carries_the_presentation_clock_and_one_without_it_still_reads() -> None:
+    h, _ = make_handoff()
+    h = replace(h, replay=(replace(h.replay[0], pts_us=1_500_000, late=2),),
+                presentation=Presentation(10, 1_666_666.5))
+    back = decode(h.encode())
+    assert back.presentation == Presentation(10, 1_666_666.5)
+    assert (back.replay[0].pts_us, back.replay[0].late) == (1_500_000, 2)
+    doc = msgpack.unpackb(h.encode())  # as written before the clock travelled with it
+    del doc["presentation"]
+    for r in doc["replay"]:
+        del r["pts_us"], r["late"]
+    old = decode(msgpack.packb(doc))
+    assert old.presentation is None and (old.replay[0].pts_us, old.replay[0].late) == (None, 0)
+    doc["presentation"] = [10, -1.0]
+    with pytest.raises(HandoffError, match="presentation"):
+        decode(msgpack.packb(doc))
 
 
 def test_a_handoff_never_carries_an_observation_or_an_api_key() -> None:
