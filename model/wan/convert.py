@@ -4,6 +4,9 @@
   Wan's own T5 module, their key names) to transformers' ``UMT5EncoderModel``, a folder
   (``config.json`` + ``model.safetensors``). The serving path reads the ``.pth`` the same way
   as it loads (``load_umt5``), so converting only saves that renaming at each start;
+- Matrix-Game's CLIP file (``models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth``, Wan's
+  ``XLMRobertaCLIP`` state dict) to transformers' ``CLIPVisionModel``, a folder: the vision
+  tower only, renamed by ``model/wan/clip.py`` (which the serving path uses the same way);
 - a distilled transformer checkpoint (any ``.pt`` / ``.safetensors`` ``model/wan/weights.py``
   reads) to one safetensors file, with a recipe's state dict taken (``--recipe``: EMA or
   generator), the training wrappers' prefixes stripped and LongLive's LoRA merged in
@@ -107,14 +110,18 @@ def convert_umt5(src: str | Path, dst: str | Path) -> Path:
 
 
 def run(src: Path, dst: Path, *, recipe: str | None = None, lora: Path | None = None) -> Path:
-    """``worldserve convert``: by the source's name, the UMT5 encoder to a folder, else a
-    transformer checkpoint to one safetensors file (a recipe's state dict and LoRA)."""
-    from worldserve.model.wan.layout import UMT5_PTH_FILE
+    """``worldserve convert``: by the source's name, the UMT5 encoder or the CLIP image encoder
+    to a folder, else a transformer checkpoint to one safetensors file (a recipe's state dict
+    and LoRA)."""
+    from worldserve.model.wan.clip import convert_clip
+    from worldserve.model.wan.layout import CLIP_PTH_FILE, UMT5_PTH_FILE
     from worldserve.model.wan.recipes import get
     from worldserve.model.wan.weights import convert
 
     if src.name == UMT5_PTH_FILE or "umt5" in src.name:
         return convert_umt5(src, dst)
+    if src.name == CLIP_PTH_FILE or "clip" in src.name:
+        return convert_clip(src, dst)
     r = get(recipe) if recipe else None
     if r is not None and r.lora is not None and lora is None:
         raise ValueError(f"recipe {r.name} merges its LoRA ({r.lora.name}, {r.lora.where()}): pass --lora")

@@ -24,11 +24,12 @@ directly in ``DIR``). The text encoder is then the authors' ``.pth``, converted 
 recipe's settings. A missing file is a ``FileNotFoundError`` naming it, where it was looked
 for, and where its authors publish it.
 
-Matrix-Game 2.0 takes no text: instead of the text encoder and tokenizer it reads
-``DIR/image_encoder/`` (config.json + model.safetensors: transformers' ``CLIPVisionModel``,
-CLIP ViT-H/14) and an optional start image ``DIR/start.png``; in the authors' download
-(``Skywork/Matrix-Game-2.0``) the checkpoint is the variant's file and the config the
-recipe's variant when none lies beside it.
+Matrix-Game 2.0 takes no text: instead of the text encoder and tokenizer it reads the CLIP
+ViT-H/14 image encoder, ``DIR/image_encoder/`` (config.json + model.safetensors: transformers'
+``CLIPVisionModel``) or else the authors' ``DIR/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth``
+(in their download, read as it loads: ``model/wan/clip.py``), and an optional start image
+``DIR/start.png``; in the authors' download (``Skywork/Matrix-Game-2.0``) the checkpoint is the
+variant's file and the config the recipe's variant when none lies beside it.
 
 ``check_layout(DIR)`` also raises ``ValueError`` naming the file, the key and the expected value
 where two parts disagree (the VAE's ``z_dim`` and the transformer's ``in_dim``, the text
@@ -61,6 +62,9 @@ LORA_FILE = "lora.pt"
 # the Wan2.1-T2V-1.3B download's own names
 UMT5_PTH_FILE = "models_t5_umt5-xxl-enc-bf16.pth"
 UMT5_TOKENIZER_DIR = "google/umt5-xxl"
+# the Matrix-Game-2.0 (and Wan I2V) download's CLIP file: Wan's XLMRobertaCLIP state dict
+CLIP_PTH_FILE = "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"
+MATRIX_GAME_REPO = "Skywork/Matrix-Game-2.0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,7 @@ class WanFiles:
     vae: Path  # a diffusers directory or the authors' .pth
     text_encoder: Path | None  # a transformers folder or the authors' UMT5 .pth; None for Matrix-Game
     tokenizer: Path | None
-    image_encoder: Path | None = None  # Matrix-Game's CLIP vision model
+    image_encoder: Path | None = None  # Matrix-Game's CLIP: a CLIPVisionModel folder or the authors' .pth
     start_image: Path | None = None  # Matrix-Game's start frame, where DIR/start.png exists
     lora: Path | None = None  # LongLive's LoRA
 
@@ -105,8 +109,7 @@ def find_files(root: str | Path, *, image: bool = False, recipe: Recipe | None =
         checkpoint = pts[0]
     vae = _vae(root)
     if image:
-        clip = root / IMAGE_ENCODER_DIR
-        _image_encoder(clip)
+        clip = _image_encoder(root)
         start = root / START_IMAGE_FILE
         return WanFiles(config, checkpoint, vae, None, None, clip, start if start.is_file() else None, lora)
     enc, tok = root / TEXT_ENCODER_DIR, root / TOKENIZER_DIR
@@ -130,10 +133,22 @@ def _vae(root: Path) -> Path:
     return vae
 
 
-def _image_encoder(clip: Path) -> None:
-    for name in (CONFIG_FILE, SAFETENSORS_FILE):
-        if not (clip / name).is_file():
-            raise FileNotFoundError(f"{clip / name} does not exist (the CLIP image encoder, transformers' CLIPVisionModel)")
+def _image_encoder(root: Path) -> Path:
+    """``root/image_encoder/`` where it exists (config.json + model.safetensors), else the
+    authors' CLIP file in ``root``."""
+    clip = root / IMAGE_ENCODER_DIR
+    if clip.is_dir():
+        for name in (CONFIG_FILE, SAFETENSORS_FILE):
+            if not (clip / name).is_file():
+                raise FileNotFoundError(f"{clip / name} does not exist (the CLIP image encoder, transformers' "
+                                        f"CLIPVisionModel)")
+        return clip
+    if (root / CLIP_PTH_FILE).is_file():
+        return root / CLIP_PTH_FILE
+    raise FileNotFoundError(
+        f"{root / CLIP_PTH_FILE} does not exist, nor {clip}/ (the CLIP image encoder: the authors' file, "
+        f"which {MATRIX_GAME_REPO} publishes on Hugging Face (huggingface-cli download {MATRIX_GAME_REPO} "
+        f"--local-dir Matrix-Game-2.0), or a CLIPVisionModel folder)")
 
 
 def _tokenizer(tok: Path) -> None:
@@ -170,8 +185,11 @@ def _published(root: Path, recipe: Recipe, image: bool) -> WanFiles:
     config = next((c for c in (checkpoint.parent / CONFIG_FILE,) if c.is_file()), None)
     if image:
         vae = _first(Published(VAE_PTH_FILE, ck.repo, ck.command), [root / VAE_PTH_FILE], recipe, "the Wan2.1 VAE")
-        clip = root / IMAGE_ENCODER_DIR
-        _image_encoder(clip)
+        if (root / IMAGE_ENCODER_DIR).is_dir():
+            clip = _image_encoder(root)
+        else:
+            clip = _first(Published(CLIP_PTH_FILE, ck.repo, ck.command), [root / CLIP_PTH_FILE], recipe,
+                          "the CLIP image encoder")
         start = root / START_IMAGE_FILE
         return WanFiles(config, checkpoint, vae, None, None, clip, start if start.is_file() else None, lora)
     bb = recipe.backbone
@@ -273,8 +291,9 @@ def check_image_layout(root: str | Path, recipe: Recipe | None = None) -> tuple[
         vae = _json(files.vae / CONFIG_FILE)
         _expect(files.vae / CONFIG_FILE, "z_dim", vae.get("z_dim"), cfg.out_dim, f"out_dim of {files.config}")
     assert files.image_encoder is not None
-    clip = _json(files.image_encoder / CONFIG_FILE)
-    width = clip.get("hidden_size", (clip.get("vision_config") or {}).get("hidden_size"))
-    _expect(files.image_encoder / CONFIG_FILE, "hidden_size", width, cfg.image_dim,
-            f"image_dim of {files.config or 'recipe ' + recipe.name}")
+    if files.image_encoder.is_dir():  # the authors' .pth: its width is checked as it loads
+        clip = _json(files.image_encoder / CONFIG_FILE)
+        width = clip.get("hidden_size", (clip.get("vision_config") or {}).get("hidden_size"))
+        _expect(files.image_encoder / CONFIG_FILE, "hidden_size", width, cfg.image_dim,
+                f"image_dim of {files.config or 'recipe ' + recipe.name}")
     return files, cfg, served

@@ -14,7 +14,12 @@ from tests.model.wan.tiny import build_tiny_checkpoint, tiny_config
 from tests.model.wan.tiny_text import build_tiny_tokenizer
 from worldserve.model.wan import recipes
 from worldserve.model.wan.convert import convert_umt5, load_umt5, umt5_config
-from worldserve.model.wan.layout import UMT5_PTH_FILE, check_image_layout, check_layout
+from worldserve.model.wan.layout import (
+    CLIP_PTH_FILE,
+    UMT5_PTH_FILE,
+    check_image_layout,
+    check_layout,
+)
 from worldserve.model.wan.text import PromptEncoder
 from worldserve.model.wan.weights import load_model
 from worldserve.server.cli import main as cli_main
@@ -146,4 +151,18 @@ def test_matrix_game_s_download_is_found_with_the_variant_s_file_and_config(tmp_
     assert cfg.action_config.keyboard_dim_in == 7 and served.recipe is r
     (root / r.checkpoint.path).unlink()
     with pytest.raises(FileNotFoundError, match=r"templerun_7dim_onlykey\.safetensors .*Skywork/Matrix-Game-2\.0"):
+        check_image_layout(root, r)
+
+
+def test_matrix_game_s_download_serves_its_own_clip_file_and_names_it_when_missing(tmp_path):
+    r = recipes.get("matrix-game-2")
+    root = tmp_path / "Matrix-Game-2.0"
+    (root / "base_distilled_model").mkdir(parents=True)
+    for name in (r.checkpoint.path, "Wan2.1_VAE.pth", CLIP_PTH_FILE):
+        (root / name).write_bytes(b"")
+    files, _, _ = check_image_layout(root, r)
+    assert files.image_encoder == root / CLIP_PTH_FILE
+    (root / CLIP_PTH_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{CLIP_PTH_FILE.replace('.', '[.]')} .*not found for recipe "
+                                               rf"matrix-game-2-universal .*Skywork/Matrix-Game-2\.0 on Hugging Face"):
         check_image_layout(root, r)

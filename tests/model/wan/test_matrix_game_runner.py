@@ -133,6 +133,10 @@ def test_the_layout_names_a_missing_image_encoder_and_a_text_model(weights: Path
     broken = tmp_path / "broken"
     shutil.copytree(weights, broken)
     shutil.rmtree(broken / "image_encoder")
+    with pytest.raises(FileNotFoundError, match=r"models_clip_open-clip-xlm-roberta-large-vit-huge-14\.pth does not "
+                                               r"exist, nor .*image_encoder/ .*Skywork/Matrix-Game-2\.0"):
+        check("matrix-game-2", broken)
+    (broken / "image_encoder").mkdir()
     with pytest.raises(FileNotFoundError, match=r"image_encoder/config.json does not exist"):
         check("matrix-game-2", broken)
     with pytest.raises(ValueError, match="needs --weights DIR"):
