@@ -12,8 +12,10 @@ holds it to that). The session never re-anchors on its own frames. Two views:
 
 - ``frame``: what the renderer shows at that moment, actors and weather included (the weights
   were trained on such anchors: the sequence's first frame);
-- ``ground``: the map alone, no actors, water shimmer, clouds, fog or precipitation (what a
-  canvas of ground codes would hold; the weights never saw such a reference).
+- ``ground``: the ground alone (``World.render_ground``: the map and the rain or snow lying on
+  it; no actors, water glints, cloud shadows or fog), what a canvas of ground codes would
+  hold; the weights never saw such a reference. ``ground:1`` hands it over every frame, as a
+  canvas would.
 
 Bench-only: serving never builds one.
 """
@@ -44,6 +46,15 @@ class Oracle:
             raise ValueError(f"oracle view {self.view!r} is not one of {VIEWS}")
         if not 1 <= self.every <= 16:
             raise ValueError(f"oracle refresh every {self.every} frames: must be 1 to 16")
+
+    @classmethod
+    def parse(cls, text: str, every: int) -> Oracle:
+        """``VIEW`` or ``VIEW:EVERY`` (``--oracle``); ``every`` where the text gives no period."""
+        view, _, period = text.partition(":")
+        try:
+            return cls(view, int(period) if period else every)
+        except ValueError as exc:
+            raise ValueError(f"--oracle {text!r}: {exc}") from exc
 
     @property
     def label(self) -> str:

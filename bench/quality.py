@@ -1,7 +1,7 @@
 """Quality of the world model against the procedural world's renderer, on held-out worlds.
 
     python -m bench.quality [--quick] [--weights PATH] [--out DIR | --update-docs] [--steps N] [--eta E]
-                            [--oracle frame|ground ...] [--oracle-every N]
+                            [--oracle frame|ground[:EVERY] ...] [--oracle-every N]
 
 For every bucket: the model is anchored on the renderer's first frame (an observation), then
 driven by held-out action scripts; its rollout is compared with the renderer's for the same
@@ -60,7 +60,7 @@ distance in a scene-attribute network's features (``fd_<moment>``) beside the re
 materials). ``--weights`` other than the committed ones are measured there beside the
 committed weights (``--beside``), on the same worlds. ``--oracle frame|ground`` measures the
 weights there once more with their anchor reference taken from the renderer
-(``bench._oracle``), each on a line ``oracle ... go_on=0|1`` above the summary.
+(``bench._oracle``; ``ground:1``: the ground view every frame, as a canvas would give it), each on a line ``oracle ... go_on=0|1`` above the summary.
 
 Writes sample strips (renderer row above model row) as PNG under ``--out`` (default
 ``runs/quality``; ``--update-docs``: ``docs/quality``, the strips the docs show): ``strip_<bucket>``
@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> None:
         label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
         for label, p in zip(labels[1:], paths[1:], strict=True)
     }
-    oracles = realism.with_oracles(runners, args.weights, args.oracle, args.oracle_every, **kw)
+    oracles = realism.with_oracles(runners, args.weights, realism.parse_oracles(ap, args), **kw)
     lines: list[str] = []
     real = realism.measure(runners, asked[0], realism.worlds_for(args.quick), args.seed, out, lines=lines,
                            oracles=oracles)

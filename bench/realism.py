@@ -2,7 +2,7 @@
 ``bench.quality`` that measures what a person sees (it runs inside it; alone here).
 
     python -m bench.realism [--quick] [--weights PATH] [--beside PATH ...] [--out DIR | --update-docs]
-                            [--oracle frame|ground ...] [--oracle-every N]
+                            [--oracle frame|ground[:EVERY] ...] [--oracle-every N]
 
 Held-out worlds (``HELD_OUT_SEEDS[500:]``, worlds no other part of the bench uses; 32, or 16
 with ``--quick``), each with a random scene and a held-out steering script (``mixed_policy``);
@@ -35,9 +35,9 @@ world, the renderer's and each model's, are compared three ways:
   1.0: made of the world's materials; a 16-pixel block in averaged colours finds no near
   patch in the world.
 
-``--oracle frame|ground`` adds the weights once more with their anchor reference taken from the
-renderer (``bench._oracle``: every ``--oracle-every`` frames its view, ``frame`` as shown or
-``ground`` the map alone, moved by the exact camera shift), the ceiling of a model composing
+``--oracle frame|ground[:EVERY]`` adds the weights once more with their anchor reference taken
+from the renderer (``bench._oracle``: every EVERY (default ``--oracle-every``) frames its view,
+``frame`` as shown or ``ground`` the ground alone, moved by the exact camera shift), the ceiling of a model composing
 on a perfect canvas; its line says ``go_on=1`` where c2st_60s <= ``GO_ON_C2ST`` and fd_60s <=
 ``GO_ON_FD`` x fd_floor.
 
@@ -300,16 +300,13 @@ def label_weights(paths: list[Path]) -> list[str]:
     return [p.name if names.count(p.name) == 1 else str(p) for p in paths]
 
 
-def with_oracles(runners: dict[str, ModelRunner], weights: Path, views: list[str], every: int,
+def with_oracles(runners: dict[str, ModelRunner], weights: Path, oracles: list[Oracle],
                  **kw: object) -> dict[str, Oracle]:
-    """Add an ``OracleRunner`` of ``weights`` to ``runners`` for each of ``views``; returns
+    """Add an ``OracleRunner`` of ``weights`` to ``runners`` for each of ``oracles``; returns
     label -> ``Oracle`` for ``measure``."""
-    oracles = {}
-    for view in views:
-        o = Oracle(view, every)
+    for o in oracles:
         runners[o.label] = OracleRunner.from_pretrained(weights, **kw)  # type: ignore[arg-type]
-        oracles[o.label] = o
-    return oracles
+    return {o.label: o for o in oracles}
 
 
 def oracle_lines(res: dict[str, dict[str, float]], oracles: dict[str, Oracle]) -> list[str]:
@@ -335,10 +332,18 @@ def out_dir(args: argparse.Namespace) -> Path:
 
 
 def add_oracle_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--oracle", nargs="+", choices=VIEWS, default=[],
-                    help="also measure the weights with their anchor reference taken from the renderer's view "
-                         "(frame: as shown; ground: the map alone), moved by the exact camera shift")
+    ap.add_argument("--oracle", nargs="+", default=[], metavar="VIEW[:EVERY]",
+                    help=f"also measure the weights with their anchor reference taken from the renderer's view "
+                         f"({'|'.join(VIEWS)}; frame: as shown; ground: the ground alone), refreshed every EVERY "
+                         f"frames (default --oracle-every) and moved by the exact camera shift between")
     ap.add_argument("--oracle-every", type=int, default=8, help="frames between the oracle reference's refreshes (1-16)")
+
+
+def parse_oracles(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[Oracle]:
+    try:
+        return [Oracle.parse(text, args.oracle_every) for text in args.oracle]
+    except ValueError as exc:
+        ap.error(str(exc))
 
 
 def worlds_for(quick: bool) -> int:
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     kw = {"max_sessions": worlds_for(args.quick), "dtype": pick_dtype(args.dtype)}
     runners = {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                for label, p in zip(label_weights(paths), paths, strict=True)}
-    oracles = with_oracles(runners, args.weights, args.oracle, args.oracle_every, **kw)
+    oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
                   replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)

@@ -66,6 +66,9 @@ def test_an_oracle_refreshes_on_its_period_and_refuses_what_training_never_showe
     o = Oracle("frame", 8)
     assert [t for t in range(30) if o.due(t)] == [8, 16, 24]
     assert o.label == "oracle-frame-8"
+    assert Oracle.parse("ground:1", 8) == Oracle("ground", 1) and Oracle.parse("frame", 12) == Oracle("frame", 12)
+    with pytest.raises(ValueError, match="ground:x"):
+        Oracle.parse("ground:x", 8)
     with pytest.raises(ValueError, match="view"):
         Oracle("canvas", 8)
     with pytest.raises(ValueError, match="1 to 16"):
