@@ -58,6 +58,7 @@ class LoadOptions:
     trace_cache_dir: Path | None = None  # where; None: $XDG_CACHE_HOME/worldserve/traces
     sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
     recipe: str | None = None  # a published checkpoint's settings (model/wan/recipes.py); None: config.json's
+    vae: str = "full"  # the Wan families' decoder: full, tae (TAEHV) or a TAEHV file (model/wan/tae.py)
 
 
 def _check_default(weights: Path | None, recipe: str | None) -> None:
@@ -104,7 +105,7 @@ def _load_matrix_game(o: LoadOptions) -> Any:
     assert o.weights is not None
     return MatrixGameRunner.from_dir(
         o.weights, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype, device=o.device, sizes=o.sizes,
-        recipe=_recipe(o.recipe),
+        recipe=_recipe(o.recipe), vae=o.vae,
     )
 
 
@@ -122,7 +123,7 @@ def _load_wan(o: LoadOptions) -> Any:
     assert o.weights is not None
     return WanRunner.from_dir(
         o.weights, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype, device=o.device, sizes=o.sizes,
-        recipe=_recipe(o.recipe),
+        recipe=_recipe(o.recipe), vae=o.vae,
     )
 
 

@@ -114,6 +114,8 @@ class Settings:
     recipe: str | None = setting(None, "a published Wan checkpoint's inference settings by name "
                                        "(model/wan/recipes.py: self-forcing, causvid, longlive, ...); "
                                        "a config.json beside the checkpoint overrides them")
+    vae: str = setting("full", "what decodes a Wan model's latents: full (the Wan2.1 VAE), tae (TAEHV, "
+                               "taew2_1.pth in --weights; docs/models.md) or a path to that file")
     # 1 by default: on a small shared CPU two threads can run 30x slower than one under
     # contention.
     threads: int | None = setting(1, "torch threads of the model thread (empty: torch's default)")

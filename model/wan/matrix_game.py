@@ -124,12 +124,14 @@ class MatrixGameRunner(WanRunner):
     def from_dir(  # type: ignore[override]
         cls, path: str | Path, *, threads: int | None = None, dtype: str | torch.dtype = "float32",
         device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
-        recipe: Recipe | None = None,
+        recipe: Recipe | None = None, vae: str = "full",
     ) -> MatrixGameRunner:
         """Load a ``--weights`` directory (model/wan/layout.py, ``check_image_layout``), serving
-        ``recipe`` (None: the variant its config.json names)."""
+        ``recipe`` (None: the variant its config.json names), decoding with ``vae`` (the image
+        condition is encoded by the full VAE either way)."""
         files, cfg, served = check_image_layout(path, recipe)
-        model, decoder, dt = load_backbone(files, cfg, served, threads=threads, dtype=dtype, device=device)
+        model, decoder, dt = load_backbone(files, cfg, served, threads=threads, dtype=dtype, device=device, vae=vae,
+                                           root=path, encode=True)
         assert files.image_encoder is not None
         clip = ImageEncoder.load(files.image_encoder, device=device, dtype=dt)
         start = None

@@ -40,6 +40,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import torch
@@ -65,6 +66,11 @@ from worldserve.session.plan import (
 )
 from worldserve.session.warmup import warm_up
 
+if TYPE_CHECKING:
+    from worldserve.model.wan.tae import TaeDecoder, TaeStream
+
+Decoder = Union[StreamingDecoder, "TaeDecoder"]  # the full VAE or TAEHV (--vae tae): one decoding interface
+
 log = logging.getLogger(__name__)
 
 FAMILY = "wan-causal"
@@ -83,20 +89,32 @@ class WanSession:
     prompt: str
     text: TextKV  # cross-attention K/V of the prompt, one row
     gen: torch.Generator
-    stream: VaeStream
+    stream: VaeStream | TaeStream
     sinks: list[torch.Tensor] = field(default_factory=list)  # (C, h, w) clean latents, frames 0..S-1
     recent: deque[torch.Tensor] = field(default_factory=deque)  # the latest clean latents after the sinks
 
 
 def load_backbone(
     files: WanFiles, cfg: WanConfig, served: Served, *, threads: int | None, dtype: str | torch.dtype, device: str,
-) -> tuple[CausalWanModel, StreamingDecoder, torch.dtype]:
+    vae: str = "full", root: str | Path | None = None, encode: bool = False,
+) -> tuple[CausalWanModel, Decoder, torch.dtype]:
     """The transformer (the recipe's state dict of the checkpoint, its LoRA merged) and the
-    streaming VAE of a checked ``--weights`` directory, in the float type ``dtype`` names
-    (``auto``: the device's pick), and that type. Logs the recipe served."""
+    streaming decoder of a checked ``--weights`` directory ``root``, in the float type ``dtype``
+    names (``auto``: the device's pick), and that type. Logs the recipe served.
+
+    ``vae``: ``full`` decodes with the Wan2.1 VAE; ``tae`` with TAEHV (model/wan/tae.py), its
+    ``taew2_1.pth`` found in ``root`` (``find_tae``) before anything loads, or a path to that
+    file. ``encode``: the runner also encodes frames, so with TAEHV the full VAE is loaded too."""
     from worldserve.model.dtype import pick_dtype
     from worldserve.model.wan.weights import load_model
 
+    tae = None
+    if vae != "full":
+        from worldserve.model.wan.tae import find_tae
+
+        tae = find_tae(root if root is not None else files.vae.parent, files.vae) if vae == "tae" else Path(vae)
+        if not tae.is_file():
+            raise FileNotFoundError(f"--vae {vae}: {tae} does not exist (--vae takes full, tae or a TAEHV .pth)")
     if threads is not None:
         torch.set_num_threads(threads)
     dt = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
@@ -104,7 +122,13 @@ def load_backbone(
     model = load_model(files.checkpoint, cfg, dtype=dt, device=device, key=r.checkpoint_key if r else None,
                        lora=files.lora, lora_alpha=r.lora_alpha if r and r.lora else None)
     log.info("serving recipe %s", json.dumps(served.describe(cfg)))
-    return model, StreamingDecoder.load(files.vae, device=device, dtype=dt), dt
+    if tae is None:
+        return model, StreamingDecoder.load(files.vae, device=device, dtype=dt), dt
+    from worldserve.model.wan.tae import TaeDecoder
+
+    full = StreamingDecoder.load(files.vae, device=device, dtype=dt) if encode else None
+    log.info("decoding with TAEHV (%s)%s", tae, "; the Wan2.1 VAE encodes" if encode else "")
+    return model, TaeDecoder.load(tae, device=device, dtype=dt, encoder=full), dt
 
 
 class WanRunner:
@@ -116,7 +140,7 @@ class WanRunner:
     def __init__(
         self,
         model: CausalWanModel,
-        decoder: StreamingDecoder,
+        decoder: Decoder,
         text: PromptEncoder | None,
         *,
         sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES,
@@ -161,12 +185,14 @@ class WanRunner:
     def from_dir(
         cls, path: str | Path, *, threads: int | None = None, dtype: str | torch.dtype = "float32",
         device: str = "cpu", sizes: tuple[tuple[int, int], ...] | None = None, max_sessions: int = 8,
-        recipe: Recipe | None = None,
+        recipe: Recipe | None = None, vae: str = "full",
     ) -> WanRunner:
         """Load a ``--weights`` directory (model/wan/layout.py), all from local files, serving
-        ``recipe`` (model/wan/recipes.py; None: config.json and the house's defaults)."""
+        ``recipe`` (model/wan/recipes.py; None: config.json and the house's defaults), decoding
+        with ``vae`` (``load_backbone``)."""
         files, cfg, served = check_layout(path, recipe)
-        model, decoder, dt = load_backbone(files, cfg, served, threads=threads, dtype=dtype, device=device)
+        model, decoder, dt = load_backbone(files, cfg, served, threads=threads, dtype=dtype, device=device, vae=vae,
+                                           root=path)
         assert files.text_encoder is not None and files.tokenizer is not None
         text = PromptEncoder.load(files.text_encoder, files.tokenizer, device=device, dtype=dt, text_len=cfg.text_len)
         return cls(model, decoder, text, sizes=sizes or DEFAULT_SIZES, max_sessions=max_sessions, dtype=dt,
