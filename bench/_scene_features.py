@@ -1,6 +1,6 @@
 """The feature space of ``bench.realism``'s Frechet distance: a small network trained on the
 renderer's frames alone to name their scene attributes (biome, vegetation, time, weather,
-season: ``model/default/prompt.py``).
+season: ``world/scene.py``).
 
 Its features (the 64 units before the attribute heads) describe what a frame shows in the
 terms the world is made of: a model frame that the network cannot place among the world's
@@ -25,8 +25,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from worldserve.bench._realism_measures import FrameClassifier, to_input
-from worldserve.model.default.prompt import ATTRIBUTES, SceneAttrs
 from worldserve.world import World, sample_scene
+from worldserve.world.scene import ATTRIBUTES, SceneAttrs
 
 DEFAULT_PATH = Path(__file__).parent / "data" / "scene_features.safetensors"
 SIZE = 64  # the frame side the network reads

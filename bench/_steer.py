@@ -21,7 +21,7 @@ async def steer(engine: Engine, ids: list[str], stop: asyncio.Event,
             a = np.zeros(ACTION_DIM, np.float32)
             a[int(rng.integers(4))] = 1.0
             seq += 1
-            engine.set_action(sid, a, seq)
+            engine.scheduler.set_action(sid, a, seq)
         if each_tick is not None:
             each_tick()
         await asyncio.sleep(0.25)

@@ -8,7 +8,7 @@ Starts the real server in this process on a free loopback port (default weights,
 - time to first frame: from sending ``start`` to receiving the first frame;
 - action to frame: from sending an action to receiving the first frame whose
   ``action_seq`` includes it (actions alternate keys, one every ``--interval`` s).
-- the same over WebRTC (server/rtc/client.py, an aiortc peer on loopback): the action
+- the same over WebRTC (bench/_rtc_client.py, an aiortc peer on loopback): the action
   goes on the ``actions`` data channel; it ends at the first decoded video frame that
   arrives after the status saying the frame carrying it was sent.
 
@@ -28,14 +28,13 @@ from pathlib import Path
 import numpy as np
 from aiohttp import web
 
+from worldserve.bench import encode_cost
+from worldserve.bench._rtc_client import RtcClient
 from worldserve.clients.sdk import FrameEvent, WorldClient
 from worldserve.protocol import Status
 from worldserve.server.app import create_app
-from worldserve.server.encode import measure
 from worldserve.server.keys import SERVICE
 from worldserve.server.logs import configure
-from worldserve.server.rtc.client import RtcClient
-from worldserve.server.rtc.encoder import measure as rtc_measure
 from worldserve.server.settings import Settings
 
 
@@ -43,19 +42,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def encode_table(buckets: tuple[int, ...]) -> list[str]:
-    lines = []
-    for codec in ("jpeg", "raw", "h264"):
-        for bucket in buckets:
-            ms = measure(codec, bucket, frames=60)
-            lines.append(f"encode codec={codec} bucket={bucket} ms_per_frame={ms:.3f}")
-    for rtc_codec in ("H264", "VP8"):
-        for bucket in buckets:
-            ms = rtc_measure(rtc_codec, bucket, frames=60)
-            lines.append(f"encode codec=rtc-{rtc_codec.lower()} bucket={bucket} ms_per_frame={ms:.3f}")
-    return lines
 
 
 async def run(args: argparse.Namespace) -> str:
@@ -173,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
                     default=(64, 128, 256))
     args = ap.parse_args(argv)
     configure("kv", "WARNING")
-    for line in encode_table(args.encode_buckets):
+    for line in encode_cost.table(args.encode_buckets):
         print(line)
     try:
         import uvloop

@@ -73,7 +73,7 @@ class Admissions:
         if verdict.admitted and verdict.settings is not None:
             live.level, live.settings = verdict.level, verdict.settings
             if live.action is not None:
-                engine.set_action(live.sid, live.action, live.action_seq)
+                engine.scheduler.set_action(live.sid, live.action, live.action_seq)
         return verdict
 
     def new_epoch(self, engine: Engine, live: Live) -> None:
@@ -83,7 +83,7 @@ class Admissions:
         if sid in engine.scheduler:
             engine.remove_session(sid)
         live.drop_held()
-        live.epoch = decision.epoch
+        live.session = decision.session  # a new epoch is a new Session in the store
         live.ring.clear()
         live.next_block = 0
         live.restored = None

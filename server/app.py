@@ -10,7 +10,7 @@ lifecycle:
   background, so ``/healthz`` answers at once and ``/readyz`` says 503 until the engine
   runs; on exit stop the service, the engine and the model thread.
 - ``on_shutdown``: end every session (clients get ``ended: shutdown``) and close every
-  registered connection (``CLOSABLES``: WebSockets now, WebRTC peers later).
+  registered connection (``CLOSABLES``: WebSockets and WebRTC peers).
 - ``cleanup_ctx``: the ``WorkerAgent`` (server/cluster/agent.py) registers the worker in the
   session directory (Redis with ``directory_url``, else an in-memory one), heartbeats,
   checkpoints and drains; it leaves the directory on exit.

@@ -136,7 +136,7 @@ def route(args: argparse.Namespace) -> None:
 
 # Subcommands whose options belong to another module: everything after the name is theirs.
 _DELEGATED = {"train": "worldserve.training.train", "soak": "worldserve.clients.soak",
-              "drill": "worldserve.clients.drill", "replay": "worldserve.model.replay"}
+              "drill": "worldserve.bench.drill", "replay": "worldserve.model.replay"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,7 +178,7 @@ def _run(argv: list[str]) -> None:
     sub.add_parser("soak", help="N sessions for a while: latency, drops, RSS (clients.soak)",
                    add_help=False)
     sub.add_parser("drill", help="drain a worker under load and check every session "
-                                 "(clients.drill)", add_help=False)
+                                 "(bench.drill)", add_help=False)
     sub.add_parser("replay", help="regenerate a served session from its log, frame for frame "
                                   "(model/replay.py)", add_help=False)
     args = ap.parse_args(argv)

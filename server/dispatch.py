@@ -7,8 +7,8 @@ read client messages of protocol v1 the same way and hand them to the same ``Ser
   is dropped and a ``rate_limited`` error goes out at most once a second), decodes and
   validates it (``ProtocolError`` for a bad one) and counts it.
 - ``dispatch`` routes a message that acts on the connection's session (action, prompt,
-  observation, block, keyframe, close) or needs none (ping) to the service, and sends
-  the answer (``ack``, ``pong``) through the transport.
+  observation, block: to the service's ``Inputs``; keyframe; close: to the service) or
+  needs none (ping), and sends the answer (``ack``, ``pong``) through the transport.
 
 What differs stays with each transport: how a session is opened (``start`` and ``resume``
 are WebSocket messages; on WebRTC the HTTP offer opens the session), the messages it
@@ -128,14 +128,15 @@ async def dispatch(service: Service, transport: Transport, msg: ClientMessage) -
     observation waits (its image is decoded off the loop); a transport that awaits each
     call in turn keeps its client's messages in order.
     """
+    inputs = service.inputs  # the part that owns a session's inputs (server/inputs.py)
     if isinstance(msg, Action):
-        service.action(transport.need_session(), msg)
+        inputs.action(transport.need_session(), msg)
     elif isinstance(msg, Prompt):
-        transport.send(service.prompt(transport.need_session(), msg))
+        transport.send(inputs.prompt(transport.need_session(), msg))
     elif isinstance(msg, Observation):
-        transport.send(await service.observe(transport.need_session(), msg))
+        transport.send(await inputs.observe(transport.need_session(), msg))
     elif isinstance(msg, Block):
-        service.block(transport.need_session(), msg)
+        inputs.block(transport.need_session(), msg)
     elif isinstance(msg, Keyframe):
         transport.need_session()
         transport.request_keyframe()

@@ -14,7 +14,6 @@ an encode runs on a pool thread: that encode finishes on the context it started 
 from __future__ import annotations
 
 import io
-import time
 from fractions import Fraction
 from typing import ClassVar, Protocol
 
@@ -113,17 +112,3 @@ def make_encoder(codec: Codec, *, quality: int = 80, fps: float = 24.0) -> Frame
         return H264Encoder(fps)
     raise ValueError(f"unknown codec {codec!r}")
 
-
-def measure(codec: Codec, bucket: int, frames: int = 60, seed: int = 0) -> float:
-    """Milliseconds per frame to encode ``frames`` smooth, moving test frames."""
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 256, (bucket // 4 + 2, bucket // 4 + 2, 3), dtype=np.uint8)
-    big = np.kron(base, np.ones((4, 4, 1), np.uint8))  # blocky, like a world frame
-    enc = make_encoder(codec)
-    enc.encode(big[:bucket, :bucket], 0)  # opens the encoder
-    t0 = time.perf_counter()
-    for i in range(1, frames + 1):
-        s = i % 8
-        enc.encode(np.ascontiguousarray(big[s : s + bucket, s : s + bucket]), i)
-    enc.close()
-    return (time.perf_counter() - t0) * 1000 / frames

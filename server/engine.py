@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from worldserve.session.admission import Admission
-from worldserve.session.degrade import Settings
+from worldserve.session.degrade import Rung
 from worldserve.session.plan import ModelState, Runner, SessionSpec, StepOutput, StepPlan
 from worldserve.session.scheduler import Event, Mode, Scheduler
 
@@ -47,7 +47,7 @@ class Suspension:
     next_block: int  # the first block it has not generated
     state: ModelState | None  # the runner's state (None: it had none yet, or export failed)
     level: int  # its degradation level then
-    settings: Settings  # what it ran at then
+    settings: Rung  # what it ran at then
 
 
 StepHook = Callable[[StepPlan, StepOutput, float], None]  # plan, output, wall seconds
@@ -148,9 +148,6 @@ class Engine:
             fut.add_done_callback(_retrieve)
             self.wake()
         return await asyncio.shield(fut)
-
-    def set_action(self, session_id: str, action: np.ndarray, seq: int) -> bool:
-        return self.scheduler.set_action(session_id, action, seq)
 
     def set_scene(self, session_id: str, prompt: str) -> None:
         self.scheduler.set_scene(session_id, prompt)

@@ -101,9 +101,8 @@ class EngineEvents:
             ch = self._chunk(live, ev, late)
             live.ring.append(ch)
             live.next_block = ev.block_idx + 1
-            session = self.sessions.store.peek(live.sid)
-            if ev.applied is not None and session is not None and session.epoch == live.epoch:
-                session.record_block(ev.block_idx, ev.applied, ev.frames)
+            if ev.applied is not None and self.sessions.store.peek(live.sid) is live.session:
+                live.session.record_block(ev.block_idx, ev.applied, ev.frames)
             if live.pull:
                 try:
                     self.sessions.store.commit_block(live.sid, ev.block_idx, len(ev.frames))

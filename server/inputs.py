@@ -94,7 +94,7 @@ class Inputs:
             self._ignored(live, "keys")
         if msg.mouse[0] or msg.mouse[1]:
             self._ignored(live, "mouse")
-        if live.pending is None and live.actions.take():
+        if live.pending is None and live.action_limit.take():
             self._apply_action(live, msg.seq, vec)
             return
         if live.pending is not None:
@@ -102,7 +102,7 @@ class Inputs:
         live.pending = (msg.seq, vec)
         if live.action_timer is None:
             loop = asyncio.get_running_loop()
-            live.action_timer = loop.call_later(live.actions.wait_time(), self._flush_action, live)
+            live.action_timer = loop.call_later(live.action_limit.wait_time(), self._flush_action, live)
 
     def _ignored(self, live: Live, kind: str) -> None:
         """Say once per connection that the model does not take inputs of ``kind``."""
@@ -119,9 +119,9 @@ class Inputs:
         live.action_timer = None
         if live.pending is None or self.sessions.get(live.sid) is not live:
             return
-        if not live.actions.take():
+        if not live.action_limit.take():
             loop = asyncio.get_running_loop()
-            live.action_timer = loop.call_later(live.actions.wait_time(), self._flush_action, live)
+            live.action_timer = loop.call_later(live.action_limit.wait_time(), self._flush_action, live)
             return
         (seq, vec), live.pending = live.pending, None
         self._apply_action(live, seq, vec)
@@ -130,15 +130,14 @@ class Inputs:
         live.action, live.action_seq = vec, seq
         engine = self.gate.scheduled(live.sid)
         if engine is not None:
-            engine.set_action(live.sid, vec, seq)
+            engine.scheduler.set_action(live.sid, vec, seq)
         self.metrics.actions.labels("applied").inc()
 
     def prompt(self, sid: str, msg: Prompt) -> Ack:
         live = self.sessions.attached(sid)
         engine = self.gate.require_ready()
         self._ignored(live, "prompt")
-        self.sessions.store.get(sid).set_scene(msg.prompt)
-        live.scene = msg.prompt
+        live.session.set_scene(msg.prompt)
         if sid in engine.scheduler:
             engine.set_scene(sid, msg.prompt)
         return Ack("prompt", msg.id)

@@ -23,11 +23,12 @@ from worldserve.server.limits import TokenBucket
 if TYPE_CHECKING:
     from worldserve.server.cluster.handoff import Handoff
 from worldserve.session.admission import Admission
-from worldserve.session.degrade import Settings as Rung
+from worldserve.session.degrade import Rung
 from worldserve.session.errors import AtCapacity, SessionError
 from worldserve.session.plan import CONTROLS, ModelState
 from worldserve.session.presentation import Presentation
 from worldserve.session.scheduler import RunnerInfo
+from worldserve.session.session import Session
 
 
 class Phase(StrEnum):
@@ -152,13 +153,13 @@ class Peer(Protocol):
 
 @dataclass(slots=True, eq=False)
 class Live:
-    """The server's view of one session (the store's ``Session`` is the lifetime's)."""
+    """The server's view of one session: what its transport and the worker keep beside the
+    store's ``Session``, which owns the session's lifetime, scene and epoch (read here, never
+    copied). docs/architecture.md has the table of which object owns which fact."""
 
-    sid: str
+    session: Session  # the store's (session/session.py)
     request: Start  # what the client asked for
-    scene: str
-    epoch: int
-    actions: TokenBucket
+    action_limit: TokenBucket  # actions applied at most this fast (the rest coalesce)
     ring: deque[Chunk]
     settings: Rung
     opened_at: float
@@ -183,6 +184,18 @@ class Live:
     adopted: int | None = None  # restored from another worker's handoff at this block
     handing_off: bool = False  # suspended for a migration: no more generation here
     told_ignored: set[str] = field(default_factory=set)  # input kinds said ignored on this connection
+
+    @property
+    def sid(self) -> str:
+        return self.session.id
+
+    @property
+    def scene(self) -> str:
+        return self.session.scene
+
+    @property
+    def epoch(self) -> int:
+        return self.session.epoch
 
     @property
     def pull(self) -> bool:

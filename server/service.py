@@ -3,7 +3,7 @@
 The ``SessionStore`` (session/store.py) decides identity and lifetime: ids and resume
 tokens, capacity (refusals carry retry-after), block_idx epochs, detach/resume and the
 detached TTL. The ``Engine`` (server/engine.py) generates. A transport (``Peer``: the
-WebSocket connection; WebRTC later) is attached to at most one session at a time and is
+WebSocket connection, server/ws.py, or a WebRTC peer, server/rtc/peer.py) is attached to at most one session at a time and is
 handed finished chunks and events.
 
 Block numbering. ``start`` is block 0 of a new epoch. In pull mode the store checks every
@@ -57,15 +57,8 @@ from typing import Any
 import numpy as np
 
 from worldserve.protocol import (
-    Ack,
-    Action,
-    Block,
     CloseCode,
     Ended,
-    Image,
-    Migrate,
-    Observation,
-    Prompt,
     ProtocolError,
     Resume,
     Resumed,
@@ -73,7 +66,6 @@ from worldserve.protocol import (
     Started,
 )
 from worldserve.server.admit import Admissions
-from worldserve.server.cluster.handoff import Handoff
 from worldserve.server.cluster.migration import Migration
 from worldserve.server.engine import Engine, Suspension
 from worldserve.server.engine_events import EngineEvents
@@ -97,7 +89,7 @@ from worldserve.server.offload import CodecPool
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
 from worldserve.session.costmodel import CostModel
-from worldserve.session.degrade import Settings as Rung
+from worldserve.session.degrade import Rung
 from worldserve.session.errors import BadToken, IllegalTransition, SessionStateMissing
 from worldserve.session.plan import BatchTiming, Runner
 from worldserve.session.scheduler import RunnerInfo, Scheduler
@@ -253,7 +245,7 @@ class Service:
         engine = self.gate.require_admitting(1.0)
         first = None
         if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
-            first = await self.decode_image(req.observation, "observation")
+            first = await self.inputs.decode_image(req.observation, "observation")
         elif req.bucket in self.shape.buckets:
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
             # worker thread, not by the model thread while every running session waits
@@ -299,7 +291,7 @@ class Service:
         )
         if session_id is None:
             decision = self.store.open_block(None, 0, config=config, scene=req.prompt, frames=self.block_frames(0))
-            sid, token, epoch = decision.session_id, decision.token or "", decision.epoch
+            session, token = decision.session, decision.token or ""
         else:
             if session_id in self.store:
                 raise PlacementRequired(f"reservation {session_id!r} is already in use")
@@ -308,13 +300,10 @@ class Service:
                               clock=self.clock)
             session.accept_block(0, self.block_frames(0))
             self.store.install(session)
-            sid, epoch = session_id, session.epoch
-        s = self.settings
+        sid, s = session.id, self.settings
         live = Live(
-            sid,
+            session,
             req,
-            req.prompt,
-            epoch,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             deque(maxlen=s.replay_blocks),
             Rung(req.fps, config.lookahead, self.shape.max_steps, req.bucket),
@@ -445,37 +434,9 @@ class Service:
         """End a session for good; its peer (if any) is told ``ended``. False if unknown."""
         return self.table.close(sid, reason)
 
-    # --- client inputs (server/inputs.py) ---
-
-    def action(self, sid: str, msg: Action) -> None:
-        self.inputs.action(sid, msg)
-
-    def prompt(self, sid: str, msg: Prompt) -> Ack:
-        return self.inputs.prompt(sid, msg)
-
-    async def observe(self, sid: str, msg: Observation) -> Ack:
-        return await self.inputs.observe(sid, msg)
-
-    def block(self, sid: str, msg: Block) -> None:
-        self.inputs.block(sid, msg)
-
-    async def decode_image(self, image: Image, field: str) -> np.ndarray:
-        return await self.inputs.decode_image(image, field)
-
-    # --- scale-out (server/cluster/migration.py) ---
-
     def sessions(self) -> list[str]:
         """Ids of the sessions held here (attached or detached)."""
         return self.table.ids()
-
-    async def checkpoint(self, sid: str) -> Handoff | None:
-        return await self.migration.checkpoint(sid)
-
-    async def hand_off(self, sid: str) -> Handoff | None:
-        return await self.migration.hand_off(sid)
-
-    def migrated(self, sid: str, msg: Migrate) -> None:
-        self.migration.migrated(sid, msg)
 
     # --- queries ---
 

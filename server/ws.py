@@ -253,7 +253,7 @@ class Connection:
         msg = self._inbound.over_rate_action(data)
         if self.sid is not None and msg is not None:
             with suppress(SessionError):
-                self.service.action(self.sid, msg)
+                self.service.inputs.action(self.sid, msg)
 
     async def _dispatch(self, msg: ClientMessage) -> None:
         if isinstance(msg, Start):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from worldserve.session.costmodel import Load
-from worldserve.session.degrade import DemandOf, Settings
+from worldserve.session.degrade import DemandOf, Rung
 
 
 class Verdict(StrEnum):
@@ -37,7 +37,7 @@ class AdmissionOptions:
 class Admission:
     verdict: Verdict
     level: int  # ladder rung admitted at (0 = full quality); -1 when refused
-    settings: Settings | None  # what the session will run at; None when refused
+    settings: Rung | None  # what the session will run at; None when refused
     utilisation: float  # predicted utilisation with the session (at the last rung tried)
     retry_after: float | None = None  # set when refused
 
@@ -47,7 +47,7 @@ class Admission:
 
 
 def decide(
-    rungs: Sequence[Settings], load: Load, demand_of: DemandOf, options: AdmissionOptions
+    rungs: Sequence[Rung], load: Load, demand_of: DemandOf, options: AdmissionOptions
 ) -> Admission:
     """Admit at the highest rung that fits the load, or refuse. ``load`` is not changed."""
     u = float("inf")

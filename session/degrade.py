@@ -65,7 +65,7 @@ from worldserve.session.costmodel import Demand, Load
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class Rung:
     """The knobs the ladder turns, as one session currently runs them."""
 
     fps: float
@@ -75,8 +75,8 @@ class Settings:
 
 
 def build_ladder(
-    requested: Settings, buckets: Sequence[int], *, min_steps: int = 2, min_fps: float = 12.0
-) -> tuple[Settings, ...]:
+    requested: Rung, buckets: Sequence[int], *, min_steps: int = 2, min_fps: float = 12.0
+) -> tuple[Rung, ...]:
     """Rung 0 is ``requested``; each next rung gives up one more thing, in ladder order."""
     rungs = [requested]
     cur = requested
@@ -95,7 +95,7 @@ def build_ladder(
     return tuple(rungs)
 
 
-def describe_change(old: Settings, new: Settings) -> tuple[str, ...]:
+def describe_change(old: Rung, new: Rung) -> tuple[str, ...]:
     """What changed, for clients and logs: ``("steps 4->3",)``."""
     out = []
     for name in ("lookahead", "steps", "fps", "bucket"):
@@ -113,7 +113,7 @@ class DegradationChanged:
     old_level: int
     new_level: int
     changes: tuple[str, ...]  # e.g. ("lookahead 2->0",)
-    settings: Settings  # what the session runs at now
+    settings: Rung  # what the session runs at now
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +151,12 @@ class LadderState:
     session_id: str
     priority: int
     order: int  # admission order, the last tie-break
-    rungs: tuple[Settings, ...]
+    rungs: tuple[Rung, ...]
     level: int = 0
     changed_at: float = float("-inf")
 
     @property
-    def settings(self) -> Settings:
+    def settings(self) -> Rung:
         return self.rungs[self.level]
 
     @property
@@ -164,7 +164,7 @@ class LadderState:
         return self.level == len(self.rungs) - 1
 
 
-DemandOf = Callable[[Settings], Demand]
+DemandOf = Callable[[Rung], Demand]
 
 
 class DegradeController:
@@ -290,7 +290,7 @@ def _up(s: LadderState, demand_of: DemandOf) -> int:
 
 def _alike(states: list[LadderState]) -> list[list[LadderState]]:
     """``states`` grouped by the settings they run at, in the order of their first member."""
-    groups: dict[Settings, list[LadderState]] = {}
+    groups: dict[Rung, list[LadderState]] = {}
     for s in states:
         groups.setdefault(s.settings, []).append(s)
     return list(groups.values())

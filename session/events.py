@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from worldserve.session.costmodel import Drift
-from worldserve.session.degrade import DegradationChanged, Settings
+from worldserve.session.degrade import DegradationChanged, Rung
 from worldserve.session.eventlog import Applied
 from worldserve.session.options import Mode
 
@@ -80,7 +80,7 @@ Event = ChunkReady | FrameSkipped | DeadlineMiss | DegradationChanged | RunnerEr
 class SessionStats:
     mode: Mode
     level: int
-    settings: Settings
+    settings: Rung
     next_block: int
     blocks_committed: int
     frames_committed: int

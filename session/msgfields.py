@@ -51,15 +51,16 @@ def pack_array(arr: np.ndarray) -> dict[str, object]:
 
 
 class Fields:
-    """A decoded msgpack map with exactly the expected keys, read field by field."""
+    """A decoded msgpack map with exactly the expected keys (``optional`` ones may be absent
+    or nil), read field by field."""
 
     __slots__ = ("_d", "path")
 
-    def __init__(self, obj: object, path: str, keys: set[str]) -> None:
+    def __init__(self, obj: object, path: str, keys: set[str], optional: frozenset[str] = frozenset()) -> None:
         if not isinstance(obj, dict):
             raise SnapshotError(f"{path}: expected a map, got {type(obj).__name__}")
-        if set(obj) != keys:
-            missing, extra = sorted(keys - set(obj)), sorted(map(repr, set(obj) - keys))
+        if not keys <= set(obj) <= keys | optional:
+            missing, extra = sorted(keys - set(obj)), sorted(map(repr, set(obj) - keys - optional))
             raise SnapshotError(f"{path}: missing keys {missing}, unexpected keys {extra}")
         self._d: dict[str, object] = obj
         self.path = path
@@ -100,8 +101,12 @@ class Fields:
             raise self._fail(key, f"a list of at most {max_len} items", v)
         return v
 
-    def get_map(self, key: str, keys: set[str]) -> Fields:
-        return Fields(self._d[key], f"{self.path}.{key}", keys)
+    def get_map(self, key: str, keys: set[str], optional: frozenset[str] = frozenset()) -> Fields:
+        return Fields(self._d[key], f"{self.path}.{key}", keys, optional)
+
+    def present(self, key: str) -> bool:
+        """An optional field that is there and not nil."""
+        return self._d.get(key) is not None
 
     def get_optional_array(self, key: str, dtype: str, ndim: int) -> np.ndarray | None:
         """A typed array field, or None where it is nil."""

@@ -212,8 +212,9 @@ class StepOutput:
 
 
 class Runner(Protocol):
-    """What the engine needs from a model runner. ``model.runner.ModelRunner`` is the
-    real one; ``session.fake_runner.FakeRunner`` stands in for scheduler tests.
+    """What the engine needs from a model runner. The families' runners
+    (``model/default/runner.py``, ``model/wan/runner.py``) are the real ones;
+    ``session.fake_runner.FakeRunner`` stands in for scheduler tests.
 
     Optional members (see the module docstring; ``RunnerInfo.of`` supplies the defaults):
     ``first_chunk_frames: int`` (frames of block 0), ``frame_size(bucket) -> (height,

@@ -29,7 +29,7 @@ class Record:
     next_block: int
     actions: np.ndarray  # (frames_per_chunk, ACTION_DIM) float32, latest action wins
     action_seq: int = 0
-    slot: int = 0  # display slot the next block is for (push)
+    display_slot: int = 0  # the display slot the next block is for (push)
     opened: bool = False
     in_flight: bool = False
     retry_at: float = float("-inf")  # after a runner error: hold its open/update/work until

@@ -7,7 +7,7 @@ The engine step is ``plan = schedule(now)``, ``out = runner.execute(plan)``,
 How ``schedule`` picks work:
 
 - Counters, not phases. A push session has a next block (``next_block``) and the display
-  slot it is meant for (``slot``, from its ``FrameClock``). Start-up, steady streaming and
+  slot it is meant for (``display_slot``, from its ``FrameClock``). Start-up, steady streaming and
   catch-up after a stall are the same path: the next block is due at ``due(slot)``.
 - A push chunk may start ``release_ahead`` chunk periods before it is due. One that can no
   longer make its slot's display time, even alone, skips slots until it can: the client
@@ -64,7 +64,7 @@ from worldserve.session.degrade import (
     DegradationChanged,
     DegradeController,
     LadderState,
-    Settings,
+    Rung,
     build_ladder,
     describe_change,
 )
@@ -165,7 +165,7 @@ class Scheduler:
                 f"need fps > 0 and lookahead >= 0, got fps={fps!r} lookahead={lookahead!r}"
             )
         pull = mode is Mode.PULL
-        requested = Settings(float(fps), 0 if pull else lookahead, steps, spec.bucket)
+        requested = Rung(float(fps), 0 if pull else lookahead, steps, spec.bucket)
         rungs = build_ladder(
             requested, info.buckets, min_steps=min(o.min_steps, steps), min_fps=o.min_fps
         )
@@ -315,7 +315,7 @@ class Scheduler:
                 continue
             clk = rec.clock
             period = clk.chunk_period
-            hard = clk.display(rec.slot) - o.margin
+            hard = clk.display(rec.display_slot) - o.margin
             if hard < now + c1:
                 # skip to a slot the late sessions of this key can make together: alone
                 # when it is the only one, in one batch when many are (saturation), so
@@ -323,12 +323,12 @@ class Scheduler:
                 ck = catch_up.get(key, c1)
                 slot = clk.slot_at(now + ck + o.margin + 1e-6)
                 if rec.committed == 0:  # nothing on screen to repeat: its clock starts later
-                    clk.anchor(rec.slot, clk.display(slot))
-                    rec.start_slips += slot - rec.slot
+                    clk.anchor(rec.display_slot, clk.display(slot))
+                    rec.start_slips += slot - rec.display_slot
                     self._set_release(rec)
                 else:
                     self._skip(rec, slot, now)
-                hard = clk.display(rec.slot) - o.margin
+                hard = clk.display(rec.display_slot) - o.margin
                 # several behind start now, as one batch; so does one whose chunk takes
                 # longer than its release lead: its release would leave no slack, and the
                 # least wake-up delay would make it skip again, slot after slot
@@ -465,9 +465,9 @@ class Scheduler:
         o = self.options
         s = rec.ladder.settings
         ahead = max(o.release_ahead * clk.chunk_period, self.cost.predict(s.bucket, s.steps, 1))
-        rec.release = clk.due(rec.slot) - o.margin - ahead
+        rec.release = clk.due(rec.display_slot) - o.margin - ahead
 
-    def _in_phase(self, t0: float, s: Settings) -> float:
+    def _in_phase(self, t0: float, s: Rung) -> float:
         """The first time at or after ``t0`` on the display grid of a running push session
         with the same bucket, steps and fps: clocks in phase fall due together and batch,
         where clocks a few milliseconds apart would each run alone."""
@@ -477,7 +477,7 @@ class Scheduler:
                 return rec.clock.next_display(t0)
         return t0
 
-    def _demand_of(self, s: Settings) -> Demand:
+    def _demand_of(self, s: Rung) -> Demand:
         return Demand(s.bucket, s.steps, self.info.frames_per_chunk / s.fps)
 
     def _catch_up_costs(self, now: float) -> dict[Key, float]:
@@ -489,7 +489,7 @@ class Scheduler:
                 continue
             s = rec.ladder.settings
             key = (s.bucket, s.steps)
-            if rec.clock.display(rec.slot) - self.options.margin < now + self.cost.predict(s.bucket, s.steps, 1):
+            if rec.clock.display(rec.display_slot) - self.options.margin < now + self.cost.predict(s.bucket, s.steps, 1):
                 counts[key] = counts.get(key, 0) + 1
         return {
             key: self.cost.predict(key[0], key[1], min(n, self._max_batch)) for key, n in counts.items()
@@ -505,16 +505,16 @@ class Scheduler:
         return Batch(key[0], key[1], works, deadline)
 
     def _skip(self, rec: Record, slot: int, now: float) -> None:
-        n = slot - rec.slot
+        n = slot - rec.display_slot
         if n <= 0:
             return
         fpc = self.info.frames_per_chunk
-        shown = rec.clock.display(rec.slot)
+        shown = rec.clock.display(rec.display_slot)
         self._events.append(
             FrameSkipped(rec.sid, rec.next_block, rec.next_block - 1, n * fpc, shown)
         )
         rec.skipped_slots += n
-        rec.slot = slot
+        rec.display_slot = slot
         self._set_release(rec)
         self.controller.note_miss(now)
 
@@ -532,12 +532,12 @@ class Scheduler:
             deadline = rec.requests.popleft()[2]
             display: float | None = None
         else:
-            deadline = display = rec.clock.display(rec.slot)
+            deadline = display = rec.clock.display(rec.display_slot)
             if rec.committed == 0 and done > deadline:  # late first frame: the clock moves
                 display = rec.clock.next_display(done)  # to the next slot on its grid,
-                rec.clock.anchor(rec.slot, display)  # so peers stay in phase
+                rec.clock.anchor(rec.display_slot, display)  # so peers stay in phase
                 deadline = display
-            rec.slot += 1
+            rec.display_slot += 1
             self._set_release(rec)
         events.append(ChunkReady(rec.sid, rec.next_block, frames, seq, display, applied))
         if done > deadline:
@@ -568,7 +568,7 @@ class Scheduler:
             old, new = state.rungs[old_level], state.settings
             rec.clock.lookahead = new.lookahead
             if new.fps != old.fps:
-                rec.clock.retime(rec.slot, new.fps)
+                rec.clock.retime(rec.display_slot, new.fps)
             self._set_release(rec)
             if new.bucket != old.bucket:
                 rec.spec = replace(rec.spec, bucket=new.bucket)

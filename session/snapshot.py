@@ -29,14 +29,8 @@ one row a pixel frame (K >= 1 and M >= 0 the family's action widths, at most
 ``MAX_ACTION_WIDTH``; N at most ``MAX_ACTION_ROWS``), ``anchor_frame`` at most the state's
 ``frame_index``.
 
-Older workers wrote versions 1 to 4; every version is read. Their "session" map adds
-``controls{held_seq, held, pending_seq, pending}`` (the session's last actions, kept before
-the replay log recorded what each block was made with): it is validated, then ignored.
-Their "model" map has only the keys its version knew: version 1 a default-family state
-(no ``family``, ``latents``, ``continuation`` or ``actions``); version 2 a latent family's
-(``family`` and ``latents``); version 3 adds ``continuation`` (never nil) to version 1's or
-2's by the family; version 4 adds ``actions`` (never nil) to version 3's, whose
-``continuation`` may be nil.
+``latents``, ``continuation`` and ``actions`` are optional: nil or absent where a state has
+none. Versions 1 to 4 were development formats no release wrote; they are not read.
 
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES``
 (``session/msgfields.py``, stored little-endian). ``restore`` validates everything (format, version, exact key sets, types,
@@ -49,10 +43,10 @@ Decisions:
 - The restored session is DETACHED (TTL counted from the restore) until the client
   resumes with its token. Clock readings (created, last seen) are per-process and are not
   carried; neither is the frame clock's phase (the scheduler's, rebuilt from the
-  counters). The KV cache travels in version 3's continuation: rebuilt from the clean
-  frames it would be close, not exact (they are rounded, and a window frame's keys were
-  computed against context that has left the window). Without one (versions 1 and 2)
-  the runner rebuilds it from ``model.frames`` or ``model.latents``.
+  counters). The KV cache travels in the continuation: rebuilt from the clean frames it
+  would be close, not exact (they are rounded, and a window frame's keys were computed
+  against context that has left the window). Without one the runner rebuilds it from
+  ``model.frames`` or ``model.latents``.
 - A session's actions travel in its replay log (what each block was made with) and, for a
   family that exports one, in the model state's action trace; no separate controls.
 """
@@ -88,12 +82,7 @@ from worldserve.session.session import (
 )
 
 FORMAT = "worldserve/session-snapshot"
-VERSION = 5  # the one written: no "controls"; "model" has every key, nil where absent
-VERSION_ACTIONS = 4  # a state with its action trace ("model" adds actions to version 3's)
-VERSION_CONTINUATION = 3  # a state with its continuation ("model" adds family and continuation)
-VERSION_LATENT = 2  # a latent family's state without one ("model" adds family and latents)
-VERSION_PIXEL = 1  # a pixel-frame (default family) state without one
-VERSIONS = (VERSION_PIXEL, VERSION_LATENT, VERSION_CONTINUATION, VERSION_ACTIONS, VERSION)
+VERSION = 5  # the one schema, written and read
 MAX_FAMILY_CHARS = 64
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
@@ -177,18 +166,13 @@ def restore(
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise SnapshotError(f"not a snapshot map with format {FORMAT!r}")
     version = obj.get("version")
-    if type(version) is not int or version not in VERSIONS:
+    if type(version) is not int or version != VERSION:
         shown = repr(version) if isinstance(version, int | float | str | None) else "?"
-        raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {list(VERSIONS)}")
+        raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {VERSION}")
     top = Fields(obj, "snapshot", {"format", "version", "session", "log", "model"})
     try:
-        session = _restore_session(top, clock, version)
-        if version == VERSION_PIXEL:
-            model = _restore_model(top.get_map("model", _MODEL_KEYS), max_frames)
-        elif version == VERSION_LATENT:
-            model = _restore_latent_model(top.get_map("model", _LATENT_MODEL_KEYS), max_frames)
-        else:
-            model = _restore_continued_model(top, max_frames, version)
+        session = _restore_session(top, clock)
+        model = _restore_state(top.get_map("model", _MODEL_KEYS, _MODEL_OPTIONAL), max_frames)
     except ValueError as exc:  # a constructor's own validation
         raise SnapshotError(str(exc)) from exc
     return session, model
@@ -251,11 +235,10 @@ def _pack_event(event: Event) -> dict[str, object]:
 _SESSION_KEYS = {"id", "token_sha256", "epoch", "scene", "config", "counters"}
 _CONFIG_KEYS = {"fps", "bucket", "steps", "lookahead", "mode", "priority", "seed"}
 _COUNTER_KEYS = {"blocks_committed", "last_block_idx", "frames_due", "frames_committed"}
-_CONTROL_KEYS = {"held_seq", "held", "pending_seq", "pending"}
 _LOG_KEYS = {"capacity", "dropped", "start", "events"}
 _START_KEYS = {"seed", "scene", "bucket", "steps"}
-_MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene"}
-_LATENT_MODEL_KEYS = _MODEL_KEYS | {"family", "latents"}
+_MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene", "family"}
+_MODEL_OPTIONAL = frozenset({"latents", "continuation", "actions"})
 _CONTINUATION_KEYS = {"kv", "prev", "anchor", "anchor_offset", "anchor_wait", "anchor_age"}
 _ACTION_KEYS = {"keyboard", "mouse", "first", "anchor_frame"}
 _EVENT_KEYS = {
@@ -266,12 +249,8 @@ _EVENT_KEYS = {
 }
 
 
-def _restore_session(top: Fields, clock: Clock, version: int) -> Session:
-    if version < VERSION:
-        s = top.get_map("session", _SESSION_KEYS | {"controls"})
-        _check_controls(s.get_map("controls", _CONTROL_KEYS))
-    else:
-        s = top.get_map("session", _SESSION_KEYS)
+def _restore_session(top: Fields, clock: Clock) -> Session:
+    s = top.get_map("session", _SESSION_KEYS)
     c = s.get_map("config", _CONFIG_KEYS)
     mode_name = c.get_str("mode", 8)
     if mode_name not in ("push", "pull"):
@@ -304,23 +283,6 @@ def _restore_session(top: Fields, clock: Clock, version: int) -> Session:
         frames_due=n.get_int("frames_due", 0, MAX_INT),
         frames_committed=n.get_int("frames_committed", 0, MAX_INT),
     )
-
-
-def _check_controls(k: Fields) -> None:
-    """An older version's controls (its last held and pending actions): checked, unused."""
-    held_seq, held = k.get_int("held_seq", 0, MAX_INT), _action(k, "held")
-    pending_seq, pending = k.get_int("pending_seq", 0, MAX_INT), _action(k, "pending")
-    if pending_seq < held_seq or (pending_seq == held_seq and not np.array_equal(pending, held)):
-        raise SnapshotError(f"{k.path}: pending action {pending_seq} is older than the held one")
-
-
-def _action(m: Fields, key: str) -> np.ndarray:
-    vec = m.get_array(key, "float32", 1)
-    if vec.shape != (ACTION_DIM,):
-        raise SnapshotError(f"{m.path}.{key}: expected shape ({ACTION_DIM},), got {vec.shape}")
-    if not np.isfinite(vec).all():
-        raise SnapshotError(f"{m.path}.{key}: not all finite")
-    return vec
 
 
 def _block_actions(m: Fields, key: str) -> np.ndarray:
@@ -420,29 +382,19 @@ def _restore_latent_model(m: Fields, max_frames: int) -> ModelState:
     )
 
 
-def _restore_continued_model(top: Fields, max_frames: int, version: int) -> ModelState:
-    """Versions 3 to 5: a version 1 or 2 "model" map (by its family) with a continuation;
-    version 4 adds the actions and lets the continuation be nil; version 5 has every key,
-    ``latents`` nil for the default family, ``continuation`` and ``actions`` nil where
-    there are none."""
-    raw = top._d["model"]
-    family = raw.get("family") if isinstance(raw, dict) else None
-    if not isinstance(family, str):
-        raise SnapshotError("snapshot.model.family: expected a str")
-    pixel = family == "default"
-    keys = (_MODEL_KEYS if pixel else _LATENT_MODEL_KEYS) | {"family", "continuation"}
-    if version >= VERSION_ACTIONS:
-        keys |= {"actions"}
-    if version >= VERSION:
-        keys |= {"latents"}
-    m = top.get_map("model", keys)
-    if pixel and version >= VERSION and m._d["latents"] is not None:
+def _restore_state(m: Fields, max_frames: int) -> ModelState:
+    """The "model" map: a pixel state (the default family: ``latents`` nil) or a latent
+    family's, with its continuation and action trace where it has them."""
+    pixel = m.get_str("family", MAX_FAMILY_CHARS) == "default"
+    if pixel and m.present("latents"):
         raise SnapshotError(f"{m.path}.latents: expected nil for the default family")
+    if not pixel and not m.present("latents"):
+        raise SnapshotError(f"{m.path}.latents: a latent family's state needs its latents")
     state = _restore_model(m, max_frames) if pixel else _restore_latent_model(m, max_frames)
     held = state.frames.shape[0] if state.latents is None else state.latents.shape[0]
-    if version == VERSION_CONTINUATION or m._d["continuation"] is not None:
+    if m.present("continuation"):
         state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS), held)
-    if version == VERSION_ACTIONS or (version >= VERSION and m._d["actions"] is not None):
+    if m.present("actions"):
         state.actions = _restore_actions(m.get_map("actions", _ACTION_KEYS), state.frame_index)
     return state
 

@@ -203,7 +203,7 @@ def fit_shift_head(model: torch.nn.Module) -> float:
     combination and a grid of mouse deltas against the commanded shift. The map is linear
     in the action inside its ranges, so this is the optimum its training term seeks, without
     the hundreds of steps Adam takes to get there. Returns the RMS error left, in pixels."""
-    from worldserve.session.plan import KEYS
+    from worldserve.protocol.vocab import KEYS
 
     keys = np.array(np.meshgrid(*[[0.0, 1.0]] * len(KEYS), indexing="ij")).reshape(len(KEYS), -1).T
     mouse = np.array(np.meshgrid(*[np.linspace(-1, 1, 9)] * 2, indexing="ij")).reshape(2, -1).T

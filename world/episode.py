@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worldserve.session.plan import ACTION_DIM
+from worldserve.protocol.vocab import ACTION_DIM
 
 from .policy import ActionPolicy, resolve_policy
 from .scene import SceneAttrs, parse_prompt, sample_scene

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldserve.session.plan import ACTION_DIM, KEYS
+from worldserve.protocol.vocab import ACTION_DIM, KEYS
 
 VIEW = 64  # world units seen by the camera, per side
 KEY_SPEED = 2.0  # world units per frame for a held movement key

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from worldserve.session.plan import ACTION_DIM, KEYS
+from worldserve.protocol.vocab import ACTION_DIM, KEYS
 
 ActionPolicy = Callable[[int, np.random.Generator], np.ndarray]
 _FWD, _BACK, _LEFT, _RIGHT = (KEYS.index(k) for k in ("forward", "back", "left", "right"))

@@ -48,7 +48,7 @@ class ModelConfig:
     # --- conditioning ---
     num_keys: int = 4  # multi-hot movement keys (forward, back, left, right)
     mouse_dims: int = 2  # continuous mouse / camera delta
-    scene_dim: int = 18  # scene conditioning vector length (model.prompt.SCENE_DIM)
+    scene_dim: int = 18  # scene conditioning vector length (world.scene.SCENE_DIM)
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
     anchor_warp: bool = True  # also copy from an anchor frame moved by the accumulated camera shift (model/default/anchor.py)

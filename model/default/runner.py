@@ -34,7 +34,6 @@ from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.kv_cache import KVCachePool
-from worldserve.model.default.prompt import parse_prompt
 from worldserve.model.default.slot import (
     SessionSlot,
     cached_ids,
@@ -59,6 +58,7 @@ from worldserve.session.plan import (
     StepPlan,
 )
 from worldserve.session.warmup import warm_up
+from worldserve.world.scene import parse_prompt
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from worldserve.model.default.prompt import SCENE_DIM
+from worldserve.world.scene import SCENE_DIM
 
 
 @dataclass(frozen=True)

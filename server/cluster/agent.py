@@ -243,7 +243,7 @@ class WorkerAgent:
     async def _migrate(self, sid: str) -> None:
         """Hand one session over; errors are logged and the drain loop tries again."""
         try:
-            handoff = await self.service.hand_off(sid)
+            handoff = await self.service.migration.hand_off(sid)
             if handoff is None:
                 return
             if not self.shared:  # nobody else can take it
@@ -264,7 +264,7 @@ class WorkerAgent:
             record = SessionRecord(sid, holder, handoff.epoch, handoff.next_block, SessionState.MIGRATING)
             await self._call(self.directory.update_session(record))
             url = ws_url(target.address) if target is not None else ""
-            self.service.migrated(sid, Migrate(sid, url, handoff.next_block, holder if target else "", retry_after))
+            self.service.migration.migrated(sid, Migrate(sid, url, handoff.next_block, holder if target else "", retry_after))
             log.info("session handed over", extra={"sid": sid, "target": holder if target else "",
                                                    "next_block": handoff.next_block})
         except asyncio.CancelledError:
@@ -311,7 +311,7 @@ class WorkerAgent:
             while True:
                 await asyncio.sleep(self.settings.snapshot_interval_s)
                 sids = self.service.sessions()
-                handoffs = await asyncio.gather(*(self.service.checkpoint(sid) for sid in sids),
+                handoffs = await asyncio.gather(*(self.service.migration.checkpoint(sid) for sid in sids),
                                                 return_exceptions=True)
                 for h in handoffs:
                     if isinstance(h, Handoff):

@@ -39,7 +39,7 @@ from worldserve.server.live import Chunk, Live, Shape
 from worldserve.server.metrics import Metrics
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
-from worldserve.session.degrade import Settings as Rung
+from worldserve.session.degrade import Rung
 from worldserve.session.errors import BadToken, SessionStateMissing
 from worldserve.session.plan import ModelState
 from worldserve.session.presentation import Presentation
@@ -205,7 +205,7 @@ class Migration:
             maxlen=max(s.replay_blocks, len(h.replay)),
         )
         live = Live(
-            sid, req, session.scene, h.epoch,
+            session, req,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             ring, rung, self.clock(), level=h.level,
         )

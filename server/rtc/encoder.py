@@ -27,15 +27,12 @@ private slot before its RTP loop starts (aiortc 1.16; tests/rtc/test_encoder.py 
 from __future__ import annotations
 
 import logging
-import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import av
-import numpy as np
 from aiortc import RTCRtpSender
 from aiortc.codecs.base import Encoder
 from aiortc.codecs.h264 import H264Encoder as _AiortcH264
@@ -242,44 +239,3 @@ def codec_name(mime_type: str) -> VideoCodecName | None:
     name = mime_type.split("/")[-1].upper()
     return name if name in ("H264", "VP8") else None  # type: ignore[return-value]
 
-
-# --- measuring ------------------------------------------------------------------------
-
-
-def sample_frames(bucket: int, n: int, seed: int = 0) -> list[Any]:
-    """``n`` smooth, moving, blocky yuv420p frames (a world frame's statistics, roughly)."""
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 256, (bucket // 4 + 2, bucket // 4 + 2, 3), dtype=np.uint8)
-    big = np.kron(base, np.ones((4, 4, 1), np.uint8))
-    out = []
-    for i in range(n):
-        s = i % 8
-        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(big[s : s + bucket, s : s + bucket]), format="rgb24")
-        vf = vf.reformat(format="yuv420p")
-        vf.pts, vf.time_base = i * 3750, VIDEO_TIME_BASE
-        out.append(vf)
-    return out
-
-
-def measure(codec: VideoCodecName, bucket: int, frames: int = 120, repeats: int = 5, fps: float = 24.0) -> float:
-    """Median over ``repeats`` runs of encode milliseconds per frame (after a keyframe)."""
-    return _median_ms(lambda: LatencyEncoder(codec, fps=fps), bucket, frames, repeats)
-
-
-def measure_aiortc_default(codec: VideoCodecName, bucket: int, frames: int = 120, repeats: int = 5) -> float:
-    """The same for aiortc's own encoder (for comparison)."""
-    make: Callable[[], Encoder] = _AiortcH264 if codec == "H264" else _AiortcVp8
-    return _median_ms(make, bucket, frames, repeats)
-
-
-def _median_ms(make: Callable[[], Encoder], bucket: int, frames: int, repeats: int) -> float:
-    vfs = sample_frames(bucket, frames + 1)
-    runs = []
-    for _ in range(repeats):
-        enc = make()
-        enc.encode(vfs[0], True)
-        t0 = time.perf_counter()
-        for vf in vfs[1:]:
-            enc.encode(vf)
-        runs.append((time.perf_counter() - t0) * 1000 / frames)
-    return statistics.median(runs)

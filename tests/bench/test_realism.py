@@ -46,9 +46,9 @@ from worldserve.bench.realism import (
     summary_fields,
     window,
 )
-from worldserve.model.default.prompt import ATTRIBUTES, SceneAttrs
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.world import World
+from worldserve.world.scene import ATTRIBUTES, SceneAttrs
 
 TINY = C2STConfig(widths=(8, 16), crop=24, epochs=6, batch=16)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,12 @@ import msgpack
 import numpy as np
 
 from tests.browser.browser import chromium
+from tests.polling import until
 from tests.rtc.harness import model_settings, serve_rtc
 from tests.server.test_e2e_model import smallest_bucket
+from worldserve.bench._rtc_client import RtcClient
 from worldserve.server.keys import SERVICE
 from worldserve.server.rtc import RtcSettings
-from worldserve.server.rtc.client import RtcClient
 from worldserve.server.rtc.keys import RTC_PEERS
 
 PIXELS = """(id) => {
@@ -37,14 +37,6 @@ PIXELS = """(id) => {
 }"""
 
 STATE = "() => ({...window.worldserve, pending: window.worldserve.pending.size})"
-
-
-async def until(cond: Any, timeout: float = 15.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.02)
 
 
 async def picture(page: Any, element: str) -> np.ndarray:
@@ -235,7 +227,7 @@ async def test_a_migrate_moves_the_page_to_the_other_worker() -> None:
         await page.wait_for_function("window.worldserve.framesShown > 0", timeout=20000)
         sid = (await page.evaluate(STATE))["session"]["id"]
         ws_b = url_b.replace("http", "ws", 1) + "/v1/ws"
-        a[SERVICE].migrated(sid, Migrate(sid, ws_b, 1, "b"))
+        a[SERVICE].migration.migrated(sid, Migrate(sid, ws_b, 1, "b"))
         await until(lambda: len(b[SERVICE].store) == 1, 20)
         shown = (await page.evaluate(STATE))["framesShown"]
         await page.wait_for_function(f"window.worldserve.framesShown > {shown + 5}", timeout=20000)

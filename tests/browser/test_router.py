@@ -10,27 +10,18 @@ closing DELETE to the worker holding the session.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import msgpack
 import pytest
 
 from tests.browser.browser import chromium
+from tests.polling import until
 from tests.scaleout.harness import Cluster, cluster
 from worldserve.clients.sdk import WorldClient
 from worldserve.server.keys import SERVICE
 
 STATE = "() => ({...window.worldserve, pending: window.worldserve.pending.size})"
-
-
-async def until(cond: Any, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.05)
 
 
 async def streaming(page: Any, more: int = 5, timeout: float = 60000) -> dict[str, Any]:

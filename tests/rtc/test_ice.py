@@ -11,10 +11,10 @@ import ifaddr
 import pytest
 
 from tests.rtc.harness import serve_rtc
+from worldserve.bench._rtc_client import RtcClient
 from worldserve.server.flags import build
 from worldserve.server.rtc import IceServer, RtcSettings
 from worldserve.server.rtc import ice as rtc_ice
-from worldserve.server.rtc.client import RtcClient
 from worldserve.server.settings import Settings
 
 START = {"prompt": "a green forest", "fps": 24.0, "bucket": 64}

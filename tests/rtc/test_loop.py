@@ -8,8 +8,8 @@ import numpy as np
 
 from tests.rtc.harness import serve_rtc
 from tests.server.loop_guard import LoopGuard
+from worldserve.bench._rtc_client import RtcClient
 from worldserve.protocol import Ack, Image, Observation, Ping, Pong, Prompt
-from worldserve.server.rtc.client import RtcClient
 from worldserve.server.rtc.keys import RTC_PEERS
 
 START = {"prompt": "a green forest", "fps": 24.0, "bucket": 64}

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import aiohttp
 import msgpack
 import pytest
 
+from tests.polling import until
 from tests.rtc.harness import serve_rtc
+from worldserve.bench._rtc_client import OfferRefused, RtcClient
 from worldserve.protocol import (
     Action,
     Block,
@@ -26,7 +26,6 @@ from worldserve.protocol import (
 )
 from worldserve.server.keys import SERVICE
 from worldserve.server.rtc import RtcSettings
-from worldserve.server.rtc.client import OfferRefused, RtcClient
 from worldserve.server.rtc.keys import RTC_PEERS
 
 START = {"prompt": "a green forest", "fps": 24.0, "bucket": 64}
@@ -48,14 +47,6 @@ async def offer_sdp() -> str:
     sdp: str = pc.localDescription.sdp
     await pc.close()
     return sdp
-
-
-async def until(cond: Any, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize(
@@ -367,7 +358,7 @@ async def test_a_migrate_goes_out_on_control_before_ended() -> None:
             answer = await c.connect(start=START)
             sid = answer["session"]["session_id"]
             await c.next_frame()
-            app[SERVICE].migrated(sid, Migrate(sid, "ws://10.0.0.2:8000/v1/ws", 42, "w2"))
+            app[SERVICE].migration.migrated(sid, Migrate(sid, "ws://10.0.0.2:8000/v1/ws", 42, "w2"))
             migrate, _ = await c.message(Migrate)
             assert isinstance(migrate, Migrate) and migrate.block_idx == 42
             ended, _ = await c.message(Ended)

@@ -1,6 +1,6 @@
 """WebRTC end to end on loopback with the real model (the trained default weights, or a
 random-init model before they exist: ``model_weights`` in tests/server/conftest.py) and an
-aiortc client (server/rtc/client.py).
+aiortc client (bench/_rtc_client.py).
 
 Frame indices on the client: the first status that names a frame (``frame`` key) names
 the first frame sent, and the received timestamps count on from it at 90 kHz / fps. So
@@ -21,9 +21,9 @@ import numpy as np
 
 from tests.rtc.harness import model_settings, rss_bytes, serve_rtc
 from tests.server.test_e2e_model import smallest_bucket
+from worldserve.bench._rtc_client import RtcClient
 from worldserve.protocol import Ack, Started, Status
 from worldserve.server.keys import SERVICE
-from worldserve.server.rtc.client import RtcClient
 from worldserve.server.rtc.keys import RTC_PEERS
 from worldserve.server.service import Service
 

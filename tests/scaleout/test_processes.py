@@ -10,7 +10,8 @@ from pathlib import Path
 
 import aiohttp
 
-from worldserve.clients.drill import Reference, check_session
+from tests.polling import until
+from worldserve.bench.drill import Reference, check_session
 from worldserve.clients.local import LocalCluster
 from worldserve.clients.probe import Probe
 from worldserve.clients.sdk import FrameEvent, WorldClient
@@ -101,10 +102,3 @@ async def test_a_killed_worker_s_session_resumes_elsewhere_with_the_gap_reported
         assert f":{cluster.ports[victim]}/" not in client.url
 
 
-async def until(cond: object, timeout: float) -> None:
-    assert callable(cond)
-    for _ in range(int(timeout * 20)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not true within {timeout} s")

@@ -1,5 +1,5 @@
 """A WebRTC session follows its worker's drain: two in-process workers (fake runner)
-sharing a directory, the aiortc client of server/rtc/client.py.
+sharing a directory, the aiortc client of bench/_rtc_client.py.
 
 The draining worker sends ``migrate`` and ``ended: migrated`` on the ``control`` channel
 and hangs up; the client re-offers to the target with ``resume`` (session_id, token and
@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 from av import VideoFrame
 
+from tests.polling import until
 from tests.scaleout.harness import Cluster, cluster
+from worldserve.bench._rtc_client import OfferRefused, RtcClient, http_base
 from worldserve.protocol import Ack, Ended, Migrate, Ping, Pong, Resumed, Started, Status
 from worldserve.server.cluster.directory import SessionState
 from worldserve.server.keys import AGENT, SERVICE
-from worldserve.server.rtc.client import OfferRefused, RtcClient, http_base
 from worldserve.server.rtc.keys import RTC_PEERS
 from worldserve.server.rtc.peer import RtcPeer
 from worldserve.session.fake_runner import session_tag
@@ -81,14 +82,6 @@ async def status_where(client: RtcClient, cond: Callable[[dict[str, Any]], bool]
         assert isinstance(msg, Status)
         if cond(wire):
             return wire
-
-
-async def eventually(cond: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Poll a condition no event announces (directory writes by spawned tasks)."""
-    end = time.monotonic() + timeout
-    while not await cond():
-        assert time.monotonic() < end, "condition not met"
-        await asyncio.sleep(0.02)
 
 
 async def place(c: Cluster) -> tuple[str, str, int]:
@@ -184,14 +177,14 @@ async def test_a_webrtc_session_migrates_when_its_worker_drains() -> None:
                 rec = await c.directory.get_session(sid)
                 return rec is not None and rec.worker_id == f"w{dst}" and rec.state is SessionState.ACTIVE
 
-            await eventually(active_on_b)
+            await until(active_on_b)
 
             await client.close()  # ends the session for good, on B
 
         async def gone_from_b() -> bool:
             return not b[RTC_PEERS] and len(b[SERVICE].store) == 0
 
-        await eventually(gone_from_b)
+        await until(gone_from_b)
         assert a[SERVICE].live(sid) is None and not a[RTC_PEERS]
 
 

@@ -46,7 +46,7 @@ ALLOWED: list[tuple[str, str, set[str], str]] = [
     ("*", "prometheus_client/process_collector.py", {"_boot_time", "collect"},
      "the process metrics read /proc/self: procfs answers from kernel memory, no disk"),
     ("threading.Lock.acquire", "aiortc/rtcrtpreceiver.py", {"__stop_decoder"},
-     "closing a receiving peer (the Python client, server/rtc/client.py) joins aiortc's "
+     "closing a receiving peer (the Python client, bench/_rtc_client.py) joins aiortc's "
      "decoder thread, which ends at its next frame; a server peer only sends"),
     ("*", "logging/__init__.py", {"emit", "flush"},
      "log records go to stderr (server/logs.py), which blockbuster allows; under pytest "

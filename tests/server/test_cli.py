@@ -106,7 +106,8 @@ async def _no_site(*args: object) -> None:
 
 
 def test_soak_and_drill_delegate_their_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldserve.clients import drill, soak
+    from worldserve.bench import drill
+    from worldserve.clients import soak
 
     seen: list[tuple[str, list[str]]] = []
     monkeypatch.setattr(soak, "main", lambda argv=None: seen.append(("soak", argv)))

@@ -49,8 +49,11 @@ class FakeTransport:
 
 
 class FakeService:
+    """The service and its ``inputs`` in one."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
+        self.inputs = self
 
     def action(self, sid: str, msg: Action) -> None:
         self.calls.append(("action", sid, msg))

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.polling import until
 from worldserve.server.engine import Engine
 from worldserve.session.admission import AdmissionOptions
 from worldserve.session.costmodel import CostModel
@@ -53,13 +54,8 @@ def chunks(events: list[Event], sid: str) -> list[int]:
 
 
 async def wait_chunks(events: list[Event], sid: str, n: int) -> list[ChunkReady]:
-    """The first ``n`` chunks the engine emitted for ``sid`` (waits up to a second)."""
-
-    async def until() -> None:
-        while len(chunks(events, sid)) < n:
-            await asyncio.sleep(0.002)
-
-    await asyncio.wait_for(until(), 1.0)
+    """The first ``n`` chunks the engine emitted for ``sid``."""
+    await until(lambda: len(chunks(events, sid)) >= n, what=f"{n} chunks of {sid}")
     return [e for e in events if isinstance(e, ChunkReady) and e.session_id == sid][:n]
 
 

@@ -15,6 +15,7 @@ from PIL import Image as PILImage
 
 from tests.server.harness import fake_factory, frames, recv, recv_type, send, serve
 from tests.server.loop_guard import BlockingError, LoopGuard
+from worldserve.bench.encode_cost import ws_ms
 from worldserve.protocol import (
     Ack,
     Error,
@@ -27,8 +28,9 @@ from worldserve.protocol import (
     Start,
     Started,
 )
-from worldserve.server.encode import measure
+from worldserve.server.encode import make_encoder
 from worldserve.server.offload import CodecPool
+from worldserve.server.ws import _timed_encode
 
 
 def _caught(guard: LoopGuard) -> list[str]:
@@ -55,10 +57,10 @@ async def test_a_blocking_call_in_a_handler_is_caught_even_when_the_server_answe
 
 async def test_codec_work_is_caught_on_the_loop_and_allowed_off_it(blockbuster: LoopGuard) -> None:
     with pytest.raises(BlockingError, match=r"JpegEncoder\.encode"):
-        measure("jpeg", 64, frames=1)
+        _timed_encode(make_encoder("jpeg"), np.zeros((64, 64, 3), np.uint8), 0, True)  # the writer's call
     assert _caught(blockbuster) == ["worldserve.server.encode.JpegEncoder.encode"]
-    assert await asyncio.to_thread(measure, "h264", 64, 2) > 0
-    assert await asyncio.to_thread(measure, "jpeg", 64, 2) > 0
+    assert await asyncio.to_thread(ws_ms, "h264", 64, 2) > 0
+    assert await asyncio.to_thread(ws_ms, "jpeg", 64, 2) > 0
     assert blockbuster.take() == []
 
 

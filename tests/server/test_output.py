@@ -17,8 +17,9 @@ from worldserve.server.live import Chunk, Live, Shape
 from worldserve.server.metrics import Metrics
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
-from worldserve.session.degrade import Settings as Rung
+from worldserve.session.degrade import Rung
 from worldserve.session.scheduler import ChunkReady
+from worldserve.session.session import Session, SessionConfig, hash_token
 
 
 class Peer:
@@ -40,7 +41,8 @@ def setup(mode: str) -> tuple[EngineEvents, Live, Peer]:
     sessions = Sessions(settings, metrics, time.monotonic, Gate())
     events = EngineEvents(metrics, time.monotonic, sessions, Shape(), Gate())
     req = Start(mode=mode, fps=50.0, bucket=64)
-    live = Live("s", req, "", 1, TokenBucket(10.0, 10, time.monotonic), deque(maxlen=4),
+    session = Session(SessionConfig(fps=50.0), hash_token("t"), session_id="s")
+    live = Live(session, req, TokenBucket(10.0, 10, time.monotonic), deque(maxlen=4),
                 Rung(50.0, 0, 1, 64), time.monotonic())
     peer = Peer()
     live.peer = peer

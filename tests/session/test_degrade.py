@@ -12,7 +12,7 @@ from worldserve.session.degrade import (
     DegradeController,
     DegradeOptions,
     LadderState,
-    Settings,
+    Rung,
     build_ladder,
     describe_change,
 )
@@ -21,7 +21,7 @@ from worldserve.session.scheduler import DeadlineMiss, FrameSkipped, RunnerError
 
 from .test_scheduler import Sim
 
-FULL = Settings(fps=24.0, lookahead=2, steps=4, bucket=128)
+FULL = Rung(fps=24.0, lookahead=2, steps=4, bucket=128)
 LADDER_DOWN = [
     ("lookahead 2->0",),
     ("steps 4->3",),
@@ -32,7 +32,7 @@ LADDER_DOWN = [
 ]
 
 
-def demand_of(s: Settings) -> Demand:
+def demand_of(s: Rung) -> Demand:
     return Demand(s.bucket, s.steps, 1 / s.fps)
 
 
@@ -70,7 +70,7 @@ def test_ladder_order_is_lookahead_then_steps_then_fps_then_resolution() -> None
 
 
 def test_ladder_leaves_out_rungs_that_would_change_nothing() -> None:
-    assert build_ladder(Settings(12.0, 0, 2, 64), (64, 128)) == (Settings(12.0, 0, 2, 64),)
+    assert build_ladder(Rung(12.0, 0, 2, 64), (64, 128)) == (Rung(12.0, 0, 2, 64),)
 
 
 def test_overload_degrades_until_the_prediction_fits_and_recovery_climbs_back_in_reverse() -> None:

@@ -45,33 +45,6 @@ def _array(arr: np.ndarray) -> dict[str, object]:
     return {"dtype": arr.dtype.name, "shape": list(arr.shape), "data": arr.tobytes()}
 
 
-# What versions 1 to 4 carried in "session": the last held action and the newest pending one.
-OLD_CONTROLS = {
-    "held_seq": 4,
-    "held": _array(action(1.0)),
-    "pending_seq": 9,
-    "pending": _array(action(0.0, 1.0)),
-}
-
-
-def as_version(data: bytes, version: int) -> bytes:
-    """The bytes an older worker wrote for the same session and state: version ``version``'s
-    layout (its "model" keys, a "controls" map in "session")."""
-    doc = unpack(data)
-    doc["version"] = version
-    doc["session"]["controls"] = OLD_CONTROLS
-    model = doc["model"]
-    if model["latents"] is None:
-        del model["latents"]
-    if version < 4:
-        assert model.pop("actions") is None, "versions 1 to 3 carry no action trace"
-    if version < 3:
-        assert model.pop("continuation") is None, "versions 1 and 2 carry no continuation"
-    if version == 1:
-        assert model.pop("family") == "default", "version 1 is the default family's"
-    return msgpack.packb(doc, use_bin_type=True)
-
-
 def test_round_trip_is_exact() -> None:
     session, token = busy_session()
     state = model_state(bucket=8, frames=5, scene="desert")
@@ -188,7 +161,7 @@ def _del(path: str) -> Any:
         (_set("session.config.mode", "poll"), "mode"),
         (_set("session.config.seed", -3), "seed"),
         (_set("session.counters.blocks_committed", 99), "blocks_committed"),
-        (_set("session.controls", OLD_CONTROLS), "unexpected keys .*controls"),
+        (_set("session.controls", {}), "unexpected keys .*controls"),
         (_set("log.capacity", 0), "capacity"),
         (_set("log.events", [{"kind": "teleport", "block": 1}]), "kind"),
         (
@@ -223,50 +196,24 @@ def trace() -> ActionTrace:
     return ActionTrace(keyboard=keyboard, mouse=mouse, first=3, anchor_frame=2)
 
 
-@pytest.mark.parametrize("version", [1, 4])
-def test_an_older_workers_snapshot_with_controls_restores(version: int) -> None:
-    """Versions 1 to 4 carry the session's controls; a worker restores them as the same
-    session and state (the controls are checked, then left: the replay log has the actions)."""
+def test_a_snapshot_without_the_optional_model_fields_restores_the_same_state() -> None:
     session, token = busy_session()
     state = model_state(bucket=8, frames=5, scene="desert")
-    if version == 4:
-        state.actions = trace()
-    data = as_version(snapshot(session, state), version)
-    assert unpack(data)["session"]["controls"]["pending_seq"] == 9 and "latents" not in unpack(data)["model"]
-    restored, model = restore(data, clock=FakeClock(50.0))
+    doc = unpack(snapshot(session, state))
+    assert {doc["model"].pop(k) for k in ("latents", "continuation", "actions")} == {None}
+    restored, model = restore(msgpack.packb(doc, use_bin_type=True), clock=FakeClock(50.0))
     assert restored.id == session.id and restored.check_token(token)
-    assert restored.status is SessionStatus.DETACHED and restored.config == session.config
-    for name in ("epoch", "scene", "blocks_committed", "last_block_idx", "frames_due", "frames_committed"):
-        assert getattr(restored, name) == getattr(session, name), name
-    assert list(restored.log) == list(session.log) and restored.log.start == session.log.start
     assert np.array_equal(model.frames, state.frames) and model.frame_index == state.frame_index
-    if version == 4:
-        assert model.actions is not None and model.actions.keyboard.tobytes() == trace().keyboard.tobytes()
-        assert (model.actions.first, model.actions.anchor_frame) == (3, 2) and model.continuation is None
-    else:
-        assert model.actions is None
+    assert model.continuation is None and model.actions is None
 
 
-@pytest.mark.parametrize(
-    ("edit", "needle"),
-    [
-        (_set("session.controls.held.dtype", "float64"), "dtype"),
-        (_set("session.controls.held.shape", [7]), "needs"),
-        (_set("session.controls.held.shape", [3, 2]), "shape"),
-        (_set("session.controls.pending", _array(np.full(6, np.nan, np.float32))), "pending: not all finite"),
-        (_set("session.controls.pending_seq", 1), "older than the held"),
-        (_set("session.controls.held_seq", -1), "held_seq"),
-        (_del("session.controls"), r"missing keys \['controls'\]"),
-        (_set("model.actions", None), "actions: expected a map"),
-    ],
-)
-def test_an_older_versions_bad_controls_are_a_snapshot_error_naming_them(edit: Any, needle: str) -> None:
+@pytest.mark.parametrize("version", [1, 4, 6])
+def test_a_snapshot_of_another_version_is_refused_naming_the_one_read(version: int) -> None:
     session, _ = busy_session()
-    state = model_state(bucket=8, frames=5)
-    state.actions = trace()
-    data = mutate(as_version(snapshot(session, state), 4), edit)
-    with pytest.raises(SnapshotError, match=needle):
-        restore(data)
+    doc = unpack(snapshot(session, model_state(bucket=8, frames=5)))
+    doc["version"] = version
+    with pytest.raises(SnapshotError, match=f"unsupported version {version}; this worker reads 5"):
+        restore(msgpack.packb(doc, use_bin_type=True))
 
 
 def test_a_default_family_state_with_latents_is_refused() -> None:

@@ -11,7 +11,6 @@ import msgpack
 import numpy as np
 import pytest
 
-from tests.session.test_snapshot import as_version
 from tests.session.test_snapshot_continuation import continuation
 from worldserve.session.errors import SnapshotError
 from worldserve.session.plan import ActionTrace, ModelState
@@ -19,7 +18,6 @@ from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import (
     MAX_ACTION_ROWS,
     VERSION,
-    VERSION_ACTIONS,
     restore,
     snapshot,
 )
@@ -50,14 +48,11 @@ def session() -> Session:
     return Session.create(SessionConfig(fps=16.0, bucket=32, steps=3), scene="")[0]
 
 
-@pytest.mark.parametrize("version", [VERSION, VERSION_ACTIONS])
 @pytest.mark.parametrize("mouse", [2, 0])
-def test_an_action_trace_round_trips_bit_for_bit(mouse: int, version: int) -> None:
+def test_an_action_trace_round_trips_bit_for_bit(mouse: int) -> None:
     want = latent_state(trace(mouse=mouse))
     data = snapshot(session(), want)
-    if version != VERSION:
-        data = as_version(data, version)
-    assert msgpack.unpackb(data)["version"] == version
+    assert msgpack.unpackb(data)["version"] == VERSION
     _, got = restore(data)
     assert got.actions is not None and want.actions is not None and got.continuation is None
     assert got.actions.keyboard.dtype == np.float32 and got.actions.keyboard.tobytes() == want.actions.keyboard.tobytes()
@@ -115,7 +110,6 @@ def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
         (_set("first", -1), r"actions\.first"),
         (_set("anchor_frame", 13), r"actions\.anchor_frame: expected an int in \[0, 12\]"),
         (lambda m: m["actions"].pop("anchor_frame"), r"actions: missing keys \['anchor_frame'\]"),
-        (lambda m: m.pop("actions"), r"model: missing keys \['actions'\]"),
         (lambda m: m.__setitem__("actions", b"\x80\x04."), r"actions: expected a map"),
         (lambda m: m.__setitem__("frames", _array(np.zeros((2, 32, 48, 3), np.uint8))), r"frames: expected \(0 or 1"),
     ],

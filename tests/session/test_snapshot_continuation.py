@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 from tests.session.fakes import model_state
-from tests.session.test_snapshot import as_version
 from worldserve.session.errors import SnapshotError
 from worldserve.session.plan import Continuation, ModelState
 from worldserve.session.session import Session, SessionConfig
-from worldserve.session.snapshot import VERSION, VERSION_CONTINUATION, restore, snapshot
+from worldserve.session.snapshot import VERSION, restore, snapshot
 
 
 def continuation(frames: int, *, anchor: bool = True) -> Continuation:
@@ -44,14 +43,11 @@ def session() -> Session:
     return Session.create(SessionConfig(fps=24.0, bucket=8, steps=4), scene="s")[0]
 
 
-@pytest.mark.parametrize("version", [VERSION, VERSION_CONTINUATION])
 @pytest.mark.parametrize("anchor", [True, False])
-def test_a_continuation_round_trips_bit_for_bit(anchor: bool, version: int) -> None:
+def test_a_continuation_round_trips_bit_for_bit(anchor: bool) -> None:
     want = continued_state(anchor=anchor)
     data = snapshot(session(), want)
-    if version != VERSION:
-        data = as_version(data, version)
-    assert msgpack.unpackb(data)["version"] == version
+    assert msgpack.unpackb(data)["version"] == VERSION
     _, got = restore(data)
     assert got.continuation is not None and want.continuation is not None
     a, b = got.continuation, want.continuation
@@ -121,10 +117,9 @@ def test_a_bad_continuation_is_a_snapshot_error_naming_the_field(
         restore(_edit(edit))
 
 
-@pytest.mark.parametrize("version", [VERSION, VERSION_CONTINUATION])
-def test_a_snapshot_without_its_family_is_a_snapshot_error(version: int) -> None:
+def test_a_snapshot_without_its_family_is_a_snapshot_error() -> None:
     data = snapshot(session(), continued_state())
-    doc = msgpack.unpackb(data if version == VERSION else as_version(data, version), raw=False)
+    doc = msgpack.unpackb(data, raw=False)
     del doc["model"]["family"]
-    with pytest.raises(SnapshotError, match=r"model\.family"):
+    with pytest.raises(SnapshotError, match=r"model: missing keys \[.family.\]"):
         restore(msgpack.packb(doc, use_bin_type=True))
