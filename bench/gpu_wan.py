@@ -3,7 +3,7 @@ N sessions batched across clients.
 
     python -m bench.gpu_wan [--sessions 1 2 4] [--chunks 8] [--dtype bfloat16|float32]
                             [--height 480 --width 832] [--no-overlap] [--tiny]
-                            [--model wan-causal|matrix-game-2] [--recipe NAME]
+                            [--model wan-causal|matrix-game-2] [--recipe NAME] [--vae full|tae]
 
 Builds the Wan2.1-T2V-1.3B causal transformer (``model/wan/causal.py``), the Wan2.1 VAE
 (``model/wan/vae_stream.py``) and UMT5-XXL's encoder with random weights on the device, then for
@@ -39,12 +39,17 @@ counted, nor lookahead (each chunk of lookahead adds a period). Its summary line
 ``--recipe NAME`` (model/wan/recipes.py) times a published checkpoint's settings: its steps,
 chunk, sinks and window (a Matrix-Game recipe picks its variant and the model).
 
+``--vae tae`` decodes with TAEHV's decoder (model/wan/tae.py, its published widths, random
+weights) instead of the Wan2.1 VAE: the rows' dec ms and VAE MiB and the summary's decode_share
+are then TAEHV's (Matrix-Game's image condition still goes through the full VAE's encoder).
+
 ``--tiny`` runs the same loop on the CPU at a tiny size (how the bench is tested).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -60,6 +65,7 @@ from worldserve.model.wan.cache import ChunkContext, WanKVCache
 from worldserve.model.wan.causal import CausalWanModel, TextKV
 from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.sampler import generate_chunk
+from worldserve.model.wan.tae import TAE_WIDTHS, TaeDecoder, build_decoder
 from worldserve.model.wan.vae_stream import (
     WAN21_VAE_CONFIG,
     StreamingDecoder,
@@ -98,6 +104,7 @@ class Setup:
     width: int
     device: torch.device
     dtype: torch.dtype
+    vae: str = "full"  # the decoder: the Wan2.1 VAE, or "tae" (TAEHV)
 
     @property
     def image(self) -> bool:
@@ -183,7 +190,12 @@ class Bench:
         try:
             with torch.device(dev):
                 self.model = CausalWanModel(setup.cfg).eval()
-                self.decoder = StreamingDecoder(AutoencoderKLWan(**setup.vae_config).eval())
+                self.decoder: StreamingDecoder | TaeDecoder = StreamingDecoder(
+                    AutoencoderKLWan(**setup.vae_config).eval())
+                if setup.vae == "tae":  # TAEHV decodes; the full VAE stays for Matrix-Game's condition
+                    widths = TAE_WIDTHS if setup.device.type == "cuda" else (8, 8, 4, 4)  # --tiny on the CPU
+                    net = build_decoder(setup.cfg.out_dim, widths).eval()
+                    self.decoder = TaeDecoder(net, encoder=self.decoder if setup.image else None)
                 if setup.image:
                     self.clip = ImageEncoder(CLIPVisionModel(CLIPVisionConfig(**setup.text_config)))
                 else:
@@ -415,6 +427,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--width", type=int, default=0, help="pixels (default 832, matrix-game-2 640; --tiny 48)")
     ap.add_argument("--no-overlap", action="store_true", help="skip the side-stream decode rows")
     ap.add_argument("--tiny", action="store_true", help="a tiny random model on the CPU")
+    ap.add_argument("--vae", choices=["full", "tae"], default="full", help="the decoder: the Wan2.1 VAE or TAEHV")
     ap.add_argument("--recipe", choices=recipes.names(), help="a published checkpoint's settings")
     args = ap.parse_args(argv)
     if args.recipe:
@@ -426,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     sessions = sorted(set(args.sessions or ([1, 2, 3, 4] if mg else [1, 2, 4])))
     if sessions[0] != 1:
         sessions = [1, *sessions]
-    s = make_setup(args)
+    s = dataclasses.replace(make_setup(args), vae=args.vae)
     if s.height % 16 or s.width % 16:
         raise SystemExit(f"--height/--width must be multiples of 16 (VAE 8x, patch 2x), got {s.height}x{s.width}")
 
@@ -441,6 +454,9 @@ def main(argv: list[str] | None = None) -> None:
           f"sinks {c.sink_frames} + window {c.window_frames}; {len(c.timesteps)} steps + commit; "
           f"{s.height}x{s.width} pixels, {c.tokens_per_frame(*s.latent_hw)} tokens a latent frame")
     print(per_session_line(args.model, args.recipe))
+    if isinstance(bench.decoder, TaeDecoder):
+        print(f"decoder: TAEHV ({sum(p.numel() for p in bench.decoder.net.parameters()) / 1e6:.1f}M parameters, "
+              f"random weights)")
 
     bench.row(1, 1, overlap=False)  # warm-up: kernels, allocator
     ttff_s = bench.ttff()

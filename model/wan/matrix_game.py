@@ -104,14 +104,14 @@ class MatrixGameRunner(WanRunner):
                  sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES, max_sessions: int = 8,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                  start_image: np.ndarray | None = None, decoder_context: int = DECODER_CONTEXT,
-                 served: Served | None = None):
+                 served: Served | None = None, overlap: bool | None = None):
         a = model.cfg.action_config
         if a is None or model.cfg.model_type != "i2v":
             raise ValueError("MatrixGameRunner serves an i2v model with action modules (action_config)")
         if clip.dim != model.cfg.image_dim:
             raise ValueError(f"the CLIP encoder's width {clip.dim} is not the transformer's image_dim {model.cfg.image_dim}")
         super().__init__(model, decoder, None, sizes=sizes, max_sessions=max_sessions, dtype=dtype, device=device,
-                         decoder_context=decoder_context, served=served)
+                         decoder_context=decoder_context, served=served, overlap=overlap)
         self.clip = clip
         self.variant = variant_of(a)
         self.start_image = start_image

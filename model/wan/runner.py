@@ -38,6 +38,8 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
@@ -58,6 +60,7 @@ from worldserve.session.plan import (
     Batch,
     BatchTiming,
     ChunkResult,
+    ChunkWork,
     ModelState,
     SessionSpec,
     SessionUpdate,
@@ -92,6 +95,27 @@ class WanSession:
     stream: VaeStream | TaeStream
     sinks: list[torch.Tensor] = field(default_factory=list)  # (C, h, w) clean latents, frames 0..S-1
     recent: deque[torch.Tensor] = field(default_factory=deque)  # the latest clean latents after the sinks
+
+
+class Decoding:
+    """A chunk's frames on their way to the host: ``result()`` gives (F', H, W, 3) uint8 arrays,
+    one per session, waiting for the decode stream's event (CUDA) or running a decode that was
+    held back until then (``later``: the CPU's overlapped order)."""
+
+    def __init__(self, frames: list[torch.Tensor] | None = None, done: torch.cuda.Event | None = None,
+                 later: Callable[[], list[torch.Tensor]] | None = None) -> None:
+        self._frames = frames
+        self._done = done
+        self._later = later
+
+    def result(self) -> list[np.ndarray]:
+        if self._later is not None:
+            self._frames, self._later = self._later(), None
+        if self._done is not None:
+            self._done.synchronize()
+            self._done = None
+        assert self._frames is not None
+        return [f.cpu().numpy() for f in self._frames]
 
 
 def load_backbone(
@@ -149,10 +173,12 @@ class WanRunner:
         device: str | torch.device = "cpu",
         decoder_context: int = DECODER_CONTEXT,
         served: Served | None = None,
+        overlap: bool | None = None,
     ):
         """``sizes``: the (height, width) pixel frame sizes served; each is a bucket keyed by
         its height (heights must differ), in multiples of the VAE's 8 times the patch.
-        ``served``: the recipe (its prompt switch; printed in /v1/load)."""
+        ``served``: the recipe (its prompt switch; printed in /v1/load). ``overlap``: decode a
+        batch while the next one generates (``_run_batches``); None: where CUDA runs the model."""
         self.cfg: WanConfig = model.cfg
         self.served = served or Served(None)
         self.device = torch.device(device)
@@ -178,6 +204,9 @@ class WanRunner:
             h: WanKVCache.create(cfg, h // VAE_SCALE, w // VAE_SCALE, max_sessions, dtype, self.device)
             for h, w in self.sizes.values()
         }
+        self.overlap: bool = self.device.type == "cuda" if overlap is None else overlap
+        self._decode_stream = (torch.cuda.Stream(device=self.device)
+                               if self.overlap and self.device.type == "cuda" else None)
         self.sessions: dict[str, WanSession] = {}
         self._told: set[str] = set()  # what was said once (ignored observations)
 
@@ -233,23 +262,59 @@ class WanRunner:
             guarded(out, spec.session_id, self._open, spec)
         for upd in plan.updates:
             guarded(out, upd.session_id, self._update, upd)
-        for batch in plan.batches:
-            states = [self._runnable(out, it.session_id, batch) for it in batch.items]
-            items = [it for it, s in zip(batch.items, states, strict=True) if s is not None]
+        self._run_batches(out, plan.batches)
+        return out
+
+    def _run_batches(self, out: StepOutput, batches: list[Batch]) -> None:
+        """Generate and decode each batch; frames go out in the plan's order.
+
+        Serial (``overlap`` off, today's order): generate a batch, decode it, the next. Overlapped:
+        a batch's decode is handed on as soon as its latents are committed and the next batch's
+        generation starts before it is waited for. On CUDA the decode runs on a second stream
+        (``_decode_stream``), so the GPU decodes one batch while it denoises the next; the host
+        waits for each batch's frames only after the following batch is enqueued. On the CPU the
+        same order runs one thing at a time (the next batch's generation, then the previous
+        batch's decode), which is what the tests check. A batch's timing is the wall time from its
+        generation's start to the next one's (the last: to its frames on the host), so the
+        timings of a plan add up to its wall time either way."""
+        pending: list[tuple[Batch, list[ChunkWork], Decoding, float]] = []
+
+        def finish(keep: int) -> None:
+            """Wait for all but the latest ``keep`` batches in flight and hand their frames out."""
+            while len(pending) > keep:
+                batch, items, job, t0 = pending.pop(0)
+                try:
+                    frames = job.result()
+                except Exception as exc:
+                    self._fail(out, items, exc)
+                    continue
+                end = pending[0][3] if pending else time.perf_counter()
+                out.timings.append(BatchTiming(batch.bucket, batch.steps, len(items), end - t0))
+                for it, fr in zip(items, frames, strict=True):
+                    out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
+
+        for batch in batches:
+            found = [self._runnable(out, it.session_id, batch) for it in batch.items]
+            items = [it for it, s in zip(batch.items, found, strict=True) if s is not None]
+            states = [s for s in found if s is not None]
             if not items:
                 continue
             t0 = time.perf_counter()
             try:
-                frames = self._run_chunk(batch.steps, [s for s in states if s is not None], [it.actions for it in items])
+                x0 = self._generate(batch.steps, states, [it.actions for it in items])
+                job = self._submit_decode(states, x0)
             except Exception as exc:  # the batch failed as a whole: each member is told
-                log.exception("wan batch of %d failed", len(items))
-                for it in items:
-                    out.errors[it.session_id] = f"{type(exc).__name__}: {exc}"
+                self._fail(out, items, exc)
                 continue
-            out.timings.append(BatchTiming(batch.bucket, batch.steps, len(items), time.perf_counter() - t0))
-            for it, fr in zip(items, frames, strict=True):
-                out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
-        return out
+            pending.append((batch, items, job, t0))
+            finish(1 if self.overlap else 0)  # overlapped: the latest batch's decode stays in flight
+        finish(0)
+
+    @staticmethod
+    def _fail(out: StepOutput, items: list[ChunkWork], exc: Exception) -> None:
+        log.error("wan batch of %d failed", len(items), exc_info=exc)
+        for it in items:
+            out.errors[it.session_id] = f"{type(exc).__name__}: {exc}"
 
     def export_state(self, session_id: str) -> ModelState:
         s = self._get(session_id)
@@ -416,9 +481,10 @@ class WanRunner:
         s.stream.dispose()
         s.stream = self.decoder.open()
         if frames:
-            x = torch.stack(frames, 1)[None]  # (1, C, N, h, w)
-            for i in range(0, x.shape[2], self.cfg.chunk_frames):
-                self.decoder.decode_batch_float([s.stream], x[:, :, i:i + self.cfg.chunk_frames])
+            with self._decoding():
+                x = torch.stack(frames, 1)[None]  # (1, C, N, h, w)
+                for i in range(0, x.shape[2], self.cfg.chunk_frames):
+                    self.decoder.decode_batch_float([s.stream], x[:, :, i:i + self.cfg.chunk_frames])
 
     def _text_kv(self, prompt: str) -> TextKV:
         emb = self.text.encode(prompt)  # (text_len, text_dim), cached by the encoder
@@ -433,7 +499,12 @@ class WanRunner:
 
     def _run_chunk(self, steps: int, states: list[WanSession], actions: list[np.ndarray] | None = None
                    ) -> list[np.ndarray]:
-        """Generate, commit and decode one chunk for each session; (F', H, W, 3) uint8 each.
+        """Generate, commit and decode one chunk for each session; (F', H, W, 3) uint8 each."""
+        return self._submit_decode(states, self._generate(steps, states, actions)).result()
+
+    def _generate(self, steps: int, states: list[WanSession], actions: list[np.ndarray] | None = None
+                  ) -> torch.Tensor:
+        """Generate and commit one chunk for each session: the clean latents (B, C, F, h, w).
         ``actions``: each session's (frames, ACTION_DIM) actions of the block."""
         cfg = self.cfg
         pool = self.pools[states[0].bucket]
@@ -460,8 +531,41 @@ class WanRunner:
                 else:
                     s.recent.append(frame)
                 s.frame_index += 1
-        pixels = self.decoder.decode_batch([s.stream for s in states], x0)
-        return [p.cpu().numpy() for p in pixels]
+        return x0
+
+    def _submit_decode(self, states: list[WanSession], x0: torch.Tensor) -> Decoding:
+        """Start decoding a chunk's latents in the sessions' streams: on the decode stream where
+        there is one (its pixels copied to pinned host memory there); on the CPU at once, or,
+        overlapped, when its result is asked for."""
+        streams = [s.stream for s in states]
+        side = self._decode_stream
+        if side is None:
+            if self.overlap:  # the CPU: decoded when waited for, after the next batch's generation
+                return Decoding(later=lambda: self.decoder.decode_batch(streams, x0))
+            return Decoding(self.decoder.decode_batch(streams, x0))
+        side.wait_stream(torch.cuda.current_stream(self.device))  # the latents, committed
+        with torch.cuda.stream(side):
+            x0.record_stream(side)  # made on the main stream: not reused before the decode has read it
+            pixels = self.decoder.decode_batch(streams, x0)
+            host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=True) for p in pixels]
+            for h, p in zip(host, pixels, strict=True):
+                h.copy_(p, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(side)
+        return Decoding(host, done)
+
+    @contextmanager
+    def _decoding(self) -> Iterator[None]:
+        """Decoder work outside the hot path (priming a stream) on the decode stream too, so that
+        every stream cache lives on one CUDA stream."""
+        side = self._decode_stream
+        if side is None:
+            yield
+            return
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            yield
+        side.synchronize()
 
     def _chunk_inputs(self, states: list[WanSession], ctx: ChunkContext, actions: list[np.ndarray] | None
                       ) -> dict[str, object]:

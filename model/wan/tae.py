@@ -55,6 +55,7 @@ TAE_WHERE = (f"the GitHub repository {TAE_REPO} publishes it at its top ({TAE_FI
 TRIM = 3  # frames TAEHV drops at a video's start: 4 per latent frame, 1 for the first
 TIME_GROWS = {7: 1, 13: 2, 19: 2}  # layer index -> frames out per frame in
 MEMORY_BLOCKS = (3, 4, 5, 9, 10, 11, 15, 16, 17)
+TAE_WIDTHS = (256, 128, 64, 64)  # taew2_1.pth's
 
 
 class _Clamp(nn.Module):
@@ -89,7 +90,7 @@ class _Grow(nn.Module):
         return self.conv(x).reshape(n * self.stride, c, h, w)  # frame t's outputs are frames t*s .. t*s + s-1
 
 
-def build_decoder(z_dim: int = 16, widths: tuple[int, int, int, int] = (256, 128, 64, 64)) -> nn.Sequential:
+def build_decoder(z_dim: int = 16, widths: tuple[int, int, int, int] = TAE_WIDTHS) -> nn.Sequential:
     """TAEHV's decoder with the checkpoint's layer indices (random weights)."""
     w0, w1, w2, w3 = widths
     conv = lambda a, b, bias=True: nn.Conv2d(a, b, 3, padding=1, bias=bias)  # noqa: E731

@@ -52,3 +52,13 @@ def test_matrix_game_at_the_real_size_needs_a_gpu(monkeypatch):
     monkeypatch.setattr(gpu_wan.torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         gpu_wan.main(["--model", "matrix-game-2"])
+
+
+@pytest.mark.parametrize("model", ["wan-causal", "matrix-game-2"])
+def test_tae_decodes_in_the_loop_and_its_decode_share_is_reported(capsys, model):
+    gpu_wan.main(["--tiny", "--model", model, "--sessions", "1", "--chunks", "1", "--vae", "tae"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(ln.startswith("decoder: TAEHV") for ln in lines)
+    m = re.match(SUMMARY.pattern.rstrip("$"), lines[-1])
+    assert m, lines[-1]
+    assert 0 < float(m["share"]) < 1
