@@ -89,19 +89,9 @@ def resolve_weights(weights: Path | None, workdir: Path) -> tuple[Path, str]:
         return weights, str(weights)
     if DEFAULT_WEIGHTS.exists() and config_path(DEFAULT_WEIGHTS).exists():
         return DEFAULT_WEIGHTS, "shipped"
-    import torch
+    from worldserve.model.default.weights import save_random_model
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
-    from worldserve.model.default.weights import save_model
-
-    torch.manual_seed(0)
-    model = WorldModel(ModelConfig())
-    with torch.no_grad():
-        for p in model.parameters():
-            if not p.any():
-                p.normal_(0.0, 0.05)
-    return save_model(model, workdir / "random.safetensors"), "random-init (no shipped weights)"
+    return save_random_model(workdir / "random.safetensors"), "random-init (no shipped weights)"
 
 
 class Reference:

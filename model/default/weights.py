@@ -25,6 +25,19 @@ def config_path(weights: str | Path) -> Path:
     return Path(weights).with_suffix(".json")
 
 
+def save_random_model(path: str | Path, seed: int = 0) -> Path:
+    """A random-init default model saved at ``path``, for tools and tests that run where no
+    trained weights are. Its zero-initialised layers (adaLN, heads) get small random values:
+    as initialised, the model would ignore actions and prompts."""
+    torch.manual_seed(seed)
+    model = WorldModel(ModelConfig())
+    with torch.no_grad():
+        for p in model.parameters():
+            if not p.any():
+                p.normal_(0.0, 0.05)
+    return save_model(model, path)
+
+
 def save_model(model: WorldModel, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
     path = Path(path).with_suffix(".safetensors")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -34,16 +34,6 @@ def model_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     if DEFAULT_WEIGHTS.exists() and config_path(DEFAULT_WEIGHTS).exists():
         return DEFAULT_WEIGHTS
-    import torch
+    from worldserve.model.default.weights import save_random_model
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
-    from worldserve.model.default.weights import save_model
-
-    torch.manual_seed(0)
-    model = WorldModel(ModelConfig())
-    with torch.no_grad():
-        for p in model.parameters():
-            if not p.any():
-                p.normal_(0.0, 0.05)
-    return save_model(model, tmp_path_factory.mktemp("weights") / "random.safetensors")
+    return save_random_model(tmp_path_factory.mktemp("weights") / "random.safetensors")
