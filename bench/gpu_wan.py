@@ -61,7 +61,7 @@ from diffusers import AutoencoderKLWan
 
 from worldserve.model.wan import recipes
 from worldserve.model.wan.action import ActionKVCache
-from worldserve.model.wan.cache import ChunkContext, WanKVCache
+from worldserve.model.wan.cache import WanChunkContext, WanKVCache
 from worldserve.model.wan.causal import CausalWanModel, TextKV
 from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.sampler import generate_chunk
@@ -243,7 +243,7 @@ class Bench:
         actions = ActionKVCache.create(self.s.cfg, cache) if self.s.image else None
         return Sessions(cache, slots, streams, context, actions, cond)
 
-    def inputs(self, b: Sessions, ctx: ChunkContext) -> dict[str, object]:
+    def inputs(self, b: Sessions, ctx: WanChunkContext) -> dict[str, object]:
         """A chunk's image condition and fresh action windows from the host, as served."""
         if b.actions is None:
             return {}

@@ -24,10 +24,7 @@ import torch
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import ChunkContext
 from worldserve.model.default.rope import Rope, RopeTables
-
-
-class CacheFull(RuntimeError):
-    """No free slot in a bucket's pool."""
+from worldserve.model.plan_walk import CacheFull
 
 
 @dataclass(slots=True)

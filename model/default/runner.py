@@ -45,11 +45,10 @@ from worldserve.model.default.trace_recorder import load_trace, model_bytes, rec
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import pick_dtype
 from worldserve.model.memory import tune_malloc
-from worldserve.model.plan_errors import guarded, session_state
+from worldserve.model.plan_walk import deliver, prepare, session_state
 from worldserve.session.plan import (
     Batch,
     BatchTiming,
-    ChunkResult,
     ChunkWork,
     ModelState,
     SessionSpec,
@@ -158,21 +157,14 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepOutput:
         out = StepOutput()
-        for sid in plan.freed:
-            self.free(sid)
-        for spec in plan.new_sessions:
-            guarded(out, spec.session_id, self._open, spec)
-        for upd in plan.updates:
-            guarded(out, upd.session_id, self._update, upd)
+        prepare(plan, out, self.free, self._open, self._update)
         for batch in plan.batches:
             items = [it for it in batch.items if self._runnable(out, it, batch)]
             if not items:
                 continue
             t0 = time.perf_counter()
             frames = self._run_chunk(batch.bucket, batch.steps, items)
-            out.timings.append(BatchTiming(batch.bucket, batch.steps, len(items), time.perf_counter() - t0))
-            for it, fr in zip(items, frames, strict=True):
-                out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
+            deliver(out, batch.bucket, batch.steps, items, frames, time.perf_counter() - t0)
         return out
 
     def batch_run_as(self, bucket: int, steps: int, size: int) -> int:

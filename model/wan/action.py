@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from worldserve.model.attention import attend
-from worldserve.model.wan.cache import ChunkContext, WanKVCache, rotate
+from worldserve.model.wan.cache import WanChunkContext, WanKVCache, rotate
 from worldserve.model.wan.config import ActionConfig, WanConfig
 from worldserve.session.plan import KEYS
 
@@ -129,10 +129,10 @@ class ActionModule(nn.Module):
 @dataclass(slots=True)
 class ActionContext:
     """One batch of chunks' action inputs, rotations and masks: built once per chunk by
-    ``ActionKVCache.chunk`` beside the self-attention's ``ChunkContext``."""
+    ``ActionKVCache.chunk`` beside the self-attention's ``WanChunkContext``."""
 
     cache: ActionKVCache
-    ctx: ChunkContext
+    ctx: WanChunkContext
     keyboard: torch.Tensor  # (B, F, W, keyboard_dim_in) each latent frame's window of pixel-frame keys
     mouse: torch.Tensor | None  # (B, F, W, mouse_dim_in), None without a mouse
     own_cos: torch.Tensor  # (B, F, 1, Pa) time rotation of the chunk's frames
@@ -192,7 +192,7 @@ class ActionKVCache:
         parts = (self.keyboard_k, self.keyboard_v, self.mouse_k, self.mouse_v)
         return sum(t.numel() * t.element_size() for t in parts if t is not None)
 
-    def chunk(self, ctx: ChunkContext, keyboard: torch.Tensor, mouse: torch.Tensor | None) -> ActionContext:
+    def chunk(self, ctx: WanChunkContext, keyboard: torch.Tensor, mouse: torch.Tensor | None) -> ActionContext:
         """The action context of a chunk: ``keyboard`` (B, F, W, keyboard_dim_in) and ``mouse``
         (B, F, W, mouse_dim_in) windows (``ActionHistory.windows``), rows as ``ctx``'s."""
         a, (b, f) = self.cfg, (ctx.batch, ctx.num_frames)

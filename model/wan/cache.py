@@ -40,15 +40,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from worldserve.model.plan_walk import CacheFull
 from worldserve.model.wan.config import WanConfig
 
 
-class CacheFull(RuntimeError):
-    """No free slot in the pool."""
-
-
 @dataclass(slots=True)
-class ChunkContext:
+class WanChunkContext:
     """What a batch of chunks needs from the cache, built once per chunk on the host and reused
     by every denoising step and the commit pass. Row b generates frames ``start_frames[b]`` ..
     ``start_frames[b] + num_frames - 1`` of slot ``slots[b]``."""
@@ -191,7 +188,7 @@ class WanKVCache:
     def chunk(
         self, slots: list[int], start_frames: np.ndarray | list[int] | None = None,
         num_frames: int | None = None,
-    ) -> ChunkContext:
+    ) -> WanChunkContext:
         """The context of a batch of chunks: row b generates frames ``start_frames[b]`` ..
         ``+ num_frames - 1`` of slot ``slots[b]`` (default: each slot's next frame, and
         ``cfg.chunk_frames``). A start must be the frame the slot expects next."""
@@ -237,7 +234,7 @@ class WanKVCache:
 
         wpos = np.vectorize(self.position, otypes=[np.int64])(starts[:, None] + np.arange(f)[None, :])  # (B, F)
         wtok = (wpos[:, :, None] * t + np.arange(t)[None, None, :]).reshape(len(slots), f * t)
-        return ChunkContext(
+        return WanChunkContext(
             cache=self, slots=list(slots), start_frames=starts, num_frames=f,
             slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t,
             cache_ranks=rank[:, :used_frames], cache_valid=valid[:, :used_frames], rope_positions=own,
@@ -246,7 +243,7 @@ class WanKVCache:
             mask=mask, write_tokens=torch.from_numpy(wtok).to(dev), write_positions=wpos,
         )
 
-    def read(self, layer: int, ctx: ChunkContext, k_own: torch.Tensor | None = None,
+    def read(self, layer: int, ctx: WanChunkContext, k_own: torch.Tensor | None = None,
              v_own: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's cached keys, time-rotated for this chunk, and values: (B, used, H, D);
         with the chunk's own keys/values (B, F*T, H, D) given, those follow in the same
@@ -263,7 +260,7 @@ class WanKVCache:
             v[:, n:] = v_own
         return k, v
 
-    def write(self, layer: int, ctx: ChunkContext, k: torch.Tensor, v: torch.Tensor) -> None:
+    def write(self, layer: int, ctx: WanChunkContext, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one layer's keys (space-rotated) and values (B, F*T, H, D) of the chunk. The
         commit pass calls it after that layer's attention, so the chunk never reads frames it
         evicts; ``advance`` then moves the cursors."""
@@ -271,7 +268,7 @@ class WanKVCache:
         self.k[layer, rows, ctx.write_tokens] = k.to(self.k.dtype)
         self.v[layer, rows, ctx.write_tokens] = v.to(self.v.dtype)
 
-    def advance(self, ctx: ChunkContext, x0: torch.Tensor) -> None:
+    def advance(self, ctx: WanChunkContext, x0: torch.Tensor) -> None:
         """After every layer is written: record the chunk's frames and clean latents
         x0 (B, C, F, h, w) and expect the next chunk."""
         f = ctx.num_frames

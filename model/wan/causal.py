@@ -47,7 +47,7 @@ from torch import nn
 
 from worldserve.model.attention import attend
 from worldserve.model.wan.action import ActionContext, ActionModule
-from worldserve.model.wan.cache import ChunkContext, WanKVCache, rotate, space_rotation
+from worldserve.model.wan.cache import WanChunkContext, WanKVCache, rotate, space_rotation
 from worldserve.model.wan.config import WanConfig
 
 
@@ -142,7 +142,7 @@ class SelfAttention(nn.Module):
         self.norm_q = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
         self.norm_k = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
 
-    def forward(self, x: torch.Tensor, grid: Grid, ctx: ChunkContext, layer: int, write: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, grid: Grid, ctx: WanChunkContext, layer: int, write: bool) -> torch.Tensor:
         b, n, _ = x.shape
         q = self.norm_q(self.q(x)).view(b, n, self.heads, self.head_dim)  # (B, F*T, H, D)
         k = self.norm_k(self.k(x)).view(b, n, self.heads, self.head_dim)
@@ -204,7 +204,7 @@ class Block(nn.Module):
         self.action_index = a.blocks.index(index) if self.action_model is not None and a is not None else -1
 
     def forward(
-        self, x: torch.Tensor, e: torch.Tensor, grid: Grid, ctx: ChunkContext, layer: int,
+        self, x: torch.Tensor, e: torch.Tensor, grid: Grid, ctx: WanChunkContext, layer: int,
         text_k: torch.Tensor, text_v: torch.Tensor, write: bool, act: ActionContext | None = None,
     ) -> torch.Tensor:
         """x (B, F*T, dim); e (B, F, 6, dim) the frames' time projections; ``act`` the chunk's
@@ -302,7 +302,7 @@ class CausalWanModel(nn.Module):
         return TextKV(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv]))
 
     # --- one chunk ---
-    def _forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext, write: bool,
+    def _forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: WanChunkContext, write: bool,
                  cond: torch.Tensor | None = None, act: ActionContext | None = None) -> torch.Tensor:
         cfg = self.cfg
         b, c, f, hh, ww = x.shape
@@ -339,7 +339,7 @@ class CausalWanModel(nn.Module):
         return out.reshape(b, cfg.out_dim, f * pf, grid.h * ph, grid.w * pw).float()
 
     @torch.no_grad()
-    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: ChunkContext,
+    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, text: TextKV, ctx: WanChunkContext,
                 cond: torch.Tensor | None = None, act: ActionContext | None = None) -> torch.Tensor:
         """Flow prediction v = noise - x0 for a batch of chunks, without writing the cache.
 
@@ -350,7 +350,7 @@ class CausalWanModel(nn.Module):
         return self._forward(x_t, t, text, ctx, False, cond, act)
 
     @torch.no_grad()
-    def commit(self, x0: torch.Tensor, text: TextKV, ctx: ChunkContext,
+    def commit(self, x0: torch.Tensor, text: TextKV, ctx: WanChunkContext,
                cond: torch.Tensor | None = None, act: ActionContext | None = None) -> torch.Tensor:
         """Run the clean chunk at ``cfg.commit_timestep`` and write its K/V (and the action
         modules') into each row's slot; the slots' cursors advance by the chunk's frames.
@@ -390,7 +390,7 @@ class CausalWanModel(nn.Module):
 
     @torch.no_grad()
     def recache(self, cache: WanKVCache, slot: int, latents: torch.Tensor, frame_ids: Sequence[int] | np.ndarray,
-                text: TextKV, inputs: Callable[[ChunkContext], dict] | None = None) -> None:
+                text: TextKV, inputs: Callable[[WanChunkContext], dict] | None = None) -> None:
         """Rebuild one slot's cache from clean latent frames under (new) text K/V: the slot is
         emptied, then the frames are committed chunk by chunk, grouped as they were generated
         (by ``frame // chunk_frames``). latents (C, N, H, W); frame_ids (N,) ascending epoch

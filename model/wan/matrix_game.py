@@ -60,7 +60,7 @@ from worldserve.model.wan.action import (
     pixel_frames_of,
     variant_of,
 )
-from worldserve.model.wan.cache import ChunkContext
+from worldserve.model.wan.cache import WanChunkContext
 from worldserve.model.wan.causal import CausalWanModel
 from worldserve.model.wan.clip import ImageEncoder
 from worldserve.model.wan.config import COND_MASK_CHANNELS
@@ -277,7 +277,7 @@ class MatrixGameRunner(WanRunner):
 
     # --- the hot path ---
 
-    def _chunk_inputs(self, states: list[WanSession], ctx: ChunkContext, actions: list[np.ndarray] | None
+    def _chunk_inputs(self, states: list[WanSession], ctx: WanChunkContext, actions: list[np.ndarray] | None
                       ) -> dict[str, object]:
         """The chunk's image condition and action context. ``actions`` (the blocks' per-frame
         actions) extend each session's history; None (a re-cache) reads what it holds."""

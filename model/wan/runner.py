@@ -48,8 +48,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.plan_errors import guarded, session_state
-from worldserve.model.wan.cache import ChunkContext, WanKVCache
+from worldserve.model.plan_walk import deliver, prepare, session_state
+from worldserve.model.wan.cache import WanChunkContext, WanKVCache
 from worldserve.model.wan.causal import CausalWanModel, TextKV
 from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.layout import WanFiles, check_layout
@@ -59,7 +59,6 @@ from worldserve.model.wan.vae_stream import StreamingDecoder, VaeStream, pixel_f
 from worldserve.session.plan import (
     Batch,
     BatchTiming,
-    ChunkResult,
     ChunkWork,
     ModelState,
     SessionSpec,
@@ -256,12 +255,7 @@ class WanRunner:
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepOutput:
         out = StepOutput()
-        for sid in plan.freed:
-            self.free(sid)
-        for spec in plan.new_sessions:
-            guarded(out, spec.session_id, self._open, spec)
-        for upd in plan.updates:
-            guarded(out, upd.session_id, self._update, upd)
+        prepare(plan, out, self.free, self._open, self._update)
         self._run_batches(out, plan.batches)
         return out
 
@@ -289,9 +283,7 @@ class WanRunner:
                     self._fail(out, items, exc)
                     continue
                 end = pending[0][3] if pending else time.perf_counter()
-                out.timings.append(BatchTiming(batch.bucket, batch.steps, len(items), end - t0))
-                for it, fr in zip(items, frames, strict=True):
-                    out.results.append(ChunkResult(it.session_id, it.block_idx, fr, it.action_seq))
+                deliver(out, batch.bucket, batch.steps, items, frames, end - t0)
 
         for batch in batches:
             found = [self._runnable(out, it.session_id, batch) for it in batch.items]
@@ -567,7 +559,7 @@ class WanRunner:
             yield
         side.synchronize()
 
-    def _chunk_inputs(self, states: list[WanSession], ctx: ChunkContext, actions: list[np.ndarray] | None
+    def _chunk_inputs(self, states: list[WanSession], ctx: WanChunkContext, actions: list[np.ndarray] | None
                       ) -> dict[str, object]:
         """Inputs of the chunk's passes besides latents and prompt (a subclass's: Matrix-Game's
         image condition and actions); none here."""

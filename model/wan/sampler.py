@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from worldserve.model.wan.action import ActionContext
-from worldserve.model.wan.cache import ChunkContext
+from worldserve.model.wan.cache import WanChunkContext
 from worldserve.model.wan.causal import CausalWanModel, TextKV
 
 
@@ -35,7 +35,7 @@ def sigma_of(model: CausalWanModel, t: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def generate_chunk(
-    model: CausalWanModel, ctx: ChunkContext, text: TextKV, noise: torch.Tensor,
+    model: CausalWanModel, ctx: WanChunkContext, text: TextKV, noise: torch.Tensor,
     generator: torch.Generator | None = None, timesteps: tuple[float, ...] | None = None,
     cond: torch.Tensor | None = None, act: ActionContext | None = None,
 ) -> torch.Tensor:

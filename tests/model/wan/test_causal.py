@@ -20,7 +20,8 @@ from tests.model.wan.tiny import LATENT_HEIGHT as H
 from tests.model.wan.tiny import LATENT_WIDTH as W
 from tests.model.wan.tiny import random_model, tiny_config
 from worldserve.model.attention import attend
-from worldserve.model.wan.cache import CacheFull, WanKVCache, rope_frequencies, rotate
+from worldserve.model.plan_walk import CacheFull
+from worldserve.model.wan.cache import WanKVCache, rope_frequencies, rotate
 from worldserve.model.wan.causal import TextKV, space_grid, timestep_embedding
 from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.sampler import add_noise, generate_chunk, to_x0
