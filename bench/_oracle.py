@@ -70,13 +70,11 @@ class Oracle:
 
 
 class OracleRunner(ModelRunner):
-    """A ``ModelRunner`` whose anchors come from ``refresh`` alone (``anchor_warp`` weights)."""
+    """A ``ModelRunner`` whose anchors come from ``refresh`` alone."""
 
     def refresh(self, session_id: str, view: np.ndarray) -> None:
         """Anchor the session on ``view`` ((H, W, 3) uint8, the renderer's at the session's
         newest frame), nothing moved yet."""
-        if not self.cfg.anchor_warp:
-            raise ValueError("an oracle reference needs weights with anchor_warp")
         s = self._get(session_id)
         self._anchor_on(s, self._encode(view[None])[0])
 

@@ -65,7 +65,7 @@ class Continuation:
     ``kv``: (2, L, N, T, H, D) keys (rotated in space) and values of the N cached frames in
     ``ModelState.frames`` order (sinks first, then the window oldest first), L layers, T
     tokens a frame, H heads of D. ``prev``: the last clean frame (C, H, W). The anchor
-    reference (``anchor_warp`` models, model/default/anchor.py): ``anchor`` (C, H, W) or None,
+    reference (model/default/anchor.py): ``anchor`` (C, H, W) or None,
     ``anchor_offset`` (2,) the camera shift summed since it, ``anchor_wait`` frames still to
     wait before re-anchoring when there is none, ``anchor_age`` frames since it.
     """

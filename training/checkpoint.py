@@ -67,6 +67,5 @@ def export_checkpoint(out: Path, dest: Path, sampler: dict[str, Any] | None = No
     cfg = (ModelConfig.from_dict(cfg_overrides) if cfg_overrides else ModelConfig()).with_sampler(sampler)
     model = WorldModel(cfg)
     load_state(model, ema_state, f"{out} ema", allow_missing=NEW_MODULES)
-    if cfg.anchor_warp:  # the shift per action in closed form (its EMA lags the training term)
-        fit_shift_head(model)
+    fit_shift_head(model)  # the shift per action in closed form (its EMA lags the training term)
     return save_model(model, dest, metadata={"steps": str(meta["step"])})

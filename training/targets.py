@@ -198,7 +198,7 @@ def anchor_offsets(actions: np.ndarray, scenes: np.ndarray, anchor: int, bucket:
 
 
 def fit_shift_head(model: torch.nn.Module) -> float:
-    """Solve the model's shift head (``anchor_warp``: a linear map from the action to the
+    """Solve the model's shift head (a linear map from the action to the
     static scene's shift at the base bucket) in closed form: least squares over every key
     combination and a grid of mouse deltas against the commanded shift. The map is linear
     in the action inside its ranges, so this is the optimum its training term seeks, without

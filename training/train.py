@@ -31,7 +31,7 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
 - optionally, on a share of the steps (``--bank-share``, ``training/bank.py``), the
   context is the newest frames of long-running sessions of the serving path, and only
   what the model already drew (moved by the camera) and the critic are targets;
-- with ``anchor_warp`` models, every frame also gets its anchor reference
+- every frame also gets its anchor reference
   (``model/default/anchor.py``): the sequence's first frame (after a far sink, the first frame that
   follows it; on self-rollout steps the rollout's own) moved by the commanded camera shift
   summed since, invalid before it and from a prompt change on; and the model's shift head
@@ -156,13 +156,13 @@ def positions(length: int, far: bool, cfg: ModelConfig) -> list[int]:
 def self_rollout(
     model: WorldModel, x: torch.Tensor, gt_prev: torch.Tensor, actions: torch.Tensor,
     scene: torch.Tensor, pos: list[int], g: torch.Generator,
-    anchor: tuple[int, torch.Tensor, torch.Tensor] | None = None,
+    anchor: tuple[int, torch.Tensor, torch.Tensor],
 ) -> torch.Tensor:
     # scene: (B, N, S) per frame
     """The model's own frames for positions 1.. of each sequence (frame 0 is given), with the
     cached inference path and the full step count; returns (B, N, C, H, W) quantized. A frame
     whose position does not follow its predecessor's keeps its true previous frame.
-    ``anchor`` (``anchor_warp`` models): the anchor's index, offsets (B, N, 2) and valid
+    ``anchor``: the anchor's index, offsets (B, N, 2) and valid
     (B, N); the reference is made from the rollout's own anchor frame."""
     cfg = model.cfg
     b, n, c, h, w = x.shape
@@ -176,11 +176,10 @@ def self_rollout(
             prev = gt_prev[:, i : i + 1]
         ctx = pool.context(slots, np.full(b, pos[i]))
         a, sc = actions[:, i : i + 1], scene[:, i]
-        if anchor is not None:
-            first, offsets, valid = anchor
-            ref = (anchor_reference(out[:, first], offsets[:, i], valid[:, i]) if i > first
-                   else prev.new_zeros(b, c + 1, h, w))
-            prev = torch.cat((prev[:, :, :c], ref[:, None]), 2)
+        first, offsets, valid = anchor
+        ref = (anchor_reference(out[:, first], offsets[:, i], valid[:, i]) if i > first
+               else prev.new_zeros(b, c + 1, h, w))
+        prev = torch.cat((prev[:, :, :c], ref[:, None]), 2)
         if i > 0:
             xt = randn((b, 1, c, h, w), g)
             x0 = xt
@@ -220,7 +219,7 @@ def train_step(
     the whole sequence already follows a long rollout).
 
     ``adversary``: the critic judges the x0 guesses against the renderer's frames; its term
-    enters the loss at ``adv_weight`` (0 while the critic warms up) and, with ``anchor_warp``,
+    enters the loss at ``adv_weight`` (0 while the critic warms up) and
     reaches only the pixels the anchor reference does not cover; the caller runs
     ``adversary.critic_step()`` after the model's update. ``texture``: the guesses' feature
     statistics against the renderer's frames, at ``texture_weight``, with the critic's reach."""
@@ -237,11 +236,9 @@ def train_step(
     far = bool(batch["far"])  # one layout per step: the mask is shared by the batch
     pos = positions(n, far, cfg)
     ctx_frames, ctx_prev = x, prev
-    anchor = None
-    if cfg.anchor_warp:  # the anchor: frame 0, or after a far sink the first frame that follows it
-        k = 1 if far else 0
-        offsets, valid = anchor_offsets(batch["actions"], batch["scenes"], k, x.shape[-1])
-        anchor = (k, put(offsets.astype(np.float32)), put(valid))
+    k = 1 if far else 0  # the anchor: frame 0, or after a far sink the first frame that follows it
+    offsets, valid = anchor_offsets(batch["actions"], batch["scenes"], k, x.shape[-1])
+    anchor = (k, put(offsets.astype(np.float32)), put(valid))
     if use_rollout:
         model.eval()
         gen = self_rollout(model, x, prev, actions, scene, pos, g, anchor)
@@ -251,8 +248,8 @@ def train_step(
         if far:  # the first frame after the far sink follows an unseen frame: keep the truth
             ctx_prev[:, 1] = prev[:, 1]
         stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
-    if anchor is not None:  # every frame's reference, from the context's own anchor frame
-        ctx_prev = torch.cat((ctx_prev, sequence_references(ctx_frames, *anchor)), 2)
+    # every frame's reference, from the context's own anchor frame
+    ctx_prev = torch.cat((ctx_prev, sequence_references(ctx_frames, *anchor)), 2)
     if rollout_lead and n > 1 + rollout_lead and "truth" not in batch:  # keep the sink and the frames after the lead
         keep = [0, *range(1 + rollout_lead, n)]
         x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
@@ -304,9 +301,7 @@ def train_step(
         motion = motion_loss(kern, targets, w)
         stats["motion"] = motion.detach()
         loss = loss + motion_weight * motion
-    reach = None
-    if cfg.anchor_warp:  # what the anchor does not show: new terrain, frames with no reference
-        reach = 1.0 - ctx_prev[:, :, cfg.channels : cfg.channels + 1]
+    reach = 1.0 - ctx_prev[:, :, cfg.channels : cfg.channels + 1]  # what the anchor does not show
     if texture is not None and texture_weight > 0:  # made of what the world is made of, wherever placed
         tex = texture.loss(pred, real, g, reach)
         stats["texture"] = tex.detach()
@@ -316,12 +311,11 @@ def train_step(
         stats["adv"] = adv.detach()
         if adv_weight > 0:
             loss = loss + adv_weight * adv
-    if cfg.anchor_warp:  # the model's own camera shift per action, for serving's references
-        base = cfg.base_bucket
-        want = put(camera_shifts(batch["actions"], base).astype(np.float32))
-        shift_err = F.mse_loss(model.camera_shift(actions, base), want)
-        stats["shift_err"] = shift_err.detach()
-        loss = loss + SHIFT_WEIGHT * shift_err
+    base = cfg.base_bucket  # the model's own camera shift per action, for serving's references
+    want = put(camera_shifts(batch["actions"], base).astype(np.float32))
+    shift_err = F.mse_loss(model.camera_shift(actions, base), want)
+    stats["shift_err"] = shift_err.detach()
+    loss = loss + SHIFT_WEIGHT * shift_err
     with torch.no_grad():
         err = ((pred - x) ** 2).mean(dim=(2, 3, 4))
         for name, lo, hi in (("lo", 0.0, 0.4), ("hi", 0.4, 1.01)):
@@ -375,7 +369,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         if tc.restart_schedule:
             meta.pop("planned_steps", None)
             meta["schedule_start"] = meta["step"]
-    if cfg.anchor_warp and (not resume or any(n.startswith("shift_head.") for n in fresh)):
+    if not resume or any(n.startswith("shift_head.") for n in fresh):
         for m in (model, ema):  # a new shift head starts solved: references are served from it
             fit_shift_head(m)
     if tc.train_only:
@@ -455,8 +449,7 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     if export is not None:
-        if cfg.anchor_warp:
-            fit_shift_head(ema)
+        fit_shift_head(ema)
         save_model(ema, export, metadata={"steps": str(step)})
         Path(export).with_suffix(".report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k not in ("config", "model")}, indent=2))

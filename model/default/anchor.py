@@ -3,7 +3,7 @@
 The warp head moves the previous frame by a per-token kernel every frame. A fractional
 (mouse) shift makes that an interpolation, and interpolations compound: after a few frames
 of slow motion the carried ground is blurred, while the renderer samples its sharp texture
-anew each frame. With ``ModelConfig.anchor_warp`` the model also sees the anchor (an
+anew each frame. So the model also sees the anchor (an
 observed frame, or a frame of its own it re-anchored on) moved by the camera shift summed
 since then, resampled once, and a per-pixel mix in the head may copy from it
 (``WorldModel._head``). Where the anchor never showed the place, or after a prompt change

@@ -20,6 +20,7 @@ SAMPLER_FIELDS = ("denoising_steps", "sampler_eta")
 RETIRED_FIELDS: dict[str, object] = {
     "renoise": 1.0, "commit_noise": 0.0, "motion_layers": 1,
     "canvas_memory": False, "refine_channels": 0, "recall_patch": 0, "unet_width": 0,
+    "anchor_warp": True,  # every model copies from its anchor reference (model/default/anchor.py)
 }
 
 
@@ -51,7 +52,6 @@ class ModelConfig:
     scene_dim: int = 18  # scene conditioning vector length (world.scene.SCENE_DIM)
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
-    anchor_warp: bool = True  # also copy from an anchor frame moved by the accumulated camera shift (model/default/anchor.py)
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -97,9 +97,9 @@ class ModelConfig:
 
     @property
     def prev_channels(self) -> int:
-        """Channels of a frame's ``prev`` input: the previous frame, then with ``anchor_warp``
-        the anchor reference (its colours, zero where it shows nothing, and a validity mask)."""
-        return self.channels + (self.channels + 1 if self.anchor_warp else 0)
+        """Channels of a frame's ``prev`` input: the previous frame, then the anchor reference
+        (its colours, zero where it shows nothing, and a validity mask)."""
+        return 2 * self.channels + 1
 
     @property
     def cache_frames(self) -> int:
@@ -156,8 +156,8 @@ class ModelConfig:
         for name in sorted(set(data) & set(RETIRED_FIELDS)):
             if data[name] != RETIRED_FIELDS[name]:
                 raise ValueError(
-                    f"{name}={data[name]!r} switches on a trial that was removed "
-                    f"(only {RETIRED_FIELDS[name]!r}, off, loads; see docs/long_rollout.md)"
+                    f"{name}={data[name]!r} is a path that was removed "
+                    f"(only {RETIRED_FIELDS[name]!r}, what ships, loads; see docs/long_rollout.md)"
                 )
         unknown = set(kw) - known
         if unknown:

@@ -22,7 +22,7 @@ Explicit steps, no whole-video API:
 - ``decode``: clean frames in [-1, 1] -> uint8 pixels (the whole "decoder": a clamp).
 
 Frames are (B, F, C, H, W) floats in [-1, 1]; "no previous frame" is all zeros. A ``prev``
-input has ``cfg.prev_channels``: the previous frame, then with ``anchor_warp`` the anchor
+input has ``cfg.prev_channels``: the previous frame, then the anchor
 reference (``model/default/anchor.py``) that the head may copy from, pixel by pixel.
 """
 
@@ -249,10 +249,10 @@ class WorldModel(nn.Module):
         self.motion_prior = nn.ModuleDict(
             {f"b{b}": nn.Linear(cfg.action_dim, 2 * (2 * cfg.radius(b) + 1)) for b in cfg.buckets}
         )
-        if cfg.anchor_warp:  # the anchor reference's stem, each pixel's mix logit, the shift per action
-            self.anchor_stems = nn.ModuleDict({f"b{b}": nn.Linear((c + 1) * p * p, w) for b in cfg.buckets})
-            self.anchor_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, p * p) for b in cfg.buckets})
-            self.shift_head = nn.Linear(cfg.action_dim, 2)
+        # the anchor reference's stem, each pixel's mix logit, the shift per action
+        self.anchor_stems = nn.ModuleDict({f"b{b}": nn.Linear((c + 1) * p * p, w) for b in cfg.buckets})
+        self.anchor_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, p * p) for b in cfg.buckets})
+        self.shift_head = nn.Linear(cfg.action_dim, 2)
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -269,13 +269,12 @@ class WorldModel(nn.Module):
         for head in [*self.heads.values(), *self.motion_prior.values()]:
             nn.init.zeros_(head.weight)  # start as "copy the previous frame"
             nn.init.zeros_(head.bias)
-        if self.cfg.anchor_warp:
-            for stem in self.anchor_stems.values():  # starts unseen: the model is what it was
-                nn.init.zeros_(stem.weight)
-            for head in self.anchor_heads.values():
-                nn.init.zeros_(head.weight)
-                nn.init.constant_(head.bias, ANCHOR_START)
-            nn.init.zeros_(self.shift_head.weight)
+        for stem in self.anchor_stems.values():  # starts unseen: the model is what it was
+            nn.init.zeros_(stem.weight)
+        for head in self.anchor_heads.values():
+            nn.init.zeros_(head.weight)
+            nn.init.constant_(head.bias, ANCHOR_START)
+        nn.init.zeros_(self.shift_head.weight)
 
     # --- pieces shared by every path ---
 
@@ -308,16 +307,14 @@ class WorldModel(nn.Module):
         return tokens, self._conditioning(noise, actions, scene)
 
     def _with_reference(self, tokens: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        """Stem tokens (B, F*T, W) plus, with ``anchor_warp``, the anchor reference's own stem
-        over the reference channels of ``prev`` (B, F, prev_channels, H, W)."""
-        if not self.cfg.anchor_warp:
-            return tokens
+        """Stem tokens (B, F*T, W) plus the anchor reference's own stem over the reference
+        channels of ``prev`` (B, F, prev_channels, H, W)."""
         c, h = self.cfg.channels, prev.shape[-1]
         return tokens + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:], self.cfg.patch))
 
     def camera_shift(self, actions: torch.Tensor, bucket: int) -> torch.Tensor:
         """The static scene's shift (dy, dx) in pixels at ``bucket`` under ``actions`` (..., A),
-        as the model estimates it (``anchor_warp`` only): learned at the base bucket, scaled."""
+        as the model estimates it: learned at the base bucket, scaled."""
         w = self.shift_head.weight
         return self.shift_head(actions.to(w.dtype)).float() * (bucket / self.cfg.base_bucket)
 
@@ -345,10 +342,10 @@ class WorldModel(nn.Module):
             kernels.append(kern)
         flat_prev = prev[:, :, :ch].reshape(b * f, ch, h, w).float()
         moved = shift_warp(flat_prev, kern[..., 0, :], kern[..., 1, :], r, p)
-        if cfg.anchor_warp:  # copy from the anchor where the head trusts it and it shows anything
-            ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
-            logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
-            moved = torch.lerp(moved, ref[:, :ch], logit.sigmoid() * ref[:, ch:])
+        # copy from the anchor where the head trusts it and it shows anything
+        ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
+        logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
+        moved = torch.lerp(moved, ref[:, :ch], logit.sigmoid() * ref[:, ch:])
         return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
     # --- cached, chunk-by-chunk steps ---

@@ -99,8 +99,7 @@ class ModelRunner:
         self.device = torch.device(device)
         self.dtype = dtype
         self.model = model.to(self.device, dtype).eval()
-        if self.cfg.anchor_warp:  # summed over many frames: the shift per action stays fp32
-            self.model.shift_head.float()
+        self.model.shift_head.float()  # summed over many frames: the shift per action stays fp32
         self.scene_encoder = scene_encoder
         self.start_frame = start_frame
         self.pools = {
@@ -398,15 +397,13 @@ class ModelRunner:
         self._advance(states, clean, frames, k, v, offsets)
         return frames
 
-    def _prev_inputs(self, states: list[SessionSlot], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The chunk's ``prev`` input (B, F, prev_channels, H, W) and, for ``anchor_warp``
-        models, each frame's anchor offset (B, F, 2): the session's offset plus the camera
-        shift the model estimates for this chunk's actions (clipped to the action ranges)."""
+    def _prev_inputs(self, states: list[SessionSlot], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunk's ``prev`` input (B, F, prev_channels, H, W) and each frame's anchor
+        offset (B, F, 2): the session's offset plus the camera shift the model estimates for
+        this chunk's actions (clipped to the action ranges)."""
         cfg = self.cfg
         b, fc = actions.shape[:2]
         prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, *states[0].prev.shape)
-        if not cfg.anchor_warp:
-            return prev, None
         clipped = clamped_actions(cfg, actions)
         start = torch.stack([self._no_shift() if s.offset is None else s.offset for s in states])  # (B, 2)
         offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
@@ -421,13 +418,11 @@ class ModelRunner:
 
     def _without_reference(self, prev: torch.Tensor) -> torch.Tensor:
         """Previous frames (B, F, C, H, W) as a ``prev`` input with no anchor reference
-        (all-zero reference channels, mask 0) for ``anchor_warp`` models; as they are else."""
+        (all-zero reference channels, mask 0)."""
         return F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
 
     def _anchor_on(self, s: SessionSlot, frame: torch.Tensor) -> None:
         """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
-        if not self.cfg.anchor_warp:
-            return
         s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, self._no_shift(), 0, 0
 
     def _no_shift(self) -> torch.Tensor:

@@ -33,7 +33,7 @@ class SessionSlot:
     gen: torch.Generator  # the session's noise, on the runner's device
     sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
     window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
-    # the anchor reference (``anchor_warp`` models, model/default/anchor.py): the frame it moves, the
+    # the anchor reference (model/default/anchor.py): the frame it moves, the
     # camera shift summed since (dy, dx) px, and frames to wait before re-anchoring when none
     anchor: torch.Tensor | None = None  # (C, H, W) model floats
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
@@ -82,9 +82,8 @@ def install_continuation(
         raise ValueError(f"snapshot keys/values {c.kv.shape} do not fit this model's cache {want}")
     if c.prev.shape != frame:
         raise ValueError(f"snapshot previous frame {c.prev.shape}, expected {frame}")
-    if c.anchor is not None and (not cfg.anchor_warp or c.anchor.shape != frame):
-        raise ValueError(f"snapshot anchor {c.anchor.shape} does not fit this model (anchor_warp="
-                         f"{cfg.anchor_warp}, frames {frame})")
+    if c.anchor is not None and c.anchor.shape != frame:
+        raise ValueError(f"snapshot anchor {c.anchor.shape} does not fit this model's frames {frame}")
     if c.anchor_offset is not None and c.anchor_offset.shape != (2,):
         raise ValueError(f"snapshot anchor offset {c.anchor_offset.shape}, expected (2,)")
     if c.anchor_wait < 0 or c.anchor_age < 0:

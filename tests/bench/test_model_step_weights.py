@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from worldserve.bench.model_step import main, weights_or_init
+from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 
 
@@ -15,7 +16,8 @@ def test_weights_load_with_or_without_the_suffix() -> None:
     bare = DEFAULT_WEIGHTS.with_suffix("")
     for given in (DEFAULT_WEIGHTS, bare):
         model, source = weights_or_init(given)
-        assert source == str(DEFAULT_WEIGHTS) and model.cfg.anchor_warp
+        assert model.cfg == ModelConfig.from_json(DEFAULT_WEIGHTS.with_suffix(".json").read_text())
+        assert source == str(DEFAULT_WEIGHTS)
 
 
 def test_named_weights_that_are_missing_are_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -204,7 +204,7 @@ def test_beside_defaults_to_the_committed_weights_for_other_weights(tmp_path: Pa
 
 
 def test_a_tiny_run_measures_every_runner_and_writes_a_strip_per_moment(tmp_path: Path) -> None:
-    cfg = tiny_config(anchor_warp=True)
+    cfg = tiny_config()
     runners = {"a": make_runner(tiny_config(), max_sessions=4), "b": make_runner(tiny_config(), seed=1, max_sessions=4),
                "o": OracleRunner(randomized(cfg), scene_encoder=scene_encoder_for(cfg), max_sessions=4)}
     lines: list[str] = []

@@ -13,7 +13,7 @@ from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import ChunkWork
 
-TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1, anchor_warp=True)
+TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 
 
 def _runner() -> ModelRunner:

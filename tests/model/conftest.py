@@ -15,8 +15,7 @@ def tiny_config(**kw: object) -> ModelConfig:
     base: dict[str, object] = dict(
         buckets=(32, 64), base_bucket=32, patch=16, width=32, depth=2, heads=2,
         time_rope_dims=4, sink_frames=1, window_frames=3, scene_dim=4, motion_radius=2,
-        anchor_warp=False,  # the plain warp head; tests of the anchor ask for it
-    )
+    )  # every other switch as it ships
     base.update(kw)
     return ModelConfig(**base)  # type: ignore[arg-type]
 

@@ -68,7 +68,7 @@ def _frame(model: WorldModel, prev: torch.Tensor, open_logit: float) -> torch.Te
 
 
 def test_the_head_copies_the_reference_where_it_is_valid_and_the_mix_opens() -> None:
-    model = randomized(tiny_config(anchor_warp=True))
+    model = randomized(tiny_config())
     for stem in model.anchor_stems.values():  # the tokens do not see the reference: only the head does
         torch.nn.init.zeros_(stem.weight)
     torch.manual_seed(1)
@@ -86,7 +86,7 @@ def test_the_head_copies_the_reference_where_it_is_valid_and_the_mix_opens() -> 
 
 
 def _anchor_runner():
-    cfg = tiny_config(anchor_warp=True)
+    cfg = tiny_config()
     runner = make_runner(cfg)
     with torch.no_grad():  # the scene moves 1 px left per frame at 32 px under "right"
         runner.model.shift_head.weight.zero_()
@@ -191,7 +191,7 @@ def test_a_batch_of_anchored_sessions_gives_each_what_it_gets_alone() -> None:
 
 
 def test_a_bf16_runner_sums_the_shift_in_fp32() -> None:
-    runner = make_runner(tiny_config(anchor_warp=True), dtype=torch.bfloat16)
+    runner = make_runner(tiny_config(), dtype=torch.bfloat16)
     assert runner.model.shift_head.weight.dtype == torch.float32
     with torch.no_grad():
         runner.model.shift_head.weight.zero_()

@@ -37,11 +37,6 @@ def test_sequence_mask_matches_what_the_cache_holds() -> None:
     assert not m[2, 3:].any()  # causal
 
 
-def test_cached_generation_equals_full_sequence_without_an_anchor_reference() -> None:
-    cfg = tiny_config(anchor_warp=False)
-    assert cached_vs_full(randomized(cfg), n_chunks=6, bucket=32) <= 1e-4
-
-
 def test_cached_generation_equals_full_sequence_with_an_anchor_reference() -> None:
-    cfg = tiny_config(anchor_warp=True)
+    cfg = tiny_config()
     assert cached_vs_full(randomized(cfg), n_chunks=6, bucket=32) <= 1e-4

@@ -83,7 +83,8 @@ def test_prepared_steps_equal_one_call_steps() -> None:
     g = torch.Generator().manual_seed(1)
     shape = (b, 1, cfg.channels, bucket, bucket)
     scene = torch.randn(b, cfg.scene_dim, generator=g)
-    prev = torch.zeros(shape)
+    reference = (b, 1, cfg.prev_channels - cfg.channels, bucket, bucket)  # the anchor's: a random one
+    prev = torch.cat((torch.zeros(shape), torch.rand(reference, generator=g)), 2)
     for frame in range(6):  # fill sinks and wrap the window
         ctx = pool.context(slots, np.full(b, frame))
         act = torch.randn(b, 1, cfg.action_dim, generator=g)
@@ -98,4 +99,4 @@ def test_prepared_steps_equal_one_call_steps() -> None:
         k2, v2 = model.commit_step(clean, inp, ctx)
         assert torch.allclose(k1, k2, atol=1e-5) and torch.allclose(v1, v2, atol=1e-5)
         pool.commit(slots, np.full((b, 1), frame), k2, v2)
-        prev = clean
+        prev = torch.cat((clean, torch.rand(reference, generator=g)), 2)

@@ -13,8 +13,7 @@ from worldserve.training.bank import RolloutBank
 from worldserve.training.targets import carry_mask, moved_frames
 from worldserve.training.train import train_step
 
-TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1,
-                   anchor_warp=True)
+TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)
 
 
 def _bank(life: int = 12, seq: int = 5, slots: int = 2) -> RolloutBank:

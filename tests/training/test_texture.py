@@ -118,7 +118,7 @@ def test_the_term_moves_only_the_pixels_it_may_reach_and_only_the_frames_it_pick
 
 def test_training_runs_with_the_texture_term_and_reports_it(tmp_path: Path, capsys) -> None:
     tc = _config(tmp_path, 3, rollout_after=0)
-    tc.self_rollout_share, tc.model, tc.texture_weight = 0.5, {**TINY, "anchor_warp": True}, 0.01
+    tc.self_rollout_share, tc.model, tc.texture_weight = 0.5, TINY, 0.01
     report = train(tc, resume=False, export=None)
     assert np.isfinite(report["loss_last_10_this_run"])
     got = [float(w.split("=")[1]) for w in capsys.readouterr().err.split() if w.startswith("texture=")]

@@ -226,12 +226,11 @@ def test_an_anchored_model_trains_on_its_own_rollouts_and_serves(tmp_path: Path)
     from worldserve.session.plan import SessionUpdate
 
     cfg = _config(tmp_path, 6, rollout_after=0)
-    cfg.model = {**TINY, "anchor_warp": True}
+    cfg.model = TINY
     cfg.rollout_lead, cfg.carry_share, cfg.self_rollout_share = 1, 0.5, 0.5
     report = train(cfg, resume=False, export=tmp_path / "w")
     assert report["steps"] == 6 and np.isfinite(report["loss_last_10_this_run"])
     runner = ModelRunner.from_pretrained(tmp_path / "w.safetensors")
-    assert runner.cfg.anchor_warp
     from worldserve.world import expected_shift
 
     acts = np.random.default_rng(0).uniform(0, 1, (20, ACTION_DIM)).astype(np.float32)
@@ -259,11 +258,11 @@ def test_every_config_field_has_its_flag(monkeypatch) -> None:
     got: list = []
     monkeypatch.setattr(mt, "train", lambda tc, resume, export: got.append((tc, resume, export)))
     mt.main(["--out", "r", "--bank-share", "0.3", "--adv-weight", "0.02", "--motion-weathers", "snowfall,rain",
-             "--model", '{"anchor_warp": true}', "--restart-schedule", "--resume", "--far-sink-share", "0.25",
+             "--model", '{"depth": 3}', "--restart-schedule", "--resume", "--far-sink-share", "0.25",
              "--train-only", "refiner.,heads.", "--texture-weight", "0.005"])
     tc, resume, export = got[0]
     assert (tc.out, tc.bank_share, tc.adv_weight, tc.far_sink_share) == ("r", 0.3, 0.02, 0.25)
-    assert tc.motion_weathers == ("snowfall", "rain") and tc.model == {"anchor_warp": True}
+    assert tc.motion_weathers == ("snowfall", "rain") and tc.model == {"depth": 3}
     assert tc.train_only == ("refiner.", "heads.") and tc.texture_weight == 0.005
     assert tc.restart_schedule and resume and export is None
     mt.main([])
