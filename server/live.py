@@ -21,7 +21,7 @@ from worldserve.server.engine import Suspension
 from worldserve.server.limits import TokenBucket
 
 if TYPE_CHECKING:
-    from worldserve.server.cluster.handoff import Handoff
+    from worldserve.session.handoff import Handoff
 from worldserve.session.admission import Admission
 from worldserve.session.degrade import Rung
 from worldserve.session.errors import AtCapacity, SessionError

@@ -1,4 +1,5 @@
-"""Checked msgpack: the bytes-level pieces a snapshot and a session log share.
+"""Checked msgpack: the bytes-level pieces a snapshot, a session log and a hand-off share
+(session/snapshot.py, session/logfile.py, session/handoff.py): one reader, one way to fail.
 
 ``unpack`` reads bytes of bounded size as msgpack (string keys, no ext types); ``Fields`` reads
 a decoded map that must hold exactly the expected keys, field by field, each checked for type

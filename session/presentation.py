@@ -6,7 +6,7 @@ the frame before it, later only by the display frames a ``skipped`` announced ri
 its block. Nothing else moves it: a detach, a resume, a takeover or a migration pauses the
 clock with generation, so the first frame generated after one is one period after the last
 frame generated before it. The clock is kept beside the session's other facts and travels
-with a hand-off (server/cluster/handoff.py), so another worker continues it.
+with a hand-off (session/handoff.py), so another worker continues it.
 
 Pacing is separate: push frames are handed over on the scheduler's frame clock, which a
 pause moves on; ``pts_us`` is where a player puts a frame on its own timeline.

@@ -54,12 +54,12 @@ from worldserve.server.cluster.directory import (
     WorkerInfo,
     WorkerState,
 )
-from worldserve.server.cluster.handoff import Handoff, HandoffError, decode
 from worldserve.server.live import PlacementRequired, SessionMoved
 from worldserve.server.metrics import Metrics
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
 from worldserve.session.errors import SessionStateMissing
+from worldserve.session.handoff import Handoff, HandoffError, decode
 
 log = logging.getLogger("worldserve.cluster")
 

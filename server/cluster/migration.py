@@ -31,7 +31,6 @@ from dataclasses import replace
 import numpy as np
 
 from worldserve.protocol import Migrate, Resume
-from worldserve.server.cluster.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from worldserve.server.engine import Suspension
 from worldserve.server.gate import Gate
 from worldserve.server.limits import TokenBucket
@@ -41,6 +40,7 @@ from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
 from worldserve.session.degrade import Rung
 from worldserve.session.errors import BadToken, SessionStateMissing
+from worldserve.session.handoff import Handoff, HandoffError, Kind, ReplayBlock
 from worldserve.session.plan import ModelState
 from worldserve.session.presentation import Presentation
 from worldserve.session.session import Session, SessionStatus

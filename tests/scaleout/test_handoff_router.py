@@ -20,8 +20,8 @@ from worldserve.server.cluster.directory import (
     WorkerInfo,
     WorkerState,
 )
-from worldserve.server.cluster.handoff import Handoff, HandoffError, ReplayBlock, decode
 from worldserve.server.cluster.router import Router, RouterSettings
+from worldserve.session.handoff import Handoff, HandoffError, ReplayBlock, decode
 from worldserve.session.plan import ModelState
 from worldserve.session.presentation import Presentation
 from worldserve.session.session import Session, SessionConfig

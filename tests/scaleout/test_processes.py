@@ -17,7 +17,7 @@ from worldserve.clients.probe import Probe
 from worldserve.clients.sdk import FrameEvent, WorldClient
 from worldserve.protocol import Resumed
 from worldserve.server.cluster.directory.redis import RedisDirectory
-from worldserve.server.cluster.handoff import decode
+from worldserve.session.handoff import decode
 
 
 def local_cluster(tmp_path: Path, weights: Path, redis_url: str, **kw: object) -> LocalCluster:

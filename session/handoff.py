@@ -21,8 +21,10 @@ before they existed) continues the clock at ``frame * 1e6 / fps``.
 
 A ``checkpoint`` is written every few seconds while a session runs (crash recovery:
 ``replay`` is empty, it stays small); a ``migration`` is written once by a draining
-worker. ``decode`` validates every field and raises ``HandoffError``, never another
-exception; the inner snapshot is validated by ``restore``. No pickle.
+worker. ``decode`` validates every field with the snapshot's checked reader
+(session/msgfields.py) and raises ``HandoffError`` naming it, never another exception; the
+inner snapshot is validated by ``restore``. No pickle. It lives beside the snapshot and the
+session log, torch-free, because all three are one session's state on the wire.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import msgpack
 import numpy as np
@@ -38,7 +40,7 @@ import numpy as np
 from worldserve.protocol import ProtocolError, Start, from_wire
 from worldserve.protocol.vocab import SESSION_ID_RE
 from worldserve.session.errors import SnapshotError
-from worldserve.session.msgfields import MAX_INT
+from worldserve.session.msgfields import MAX_INT, Fields, unpack
 from worldserve.session.plan import ACTION_DIM, ModelState
 from worldserve.session.presentation import Presentation
 from worldserve.session.session import Clock, Session
@@ -52,8 +54,9 @@ MAX_BYTES = MAX_SNAPSHOT_BYTES * 2
 Kind = Literal["checkpoint", "migration"]
 _KEYS = {"format", "version", "kind", "session_id", "epoch", "next_block", "level", "created",
          "request", "action", "replay", "snapshot"}
-_OPTIONAL = {"presentation"}
+_OPTIONAL = frozenset({"presentation"})
 _REPLAY_KEYS = {"block", "action_seq", "shape", "data"}
+_REPLAY_OPTIONAL = frozenset({"pts_us", "late"})
 _DROPPED_REQUEST_FIELDS = ("type", "v", "observation", "api_key", "session_id")
 
 
@@ -132,110 +135,78 @@ class Handoff:
 
 
 def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Handoff:
-    """Validate and rebuild a handoff (its snapshot is checked by ``Handoff.restore``)."""
-    if not isinstance(data, bytes | bytearray | memoryview) or len(data) > max_bytes:
-        raise HandoffError(f"expected at most {max_bytes} bytes")
+    """Validate and rebuild a handoff (its snapshot is checked by ``Handoff.restore``);
+    ``HandoffError`` naming the field, never another exception."""
     try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
-    except Exception as exc:  # the C unpacker raises many types on bad input
-        raise HandoffError(f"not valid msgpack: {type(exc).__name__}") from exc
+        return _decode(unpack(data, max_bytes))
+    except SnapshotError as exc:  # the checked reader's (session/msgfields.py)
+        raise HandoffError(str(exc)) from None
+
+
+def _decode(obj: object) -> Handoff:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise HandoffError(f"not a map with format {FORMAT!r}")
     if obj.get("version") != VERSION or type(obj.get("version")) is not int:
         raise HandoffError(f"unsupported version; this worker reads {VERSION}")
-    if set(obj) - _OPTIONAL != _KEYS:
-        unexpected = len(set(obj) - _KEYS - _OPTIONAL)
-        raise HandoffError(f"keys: missing {sorted(_KEYS - set(obj))}, unexpected {unexpected}")
-    kind = obj["kind"]
+    top = Fields(obj, "handoff", _KEYS, _OPTIONAL)
+    kind = top.get_str("kind", 16)
     if kind not in ("checkpoint", "migration"):
-        raise HandoffError("kind: expected 'checkpoint' or 'migration'")
-    sid = obj["session_id"]
-    if not isinstance(sid, str) or SESSION_ID_RE.fullmatch(sid) is None:
-        raise HandoffError("session_id: expected a session id")
-    created = obj["created"]
-    if isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
-        raise HandoffError("created: expected a finite number")
+        raise HandoffError("handoff.kind: expected 'checkpoint' or 'migration'")
+    sid = top.get_str("session_id", 64)
+    if SESSION_ID_RE.fullmatch(sid) is None:
+        raise HandoffError("handoff.session_id: expected a session id")
     request = obj["request"]
     if not isinstance(request, dict):
-        raise HandoffError("request: expected a map")
+        raise HandoffError("handoff.request: expected a map")
     try:
         start = from_wire(Start, {k: v for k, v in request.items() if k not in _DROPPED_REQUEST_FIELDS})
     except ProtocolError as exc:
-        raise HandoffError(f"request.{exc.field or ''}: {exc.reason}") from None
+        raise HandoffError(f"handoff.request.{exc.field or ''}: {exc.reason}") from None
     assert isinstance(start, Start)
-    action = _map(obj["action"], "action", {"seq", "seen", "vec"})
-    vec = action["vec"]
-    if vec is not None and (not isinstance(vec, bytes) or len(vec) != 4 * ACTION_DIM):
-        raise HandoffError(f"action.vec: expected {4 * ACTION_DIM} bytes or nil")
-    snapshot = obj["snapshot"]
-    if not isinstance(snapshot, bytes):
-        raise HandoffError("snapshot: expected bytes")
-    replay = obj["replay"]
-    if not isinstance(replay, list) or len(replay) > MAX_REPLAY:
-        raise HandoffError(f"replay: expected a list of at most {MAX_REPLAY}")
+    action = top.get_map("action", {"seq", "seen", "vec"})
+    vec = action.get_bin("vec", 4 * ACTION_DIM) if action.present("vec") else None
+    if vec is not None and len(vec) != 4 * ACTION_DIM:
+        raise HandoffError(f"handoff.action.vec: expected {4 * ACTION_DIM} bytes or nil")
+    replay = top.get_list("replay", MAX_REPLAY)
     return Handoff(
-        kind,
+        kind,  # type: ignore[arg-type]
         sid,
-        _int(obj["epoch"], "epoch"),
-        _int(obj["next_block"], "next_block"),
-        _int(obj["level"], "level"),
+        top.get_int("epoch", 0, MAX_INT),
+        top.get_int("next_block", 0, MAX_INT),
+        top.get_int("level", 0, MAX_INT),
         start,
         None if vec is None else np.frombuffer(vec, "<f4").astype(np.float32),
-        _int(action["seq"], "action.seq"),
-        _int(action["seen"], "action.seen"),
-        tuple(_replay(r, f"replay[{i}]") for i, r in enumerate(replay)),
-        snapshot,
-        float(created),
-        _presentation(obj.get("presentation")),
+        action.get_int("seq", 0, MAX_INT),
+        action.get_int("seen", 0, MAX_INT),
+        tuple(_replay(Fields(r, f"handoff.replay[{i}]", _REPLAY_KEYS, _REPLAY_OPTIONAL)) for i, r in enumerate(replay)),
+        top.get_bin("snapshot", MAX_SNAPSHOT_BYTES),
+        top.get_float("created"),
+        _presentation(top) if top.present("presentation") else None,
     )
 
 
-def _presentation(value: object) -> Presentation | None:
-    if value is None:
-        return None
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or isinstance(value[1], bool)
-        or not isinstance(value[1], int | float)
-        or not math.isfinite(value[1])
-        or not 0 <= value[1] <= MAX_INT
-    ):
-        raise HandoffError("presentation: expected [frame, us]")
-    return Presentation(_int(value[0], "presentation[0]"), float(value[1]))
+def _presentation(top: Fields) -> Presentation:
+    value = top._d["presentation"]
+    if not isinstance(value, list) or len(value) != 2:
+        raise HandoffError("handoff.presentation: expected [frame, us]")
+    at = Fields({"frame": value[0], "us": value[1]}, "handoff.presentation", {"frame", "us"})
+    us = at.get_float("us")
+    if us < 0:
+        raise HandoffError("handoff.presentation.us: expected a time >= 0")
+    return Presentation(at.get_int("frame", 0, MAX_INT), us)
 
 
-def _map(obj: object, path: str, keys: set[str]) -> dict[str, Any]:
-    if not isinstance(obj, dict) or set(obj) != keys:
-        raise HandoffError(f"{path}: expected a map with keys {sorted(keys)}")
-    return obj
-
-
-def _int(value: object, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
-        raise HandoffError(f"{path}: expected an int >= 0")
-    return value
-
-
-def _replay(obj: object, path: str) -> ReplayBlock:
-    if not isinstance(obj, dict) or not _REPLAY_KEYS <= set(obj) <= _REPLAY_KEYS | {"pts_us", "late"}:
-        raise HandoffError(f"{path}: expected a map with keys {sorted(_REPLAY_KEYS)} (and pts_us, late)")
-    m: dict[str, Any] = obj
-    shape = m["shape"]
-    if (
-        not isinstance(shape, list)
-        or len(shape) != 4
-        or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 4096 for n in shape)
-        or shape[3] != 3
-    ):
-        raise HandoffError(f"{path}.shape: expected [F, H, W, 3]")
-    data = m["data"]
-    if not isinstance(data, bytes) or len(data) != math.prod(shape):
-        raise HandoffError(f"{path}.data: expected {math.prod(shape)} bytes")
-    frames = np.frombuffer(data, np.uint8).reshape(shape)
-    pts = m.get("pts_us")
+def _replay(m: Fields) -> ReplayBlock:
+    listed = m.get_list("shape", 4)
+    shape = tuple(n for n in listed if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 4096)
+    if len(listed) != 4 or len(shape) != 4 or shape[3] != 3:
+        raise HandoffError(f"{m.path}.shape: expected [F, H, W, 3]")
+    data = m.get_bin("data", math.prod(shape))
+    if len(data) != math.prod(shape):
+        raise HandoffError(f"{m.path}.data: expected {math.prod(shape)} bytes")
     return ReplayBlock(
-        _int(m["block"], f"{path}.block"), _int(m["action_seq"], f"{path}.action_seq"), frames,
-        None if pts is None else _int(pts, f"{path}.pts_us"),
-        _int(m.get("late", 0), f"{path}.late"),
+        m.get_int("block", 0, MAX_INT), m.get_int("action_seq", 0, MAX_INT),
+        np.frombuffer(data, np.uint8).reshape(shape),
+        m.get_int("pts_us", 0, MAX_INT) if m.present("pts_us") else None,
+        m.get_int("late", 0, MAX_INT) if m.present("late") else 0,
     )
