@@ -97,16 +97,9 @@ def clip_config(authors: dict[str, torch.Tensor], heads: int = CLIP_HEADS) -> di
 
 def read_authors_clip(path: str | Path) -> dict[str, torch.Tensor]:
     """The authors' CLIP file (Wan's XLMRobertaCLIP state dict), memory-mapped."""
-    from worldserve.model.wan.weights import WeightsError, read_tensors
+    from worldserve.model.wan.weights import read_authors_file
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"CLIP image encoder file {path} does not exist")
-    state = read_tensors(path)
-    if "visual.patch_embedding.weight" not in state:
-        raise WeightsError(f"{path} is not the authors' CLIP: no 'visual.patch_embedding.weight' "
-                           f"(keys: {sorted(state)[:4]})")
-    return state
+    return read_authors_file(path, "CLIP image encoder", "visual.patch_embedding.weight")
 
 
 def load_authors_clip(path: str | Path, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):

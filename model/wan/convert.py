@@ -74,16 +74,9 @@ def umt5_config(state: dict[str, torch.Tensor]) -> dict[str, Any]:
 
 def read_wan_t5(path: str | Path) -> dict[str, torch.Tensor]:
     """The authors' T5 encoder file (their key names), memory-mapped."""
-    from worldserve.model.wan.weights import WeightsError, read_tensors
+    from worldserve.model.wan.weights import read_authors_file
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"text encoder file {path} does not exist")
-    state = read_tensors(path)
-    if "token_embedding.weight" not in state:
-        raise WeightsError(f"{path} is not Wan's T5 encoder: no 'token_embedding.weight' "
-                           f"(keys: {sorted(state)[:4]})")
-    return state
+    return read_authors_file(path, "T5 text encoder", "token_embedding.weight")
 
 
 def load_umt5(path: str | Path, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):

@@ -200,6 +200,18 @@ def read_lora(path: str | Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+def read_authors_file(path: str | Path, what: str, marker: str) -> dict[str, torch.Tensor]:
+    """One of the authors' ``.pth`` files (their key names), memory-mapped: ``what`` names it
+    in errors, and ``marker`` is a key it must hold."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} file {path} does not exist")
+    state = read_tensors(path)
+    if marker not in state:
+        raise WeightsError(f"{path} is not the authors' {what}: no {marker!r} (keys: {sorted(state)[:4]})")
+    return state
+
+
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """A torch file holding a dict (of tensors), memory-mapped; a full unpickle is refused."""
     try:
