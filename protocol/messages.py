@@ -139,10 +139,11 @@ class Image:
         return cls(format, buf.getvalue())
 
     def decode(self, max_pixels: int = MAX_IMAGE_SIDE * MAX_IMAGE_SIDE) -> np.ndarray:
-        """The image as an (H, W, 3) uint8 array; ProtocolError if it cannot be read."""
+        """The image as an (H, W, 3) uint8 array of its own (writable: a model may hand it to
+        torch as it is); ProtocolError if it cannot be read."""
         if self.format == "raw":
             assert self.shape is not None
-            return np.frombuffer(self.data, np.uint8).reshape(self.shape)
+            return np.frombuffer(self.data, np.uint8).reshape(self.shape).copy()
         from PIL import Image as PILImage
 
         try:
@@ -159,7 +160,7 @@ class Image:
             raise
         except Exception as exc:  # Pillow raises many types on bad input
             raise ProtocolError(f"cannot decode {self.format}: {exc}", "data") from None
-        return np.ascontiguousarray(arr)
+        return np.array(arr, np.uint8, order="C")  # a copy: PIL's view is read-only
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": self.format, "data": self.data}

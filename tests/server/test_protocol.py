@@ -152,6 +152,7 @@ def test_images_decode_to_rgb_arrays(fmt: str) -> None:
     img = Image.from_array(np.repeat(RGB, 4, axis=0), fmt, quality=95)  # type: ignore[arg-type]
     out = img.decode()
     assert out.shape == (16, 6, 3) and out.dtype == np.uint8
+    assert out.flags.writeable  # a model may hand it to torch as it is (a read-only one warns)
     if fmt != "jpeg":
         assert np.array_equal(out, np.repeat(RGB, 4, axis=0))
 
