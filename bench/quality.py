@@ -3,9 +3,8 @@
     python -m bench.quality [--quick] [--weights PATH] [--out DIR | --update-docs] [--steps N] [--eta E]
                             [--oracle frame|ground[:EVERY] ...] [--oracle-every N]
 
-For every bucket: the model is anchored on the renderer's first frame (an observation), then
-driven by held-out action scripts; its rollout is compared with the renderer's for the same
-actions. Prints per bucket:
+For every bucket: the model is anchored on the renderer's first frame (an observation), then driven
+by held-out action scripts; its rollout is compared with the renderer's for the same actions:
 
 - PSNR at horizons 1, 8, 32 beside the repeat-the-last-frame baseline, each from the mean
   squared error over all episodes (``pooled_psnr``), and beside two references that know
@@ -27,14 +26,13 @@ actions. Prints per bucket:
   measured by phase correlation of median-filtered frames, band-limited (``motion_ok``): plain
   phase correlation follows falling snow or rain rather than the ground
   (``control_acc_renderer_plain``: the renderer's frames scored by it);
-- scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the
-  new scene's (closer to the renderer's new-scene frames than to the old-scene ones) within 4 frames;
-- revisit (``bench._revisit``): 2 s of steering, 3 s away and back along the same path; the
-  view at the return against the view shown at that place before, for the model
-  (``revisit_psnr``) and for the renderer, whose animals, water and weather move
-  (``revisit_psnr_world``);
-- long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x
-  the renderer's, changing while moving and still while idle;
+- scene control: after a mid-rollout prompt switch, the frames' mean colour moves toward the new
+  scene's (closer to the renderer's new-scene frames than to the old-scene ones) within 4 frames;
+- revisit (``bench._revisit``): 2 s of steering, 3 s away and back along the same path; the view
+  at the return against the view shown there before, for the model (``revisit_psnr``) and for
+  the renderer, whose animals, water and weather move (``revisit_psnr_world``);
+- long-rollout health (5,000 frames; 1,000 with --quick): finite, contrast within [0.7, 1.5]x the
+  renderer's, changing while moving and still while idle;
 - sharpness late in the long rollout: mean gradient magnitude over the last fifth of the
   rollout divided by the renderer's over the same frames; beside it two measures of whether
   that content looks like the world, which gradient magnitude alone cannot tell (streaks
