@@ -137,13 +137,17 @@ def route(args: argparse.Namespace) -> None:
 # Subcommands whose options belong to another module: everything after the name is theirs.
 _DELEGATED = {"train": "worldserve.training.train", "soak": "worldserve.clients.soak",
               "drill": "worldserve.bench.drill", "replay": "worldserve.model.replay"}
+# ``worldserve train STAGE``: the default world's other training stages (docs/training.md)
+_STAGES = {"tokenizer": "worldserve.training.tokenizer"}
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     command = argv[0] if argv else ""
     try:
-        if command in _DELEGATED:
+        if command == "train" and len(argv) > 1 and argv[1] in _STAGES:
+            importlib.import_module(_STAGES[argv[1]]).main(argv[2:])
+        elif command in _DELEGATED:
             importlib.import_module(_DELEGATED[command]).main(argv[1:])
         else:
             _run(argv)
@@ -173,7 +177,8 @@ def _run(argv: list[str]) -> None:
     conv.add_argument("dst", type=Path, help="the .safetensors (a transformer) or folder (UMT5)")
     conv.add_argument("--recipe", help="the checkpoint's recipe: its state dict (EMA or not)")
     conv.add_argument("--lora", type=Path, help="a LoRA to merge in (LongLive's lora.pt)")
-    sub.add_parser("train", help="train the world model (training.train's options follow)",
+    sub.add_parser("train", help="train the world model (training.train's options follow; "
+                                 "'train tokenizer ...': the ground tokenizer's stage)",
                    add_help=False)
     sub.add_parser("soak", help="N sessions for a while: latency, drops, RSS (clients.soak)",
                    add_help=False)

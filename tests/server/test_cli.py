@@ -115,3 +115,14 @@ def test_soak_and_drill_delegate_their_options(monkeypatch: pytest.MonkeyPatch) 
     cli.main(["soak", "--url", "ws://x/v1/ws"])
     cli.main(["drill", "--quick"])
     assert seen == [("soak", ["--url", "ws://x/v1/ws"]), ("drill", ["--quick"])]
+
+
+def test_train_names_a_stage_or_trains_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldserve.training import tokenizer, train
+
+    seen: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(tokenizer, "main", lambda argv=None: seen.append(("tokenizer", argv)))
+    monkeypatch.setattr(train, "main", lambda argv=None: seen.append(("train", argv)))
+    cli.main(["train", "tokenizer", "--minutes", "1"])
+    cli.main(["train", "--minutes", "1"])
+    assert seen == [("tokenizer", ["--minutes", "1"]), ("train", ["--minutes", "1"])]
