@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from worldserve.protocol import Resumed, Skipped, Started
+from worldserve.protocol import Resumed, Started
 from worldserve.server.engine import Engine
 from worldserve.server.live import Chunk, Live, ModelFull, Peer, Shape, rebucket
 from worldserve.server.sessions import Sessions
@@ -127,8 +127,6 @@ class Admissions:
         """Bind ``peer`` to the session and send it ``reply`` and the replayed chunks."""
         live.peer = peer
         peer.attached(reply, live.request.quality or self.settings.jpeg_quality)
-        for ch in replay:
-            if ch.late_frames and not live.pull:  # its pts_us counts them: said again before it
-                peer.send(Skipped(ch.block_idx, ch.block_idx - 1, ch.late_frames))
+        for ch in replay:  # a late one's ``skipped`` goes again with it (the peer writes it)
             peer.chunk(ch, ordered=True)
         live.shown = live.next_block - 1  # the newest block the peer has (replayed up to it)

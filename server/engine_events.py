@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from worldserve.protocol import Degradation, Error, ErrorCode, Skipped
+from worldserve.protocol import Degradation, Error, ErrorCode
 from worldserve.server.gate import Gate
 from worldserve.server.live import Chunk, Live, Shape
 from worldserve.server.metrics import Metrics
@@ -74,8 +74,6 @@ class EngineEvents:
         peer = live.peer
         if peer is None or self.sessions.get(live.sid) is not live:
             return
-        if ch.late_frames and not live.pull:  # said right before the late block itself
-            peer.send(Skipped(ch.block_idx, live.shown, ch.late_frames))
         peer.chunk(ch, ordered=live.pull)
         live.shown = ch.block_idx
 

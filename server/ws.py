@@ -126,8 +126,6 @@ class Connection:
         self.send(reply)
 
     def send(self, msg: ServerMessage) -> None:
-        if isinstance(msg, Skipped):  # written from the late chunk itself (``_send_frame``)
-            return
         self._queue_control(msg.encode())
 
     def chunk(self, chunk: Chunk, *, ordered: bool) -> None:

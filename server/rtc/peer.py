@@ -62,6 +62,7 @@ from worldserve.protocol import (
     Resume,
     Resumed,
     ServerMessage,
+    Skipped,
     Start,
     Started,
     Status,
@@ -117,6 +118,7 @@ class RtcPeer:
         self._control_order = asyncio.Lock()  # control messages handled one by one, in order
         self._sent_window: deque[float] = deque(maxlen=512)  # frame send times (fps)
         self._reported_seq = -1  # action_seq of the last status sent for a new action
+        self._last_put = -1  # the newest block handed to the track (what the client keeps showing)
         self._last_frame: tuple[int, int] | None = None  # (action_seq, index) last sent
         self._created = time.monotonic()
         self._first_frame = True
@@ -156,7 +158,7 @@ class RtcPeer:
     # --- service.Peer (never waits) ---
 
     def attached(self, reply: Started | Resumed, quality: int) -> None:
-        self.sid = reply.session_id
+        self.sid, self._last_put = reply.session_id, -1
         self.track.set_rate(reply.fps)
         self.request_keyframe()
         self.send(reply)
@@ -169,6 +171,9 @@ class RtcPeer:
     def chunk(self, chunk: Chunk, *, ordered: bool) -> None:
         # Video is latest-wins even for replayed blocks: a stale picture is worth nothing.
         if self._closing is None and chunk.session_id == self.sid:
+            if chunk.late_frames:  # late (push): said on control right before it, as on the WebSocket
+                self._queue_control(Skipped(chunk.block_idx, self._last_put, chunk.late_frames).encode())
+            self._last_put = chunk.block_idx
             self.track.put(chunk)
 
     def end(self, ended: Ended, code: int) -> None:
