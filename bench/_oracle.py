@@ -8,20 +8,24 @@ bench gives each session a view of the renderer as its anchor (``refresh``), and
 reference is that view moved by the camera shift summed since. The sum is exact: the served
 runner sums the model's shift head, which export solves in closed form for the commanded
 shift (``training.targets.fit_shift_head``; ``test_the_shift_head_sums_the_commanded_shift``
-holds it to that). The session never re-anchors on its own frames. Two views:
+holds it to that). The session never re-anchors on its own frames. Three views:
 
 - ``frame``: what the renderer shows at that moment, actors and weather included (the weights
   were trained on such anchors: the sequence's first frame);
 - ``ground``: the ground alone (``World.render_ground``: the map and the rain or snow lying on
   it; no actors, water glints, cloud shadows or fog), what a canvas of ground codes would
   hold; the weights never saw such a reference. ``ground:1`` hands it over every frame, as a
-  canvas would.
+  canvas would;
+- ``tokens``: the ground view through the committed ground tokenizer (encoded and decoded
+  under the world's scene), what a canvas of ground codes decodes to with that tokenizer:
+  ``tokens:1`` is the ceiling of the canvas with today's tokenizer and compositor.
 
 Bench-only: serving never builds one.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,9 +33,11 @@ import torch
 
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.slot import SessionSlot
+from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER_WEIGHTS
+from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.world import World
 
-VIEWS = ("frame", "ground")
+VIEWS = ("frame", "ground", "tokens")
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,25 @@ class Oracle:
         return t > 0 and t % self.every == 0
 
     def view_of(self, world: World, bucket: int) -> np.ndarray:
-        return world.render(bucket) if self.view == "frame" else world.render_ground(bucket)
+        if self.view == "frame":
+            return world.render(bucket)
+        if self.view == "ground":
+            return world.render_ground(bucket)
+        return _round_trip(world.render_ground(bucket), world.scene.to_vector())
+
+
+@functools.cache
+def _tokenizer() -> GroundTokenizer:
+    return load_tokenizer(TOKENIZER_WEIGHTS)
+
+
+@torch.inference_mode()
+def _round_trip(view: np.ndarray, scene: np.ndarray) -> np.ndarray:
+    """``view`` (H, W, 3) uint8 encoded to ground codes and decoded under ``scene``."""
+    x = torch.from_numpy(view).permute(2, 0, 1)[None].float() / 127.5 - 1
+    tok = _tokenizer()
+    out = tok.decode(tok.encode(x), torch.from_numpy(np.asarray(scene, np.float32))[None])
+    return ((out[0].clamp(-1, 1) + 1) * 127.5).round().byte().permute(1, 2, 0).numpy()
 
 
 class OracleRunner(ModelRunner):

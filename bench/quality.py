@@ -580,6 +580,7 @@ def main(argv: list[str] | None = None) -> None:
         for label, p in zip(labels[1:], paths[1:], strict=True)
     }
     oracles = realism.with_oracles(runners, args.weights, realism.parse_oracles(ap, args), **kw)
+    realism.with_canvas(runners, args.weights, args.canvas, **kw)
     lines: list[str] = []
     real = realism.measure(runners, asked[0], realism.worlds_for(args.quick), args.seed, out, lines=lines,
                            oracles=oracles)

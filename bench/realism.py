@@ -87,6 +87,7 @@ PATCH_EVERY = 4  # patch realism: every 4th frame of a window
 BANK_VIEWS = 48  # patch realism: each world's frames at random places, the patches to match
 STRIP_WORLDS = 8
 RUNS_OUT, DOCS_OUT = Path("runs/quality"), Path("docs/quality")  # strips: by default, and with --update-docs
+CANVAS = "canvas"  # the label of the weights served with the world canvas
 GO_ON_C2ST, GO_ON_FD = 0.80, 2.0  # the oracle's go-on rule: c2st_60s at most, fd_60s at most x fd_floor
 
 
@@ -309,6 +310,12 @@ def with_oracles(runners: dict[str, ModelRunner], weights: Path, oracles: list[O
     return {o.label: o for o in oracles}
 
 
+def with_canvas(runners: dict[str, ModelRunner], weights: Path, on: bool, **kw: object) -> None:
+    """Add ``weights`` served with the world canvas (``--canvas``) to ``runners`` as "canvas"."""
+    if on:
+        runners[CANVAS] = ModelRunner.from_pretrained(weights, canvas=True, **kw)  # type: ignore[arg-type]
+
+
 def oracle_lines(res: dict[str, dict[str, float]], oracles: dict[str, Oracle]) -> list[str]:
     """One summary line per oracle, with the go-on rule's verdict."""
     out = []
@@ -337,6 +344,9 @@ def add_oracle_args(ap: argparse.ArgumentParser) -> None:
                          f"({'|'.join(VIEWS)}; frame: as shown; ground: the ground alone), refreshed every EVERY "
                          f"frames (default --oracle-every) and moved by the exact camera shift between")
     ap.add_argument("--oracle-every", type=int, default=8, help="frames between the oracle reference's refreshes (1-16)")
+    ap.add_argument("--canvas", action="store_true",
+                    help="also measure the weights served with the world canvas as their reference "
+                         "(model/default/ground.py: the ground tokenizer and the prior's bank), labelled canvas")
 
 
 def parse_oracles(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[Oracle]:
@@ -374,6 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     runners = {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                for label, p in zip(label_weights(paths), paths, strict=True)}
     oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
+    with_canvas(runners, args.weights, args.canvas, **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
                   replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)

@@ -22,8 +22,10 @@ DTYPES: dict[str, np.dtype[Any]] = {
     name: np.dtype(code)
     for name, code in [
         ("uint8", "|u1"),
+        ("uint16", "<u2"),
         ("float16", "<f2"),
         ("float32", "<f4"),
+        ("float64", "<f8"),
         ("int32", "<i4"),
         ("int64", "<i8"),
     ]

@@ -52,6 +52,18 @@ from worldserve.protocol.vocab import encode_action as encode_action
 
 
 @dataclass(slots=True)
+class CanvasState:
+    """A session's world canvas (model/default/canvas.py): ``keys`` (N, 2) int32 tile keys,
+    ``codes`` (N, TILE, TILE) uint16 ground codes (0xFFFF where none is written yet),
+    ``position`` (2,) float64 the view's top-left in world units, ``seed`` the prior's."""
+
+    keys: np.ndarray
+    codes: np.ndarray
+    position: np.ndarray
+    seed: int
+
+
+@dataclass(slots=True)
 class Continuation:
     """What a session's next frames depend on beyond its clean frames, as the source runner
     holds it, so that a restored session goes on bit for bit as the undisturbed one would.
@@ -67,7 +79,8 @@ class Continuation:
     tokens a frame, H heads of D. ``prev``: the last clean frame (C, H, W). The anchor
     reference (model/default/anchor.py): ``anchor`` (C, H, W) or None,
     ``anchor_offset`` (2,) the camera shift summed since it, ``anchor_wait`` frames still to
-    wait before re-anchoring when there is none, ``anchor_age`` frames since it.
+    wait before re-anchoring when there is none, ``anchor_age`` frames since it. ``canvas``:
+    the session's world canvas where its runner keeps one, else None.
     """
 
     kv: np.ndarray
@@ -76,6 +89,7 @@ class Continuation:
     anchor_offset: np.ndarray | None = None
     anchor_wait: int = 0
     anchor_age: int = 0
+    canvas: CanvasState | None = None
 
 
 @dataclass(slots=True)

@@ -17,7 +17,11 @@ image, (1, height, width, 3) (Matrix-Game's). ``continuation`` (session/plan.py;
 family exports one) is nil or a map::
 
     {kv: float32 (2, L, N, T, H, D), prev: float32 (C, H, W), anchor: float32 (C, H, W) or nil,
-     anchor_offset: float32 (2,) or nil, anchor_wait: int, anchor_age: int}
+     anchor_offset: float32 (2,) or nil, anchor_wait: int, anchor_age: int, canvas}
+
+``canvas`` (optional: nil or absent where the runner keeps no world canvas) is a map
+``{keys: int32 (N, 2), codes: uint16 (N, 16, 16), position: float64 (2,), seed: int}``, at most
+``MAX_CANVAS_TILES`` tiles.
 
 with N the number of frames (or latents) the state holds. Restored from it the session
 makes exactly the frames it would have made on the old worker. ``actions`` (an
@@ -70,7 +74,7 @@ from worldserve.session.eventlog import (
     SettingsEvent,
 )
 from worldserve.session.msgfields import MAX_INT, Fields, pack_array, unpack
-from worldserve.session.plan import ACTION_DIM, ActionTrace, Continuation, ModelState
+from worldserve.session.plan import ACTION_DIM, ActionTrace, CanvasState, Continuation, ModelState
 from worldserve.session.session import (
     MAX_BUCKET,
     MAX_SCENE_CHARS,
@@ -191,6 +195,16 @@ def _pack_continuation(c: Continuation) -> dict[str, object]:
         ),
         "anchor_wait": c.anchor_wait,
         "anchor_age": c.anchor_age,
+        "canvas": None if c.canvas is None else _pack_canvas(c.canvas),
+    }
+
+
+def _pack_canvas(c: CanvasState) -> dict[str, object]:
+    return {
+        "keys": pack_array(np.asarray(c.keys, np.int32)),
+        "codes": pack_array(np.asarray(c.codes, np.uint16)),
+        "position": pack_array(np.asarray(c.position, np.float64)),
+        "seed": int(c.seed),
     }
 
 
@@ -240,6 +254,9 @@ _START_KEYS = {"seed", "scene", "bucket", "steps"}
 _MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene", "family"}
 _MODEL_OPTIONAL = frozenset({"latents", "continuation", "actions"})
 _CONTINUATION_KEYS = {"kv", "prev", "anchor", "anchor_offset", "anchor_wait", "anchor_age"}
+_CONTINUATION_OPTIONAL = frozenset({"canvas"})
+_CANVAS_KEYS = {"keys", "codes", "position", "seed"}
+MAX_CANVAS_TILES = 1024  # far more than a canvas keeps (model/default/canvas.py: 49 at its radius)
 _ACTION_KEYS = {"keyboard", "mouse", "first", "anchor_frame"}
 _EVENT_KEYS = {
     "action": {"kind", "block", "seq", "action"},
@@ -393,7 +410,7 @@ def _restore_state(m: Fields, max_frames: int) -> ModelState:
     state = _restore_model(m, max_frames) if pixel else _restore_latent_model(m, max_frames)
     held = state.frames.shape[0] if state.latents is None else state.latents.shape[0]
     if m.present("continuation"):
-        state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS), held)
+        state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS, _CONTINUATION_OPTIONAL), held)
     if m.present("actions"):
         state.actions = _restore_actions(m.get_map("actions", _ACTION_KEYS), state.frame_index)
     return state
@@ -443,4 +460,19 @@ def _restore_continuation(m: Fields, frames: int) -> Continuation:
         anchor_offset=offset,
         anchor_wait=m.get_int("anchor_wait", 0, MAX_INT),
         anchor_age=m.get_int("anchor_age", 0, MAX_INT),
+        canvas=_restore_canvas(m.get_map("canvas", _CANVAS_KEYS)) if m.present("canvas") else None,
     )
+
+
+def _restore_canvas(m: Fields) -> CanvasState:
+    keys = m.get_array("keys", "int32", 2)
+    codes = m.get_array("codes", "uint16", 3)
+    n = keys.shape[0]
+    if keys.shape != (n, 2) or codes.shape[0] != n or codes.shape[1] != codes.shape[2] or n > MAX_CANVAS_TILES:
+        raise SnapshotError(f"{m.path}: keys {keys.shape} and codes {codes.shape} are not N tiles (N <= {MAX_CANVAS_TILES})")
+    if len({(int(a), int(b)) for a, b in keys}) != n:
+        raise SnapshotError(f"{m.path}.keys: a tile is listed twice")
+    position = m.get_array("position", "float64", 1)
+    if position.shape != (2,) or not np.isfinite(position).all():
+        raise SnapshotError(f"{m.path}.position: expected two finite numbers, got {position}")
+    return CanvasState(keys=keys, codes=codes, position=position, seed=m.get_int("seed", 0, MAX_INT))

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from worldserve.model.default.tokenizer import (
+    WEIGHTS,
     GroundTokenizer,
     TokenizerConfig,
     load_tokenizer,
@@ -53,7 +54,7 @@ BUCKET = 64  # one code per 4x4 world units
 EVAL_SEEDS = tuple(HELD_OUT_SEEDS[900:908])  # held out, and used by no bench
 EVAL_VIEWS = 8  # per eval seed
 REVIVE_EVERY = 200  # steps: a code unused for this long moves to an encoder output
-COMMITTED = Path(__file__).resolve().parent.parent / "model" / "default" / "weights" / "tokenizer"
+COMMITTED = WEIGHTS
 
 
 @dataclass

@@ -44,7 +44,7 @@ from .motion import (
 )
 from .policy import POLICIES, ActionPolicy, mixed_policy, random_policy, scripted_policy
 from .scene import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt, sample_scene
-from .start import start_frame
+from .start import start_frame, start_ground
 from .world import DEFAULT_MAP_SIZE, World, WorldState
 
 __all__ = [
@@ -75,4 +75,5 @@ __all__ = [
     "sample_scene",
     "scripted_policy",
     "start_frame",
+    "start_ground",
 ]

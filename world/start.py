@@ -20,6 +20,16 @@ START_MAP_SIZE = 256  # world units; the view is 64, so the place still varies w
 def start_frame(scene: str, seed: int, bucket: int) -> np.ndarray:
     """The world's view for ``scene`` (a prompt) at a place drawn from ``seed``,
     (bucket, bucket, 3) uint8."""
+    return _start_world(scene, seed, bucket).render(bucket)
+
+
+def start_ground(scene: str, seed: int, bucket: int) -> np.ndarray:
+    """The ground alone under ``start_frame``'s view (``World.render_ground``: no actors,
+    glints, cloud shadows or fog), what a world canvas starts from."""
+    return _start_world(scene, seed, bucket).render_ground(bucket)
+
+
+def _start_world(scene: str, seed: int, bucket: int) -> World:
     world = World(seed, parse_prompt(scene), (bucket,), map_size=START_MAP_SIZE)
     world.reset(world.random_position(np.random.default_rng(seed)))
-    return world.render(bucket)
+    return world

@@ -3,8 +3,9 @@
 The canvas remembers the place: each code (``model/default/tokenizer.py``) stands for
 CODE_UNITS x CODE_UNITS world units, kept in square tiles of TILE x TILE codes keyed by tile
 coordinates on the world's torus. A tile is written once, when the camera first needs it
-(filled by the prior ahead of the camera, or by the tokenizer's encoding of an observation),
-and never redrawn: ground cannot drift, and returning to a place shows the same place. Tiles
+(filled by the prior ahead of the camera, ``model/default/quilt.py``, or by the tokenizer's
+encoding of an observation, which may cover parts of tiles and replaces what it shows),
+and never redrawn by the prior: ground cannot drift, and returning to a place shows the same place. Tiles
 farther than ``radius`` world units from the camera are evicted, so a session's canvas holds at
 most ``max_tiles`` tiles (``TILE``² codes of 2 bytes each, 512 bytes a tile) however far it
 travels.
@@ -31,6 +32,7 @@ CODE_UNITS = 4  # world units a code covers, per side
 TILE = 16  # codes per tile side: 64 world units, a view's width
 TILE_UNITS = TILE * CODE_UNITS
 MISSING = -1  # a code the canvas does not hold (``crop``)
+EMPTY = 0xFFFF  # a code not written yet, inside a tile that holds others (an observation's edge)
 
 
 @dataclass(slots=True)
@@ -59,24 +61,44 @@ class Canvas:
 
     def needed(self, top_left: tuple[float, float], size: float) -> list[tuple[int, int]]:
         """The tiles a square of ``size`` world units from ``top_left`` (y, x) overlaps that the
-        canvas does not hold yet, row by row."""
+        canvas does not hold whole yet, row by row."""
         out = []
         for ty in self._span(top_left[0], size):
             for tx in self._span(top_left[1], size):
-                if (ty, tx) not in self.tiles:
+                tile = self.tiles.get((ty, tx))
+                if tile is None or (tile == EMPTY).any():
                     out.append((ty, tx))
         return out
 
     def write(self, key: tuple[int, int], codes: np.ndarray) -> None:
-        """Write tile ``key`` once; writing a held tile again is refused (the ground stays)."""
-        if key in self.tiles:
-            raise ValueError(f"tile {key} is already written")
+        """Fill tile ``key``'s empty codes from ``codes`` (TILE, TILE); codes already written stay
+        (the ground stays). Writing a tile that holds no empty code is refused."""
         if codes.shape != (TILE, TILE):
             raise ValueError(f"tile codes have shape {codes.shape}, expected {(TILE, TILE)}")
         ty, tx = key
         if not (0 <= ty < self.side and 0 <= tx < self.side):
             raise ValueError(f"tile {key} lies outside the {self.side}x{self.side} tiles of the torus")
-        self.tiles[key] = np.asarray(codes, np.uint16).copy()
+        held = self.tiles.get(key)
+        if held is None:
+            self.tiles[key] = np.asarray(codes, np.uint16).copy()
+            return
+        empty = held == EMPTY
+        if not empty.any():
+            raise ValueError(f"tile {key} is already written")
+        held[empty] = np.asarray(codes, np.uint16)[empty]
+
+    def paste(self, top_left: tuple[float, float], codes: np.ndarray) -> None:
+        """Write ``codes`` (h, w) from ``top_left`` (y, x) world units, snapped to the code grid,
+        over what the canvas holds there: what an observation shows of a place replaces what
+        the prior guessed. ``MISSING`` codes are skipped."""
+        cy, cx = (math.floor(t / CODE_UNITS) for t in top_left)
+        n = self.side * TILE
+        for i, j in zip(*np.nonzero(codes != MISSING), strict=True):
+            y, x = (cy + int(i)) % n, (cx + int(j)) % n
+            tile = self.tiles.get((y // TILE, x // TILE))
+            if tile is None:
+                tile = self.tiles[(y // TILE, x // TILE)] = np.full((TILE, TILE), EMPTY, np.uint16)
+            tile[y % TILE, x % TILE] = codes[i, j]
 
     def crop(self, top_left: tuple[float, float], size: float) -> np.ndarray:
         """The codes covering a square of ``size`` world units from ``top_left`` (y, x), snapped
@@ -93,6 +115,7 @@ class Canvas:
                     continue
                 rows, cols = np.nonzero(ys // TILE == ty)[0], np.nonzero(xs // TILE == tx)[0]
                 out[np.ix_(rows, cols)] = tile[np.ix_(ys[rows] % TILE, xs[cols] % TILE)]
+        out[out == EMPTY] = MISSING
         return out
 
     def evict(self, center: tuple[float, float]) -> int:
@@ -115,7 +138,10 @@ class Canvas:
         if keys.shape != (len(codes), 2):
             raise ValueError(f"canvas keys {keys.shape} do not match codes {codes.shape}")
         for k, c in zip(keys.tolist(), codes, strict=True):
-            canvas.write((int(k[0]), int(k[1])), c)
+            key = (int(k[0]), int(k[1]))
+            if key in canvas.tiles:
+                raise ValueError(f"canvas tile {key} is listed twice")
+            canvas.write(key, c)
         return canvas
 
     def _span(self, start: float, size: float) -> list[int]:

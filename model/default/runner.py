@@ -33,6 +33,7 @@ from worldserve.model.default.anchor import (
 from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.ground import VIEW_UNITS, GroundPainter, SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.slot import (
     SessionSlot,
@@ -84,6 +85,8 @@ class ModelRunner:
         graphs: bool = False,
         trace: bool = False,
         trace_cache: Path | None = None,
+        ground: GroundPainter | None = None,
+        start_ground: StartFrame | None = None,
     ):
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
@@ -93,7 +96,10 @@ class ModelRunner:
         the eager path there). ``trace``: on the CPU, the same chunks run as TorchScript traces,
         with the GIL released (the event loop's Python no longer stalls them) and no Python
         between kernels; ``graphs`` alone runs their buffers eagerly there (the tests).
-        ``trace_cache``: a directory keeping recorded traces between starts (``trace_cache``)."""
+        ``trace_cache``: a directory keeping recorded traces between starts (``trace_cache``).
+        ``ground``: keep a world canvas per session and take every frame's reference from it
+        (``model/default/ground.py``) instead of the anchor; ``start_ground``, the ground
+        under ``start_frame``'s view, written into a fresh session's canvas."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -113,17 +119,21 @@ class ModelRunner:
         on = graphs or (trace and self.device.type == "cpu")
         self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes, trace=trace) if on else None
         self.trace_cache = trace_cache
+        self.ground = ground
+        self.start_ground = start_ground
 
     @classmethod
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
-        dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, **kw: object,
+        dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, canvas: bool = False,
+        **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``world/``) starts sessions
         from its world's view unless ``start_frame`` is given (``None`` turns that off).
         ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
         CPU with bf16 matrix instructions). ``sampler`` overrides the sampler's settings that
-        the weights' config holds (``ModelConfig.with_sampler``)."""
+        the weights' config holds (``ModelConfig.with_sampler``). ``canvas``: the world canvas
+        (``model/default/ground.py``) with the shipped ground tokenizer and bank."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -135,6 +145,12 @@ class ModelRunner:
             )
 
             kw["start_frame"] = start_frame
+            if canvas:
+                from worldserve.world import start_ground
+
+                kw.setdefault("start_ground", start_ground)
+        if canvas:
+            kw["ground"] = GroundPainter.load(torch.device(device))
         model = load_model(path)
         model.cfg = model.cfg.with_sampler(sampler)
         return cls(model, **kw)  # type: ignore[arg-type]
@@ -254,13 +270,16 @@ class ModelRunner:
             window=deque(maxlen=self.cfg.window_frames),
         )
         self.sessions[spec.session_id] = s
+        if self.ground is not None:
+            s.ground = self.ground.start(spec.seed, parse_prompt(spec.scene))
         try:
             if spec.restore is not None:
                 self._restore(s, spec.restore)
             elif spec.observation is not None:
                 self._observe(s, spec.observation)
             elif self.start_frame is not None:
-                self._observe(s, self.start_frame(spec.scene, spec.seed, spec.bucket))
+                ground = None if self.start_ground is None else self.start_ground(spec.scene, spec.seed, spec.bucket)
+                self._observe(s, self.start_frame(spec.scene, spec.seed, spec.bucket), ground)
         except Exception:
             self.free(spec.session_id)
             raise
@@ -277,6 +296,8 @@ class ModelRunner:
             # it is dropped, and the view re-anchors once it has re-coloured.
             s.scene_text, s.scene = upd.scene, self._scene(upd.scene)
             s.anchor, s.anchor_wait = None, SCENE_SETTLE_FRAMES
+            if self.ground is not None:  # the same codes, re-skinned by the decoder
+                self.ground.rescene(self._ground(s), parse_prompt(upd.scene))
         if upd.observation is not None:
             self._observe(s, upd.observation)
 
@@ -300,12 +321,19 @@ class ModelRunner:
             log.info("snapshot's noise state is from another device kind: noise reseeded")
         if st.continuation is not None:
             install_continuation(self.cfg, self.pools[s.bucket], s, st.continuation, self.device, self.dtype)
+            if self.ground is not None:
+                if st.continuation.canvas is not None:
+                    s.ground = self.ground.restore(st.continuation.canvas, parse_prompt(s.scene_text))
+                elif n:  # a state from a runner without a canvas: the newest frame starts it
+                    self.ground.observe(self._ground(s), st.frames[-1])
             return
         # no continuation: rebuilt from the frames, close but not exact (their uint8 rounding,
         # and context that rolled out of the window), anchored on the newest frame
         if n:
             s.prev = self._encode(st.frames[-1:])[0]
             self._anchor_on(s, s.prev)
+            if self.ground is not None:
+                self.ground.observe(self._ground(s), st.frames[-1])
         self._recache(s)
 
     def _scene(self, text: str) -> torch.Tensor:
@@ -357,10 +385,13 @@ class ModelRunner:
         assert kv is not None
         pool.commit([s.slot], np.asarray([ids]), kv[0], kv[1])
 
-    def _observe(self, s: SessionSlot, frame: np.ndarray) -> None:
-        """Commit a real frame as the session's next frame (re-anchoring the model)."""
+    def _observe(self, s: SessionSlot, frame: np.ndarray, ground: np.ndarray | None = None) -> None:
+        """Commit a real frame as the session's next frame (re-anchoring the model); with a
+        world canvas, write the place it shows (or ``ground``, the same view's ground alone)."""
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
             raise ValueError(f"observation must be (H, W, 3) uint8, got {frame.shape} {frame.dtype}")
+        if self.ground is not None:
+            self.ground.observe(self._ground(s), frame if ground is None else ground)
         if frame.shape[:2] != (s.bucket, s.bucket):
             frame = resize_frames(frame[None], s.bucket)[0]
         fc = self.cfg.frames_per_chunk
@@ -405,6 +436,8 @@ class ModelRunner:
         b, fc = actions.shape[:2]
         prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, *states[0].prev.shape)
         clipped = clamped_actions(cfg, actions)
+        if self.ground is not None:
+            return torch.cat((prev, self._canvas_references(states, clipped).to(prev.dtype)), 2), clipped[..., :2]
         start = torch.stack([self._no_shift() if s.offset is None else s.offset for s in states])  # (B, 2)
         offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
         c, h = cfg.channels, states[0].prev.shape[-1]
@@ -415,6 +448,26 @@ class ModelRunner:
             valid[:, None].expand(b, fc).reshape(-1),
         ).view(b, fc, c + 1, h, h)
         return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
+
+    def _canvas_references(self, states: list[SessionSlot], clipped: torch.Tensor) -> torch.Tensor:
+        """Each frame's reference from the session's world canvas (B, F, C + 1, H, W): the
+        camera moves by the shift the model's shift head gives the frame's action."""
+        assert self.ground is not None
+        bucket = states[0].bucket
+        shifts = self.model.camera_shift(clipped, bucket).float().cpu().numpy().astype(np.float64)  # (B, F, 2) px
+        refs = []
+        for i, s in enumerate(states):
+            g = self._ground(s)
+            tops = g.position - np.cumsum(shifts[i], 0) * (VIEW_UNITS / bucket)  # the scene moves, the camera opposite
+            g.pending = tops[-1]
+            refs.append(self.ground.reference(g, tops, bucket))
+        return torch.stack(refs).to(self.device)
+
+    @staticmethod
+    def _ground(s: SessionSlot) -> SessionGround:
+        if s.ground is None:
+            raise RuntimeError("session has no world canvas")
+        return s.ground
 
     def _without_reference(self, prev: torch.Tensor) -> torch.Tensor:
         """Previous frames (B, F, C, H, W) as a ``prev`` input with no anchor reference
@@ -502,7 +555,11 @@ class ModelRunner:
         """After a generated chunk: keep each anchor's summed shift; re-anchor on the newest
         frame where the anchor is ``REANCHOR_FRAMES`` old or has (nearly) left the view, or
         where there is none and the wait is over. On the device, without reading anything
-        back."""
+        back. With a world canvas, the camera moves to the chunk's last place instead."""
+        if self.ground is not None:
+            for s in states:
+                self.ground.moved(self._ground(s))
+            return
         low = visible_share(offsets, newest.shape[-1]) < REANCHOR_SHARE  # (B,)
         for i, s in enumerate(states):
             if s.anchor is None:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.ground import SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.session.plan import Continuation
 
@@ -39,6 +40,7 @@ class SessionSlot:
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
     anchor_wait: int = 1
     anchor_age: int = 0  # frames generated since the anchor
+    ground: SessionGround | None = None  # the world canvas, where the runner keeps one (model/default/ground.py)
 
 
 def cached_ids(s: SessionSlot) -> list[int]:
@@ -48,7 +50,7 @@ def cached_ids(s: SessionSlot) -> list[int]:
 
 def export_continuation(cfg: ModelConfig, pool: KVCachePool, s: SessionSlot) -> Continuation:
     """The slot's cached keys/values in frame order, the exact previous frame and the
-    anchor reference's state, as float32 copies."""
+    anchor reference's state, as float32 copies, and its world canvas where it has one."""
     ids = cached_ids(s)
     pos = [pool.position(i) for i in ids]
     held = pool.frame_at[s.slot, pos].tolist()
@@ -65,6 +67,7 @@ def export_continuation(cfg: ModelConfig, pool: KVCachePool, s: SessionSlot) -> 
         anchor_offset=None if s.offset is None else s.offset.float().cpu().numpy(),
         anchor_wait=s.anchor_wait,
         anchor_age=s.anchor_age,
+        canvas=None if s.ground is None else s.ground.to_state(),
     )
 
 
@@ -72,7 +75,7 @@ def install_continuation(
     cfg: ModelConfig, pool: KVCachePool, s: SessionSlot, c: Continuation, device: torch.device, dtype: torch.dtype,
 ) -> None:
     """Install an exported ``Continuation``: the cache and the state beside it exactly as
-    they were, no re-cache."""
+    they were, no re-cache (the world canvas is the runner's to install)."""
     b = s.bucket
     ids = cached_ids(s)
     t = cfg.tokens_per_frame(b)

@@ -31,6 +31,8 @@ from torch import nn
 
 from worldserve.world.scene import SCENE_DIM
 
+WEIGHTS = Path(__file__).resolve().parent / "weights" / "tokenizer"  # the committed export (no suffix)
+
 
 @dataclass(frozen=True)
 class TokenizerConfig:

@@ -1,0 +1,185 @@
+"""The world canvas in serving: each session's ground codes, drawn as the causal model's
+reference every frame (issue 38).
+
+``GroundPainter`` (one per runner: the tokenizer, the prior's bank) keeps a ``SessionGround``
+per session: its ``Canvas`` of codes, the camera's place on it (the view's top-left corner in
+world units, moved by the shift the model's shift head gives each frame) and the pixels of the
+tiles it has decoded under the session's scene. For each frame it hands the runner the ground
+under the camera as the reference (``anchor_reference``'s layout: colours and a mask of ones):
+
+1. the tiles the view overlaps, and one tile around them, are filled where empty by the prior
+   (``quilt.fill_tile``), in row order;
+2. each tile the view overlaps is decoded once (``GroundTokenizer.decode``, with ``MARGIN``
+   codes of its neighbours around it so that tiles meet without seams) and kept; a prompt
+   change re-decodes under the new scene: the same place, re-skinned;
+3. the view is sampled from those pixels, bilinear, at the frame's bucket.
+
+An observation (the start frame's ground, or a client's ``observation``) is encoded by the
+tokenizer and written where it lies, over the prior's codes. Tiles farther than ``RADIUS``
+from the camera are evicted: a session holds at most ``Canvas.max_tiles`` tiles of codes
+(25 KB) and the pixels of the few it decoded near the camera.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from worldserve.model.default.canvas import CODE_UNITS, MISSING, TILE, TILE_UNITS, Canvas
+from worldserve.model.default.quilt import BANK, GroundBank, fill_tile
+from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
+from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
+from worldserve.session.plan import CanvasState
+from worldserve.world.scene import SceneAttrs
+
+VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket
+MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds' size)
+RADIUS = 160.0  # tiles whose centre lies farther from the camera (on an axis) are evicted
+MARGIN = 3  # codes of the neighbours decoded around a tile (the decoder's reach)
+
+
+@dataclass(slots=True)
+class SessionGround:
+    canvas: Canvas
+    seed: int  # the prior's draws (``quilt.fill_tile``)
+    position: np.ndarray  # (2,) float64: the view's top-left (y, x), world units, on the torus
+    look: SceneAttrs  # the session's scene: which of the bank's looks new ground is drawn from
+    pixels: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # tile -> (3, 64, 64)
+    pending: np.ndarray | None = None  # the position after the chunk being made
+
+    def to_state(self) -> CanvasState:
+        keys, codes = self.canvas.to_arrays()
+        return CanvasState(keys=keys, codes=codes, position=self.position.copy(), seed=self.seed)
+
+
+class GroundPainter:
+    def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device):
+        self.tokenizer = tokenizer.to(device).float().eval()
+        self.bank = bank
+        self.device = device
+        self.table = tokenizer.quantizer.table().detach().float().cpu().numpy()  # (K, D)
+
+    @classmethod
+    def load(cls, device: torch.device, tokenizer: Path = TOKENIZER, bank: Path = BANK) -> GroundPainter:
+        """The shipped ground tokenizer and bank (``model/default/weights/``)."""
+        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device)
+
+    def start(self, seed: int, look: SceneAttrs) -> SessionGround:
+        return SessionGround(Canvas(MAP_SIZE, RADIUS), seed, np.zeros(2, np.float64), look)
+
+    def restore(self, st: CanvasState, look: SceneAttrs) -> SessionGround:
+        if st.position.shape != (2,) or not np.isfinite(st.position).all():
+            raise ValueError(f"canvas position {st.position} must be two finite numbers")
+        if st.codes.size and int(st.codes[st.codes != 0xFFFF].max(initial=0)) >= len(self.table):
+            raise ValueError(f"canvas codes reach past the tokenizer's {len(self.table)}")
+        canvas = Canvas.from_arrays(MAP_SIZE, RADIUS, st.keys, st.codes)
+        return SessionGround(canvas, st.seed, np.asarray(st.position, np.float64) % MAP_SIZE, look)
+
+    # --- writes ---
+
+    @torch.inference_mode()
+    def observe(self, g: SessionGround, frame: np.ndarray) -> None:
+        """Write what ``frame`` ((H, W, 3) uint8, the view at the session's place) shows into the
+        canvas: its codes on the code grid, over what the prior drew there."""
+        x = torch.from_numpy(np.ascontiguousarray(frame)).permute(2, 0, 1)[None].float().to(self.device) / 127.5 - 1
+        if x.shape[-1] != VIEW_UNITS:
+            x = F.interpolate(x, size=(VIEW_UNITS, VIEW_UNITS), mode="area" if x.shape[-1] > VIEW_UNITS else "bilinear")
+        # move the view onto the code grid: the first whole code at or after its corner
+        first = np.ceil(g.position / CODE_UNITS) * CODE_UNITS
+        shift = first - g.position  # [0, CODE_UNITS) units
+        if shift.any():
+            x = _sample(x, float(shift[0]), float(shift[1]), VIEW_UNITS, VIEW_UNITS, 1.0)
+        codes = self.tokenizer.encode(x)[0].cpu().numpy().astype(np.int64)
+        if shift[0]:
+            codes[-1] = MISSING  # reaches past the view
+        if shift[1]:
+            codes[:, -1] = MISSING
+        g.canvas.paste((float(first[0]), float(first[1])), codes)
+        g.pixels.clear()  # tiles near it were decoded with the old codes
+
+    def rescene(self, g: SessionGround, look: SceneAttrs) -> None:
+        """A new prompt: the same codes, decoded under the new scene from now on; new ground
+        comes from the new scene's look."""
+        g.pixels.clear()
+        g.look = look
+
+    # --- the reference ---
+
+    @torch.inference_mode()
+    def reference(self, g: SessionGround, tops: np.ndarray, bucket: int) -> torch.Tensor:
+        """The ground under the view at each of ``tops`` ((F, 2) world units) as (F, 4, bucket,
+        bucket) float32: colours in [-1, 1], then a mask of ones. Fills and decodes on the way."""
+        out = []
+        for top in tops:
+            self._fill_around(g, top)
+            ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
+            raster = torch.cat([
+                torch.cat([self._tile_pixels(g, (ty + i, tx + j)) for j in (0, 1)], -1) for i in (0, 1)
+            ], -2)  # (3, 128, 128): the 2x2 tiles from the one holding the corner
+            rel = top - np.array([ty, tx], np.float64) * TILE_UNITS
+            out.append(_sample(raster[None], float(rel[0]), float(rel[1]), bucket, bucket, VIEW_UNITS / bucket)[0])
+        ref = torch.stack(out).clamp(-1, 1)
+        return torch.cat((ref, torch.ones_like(ref[:, :1])), 1)
+
+    def moved(self, g: SessionGround) -> None:
+        """The chunk was made: the camera is at its last frame's place; far tiles go."""
+        if g.pending is None:
+            return
+        g.position, g.pending = g.pending % MAP_SIZE, None
+        g.canvas.evict((float(g.position[0]) + VIEW_UNITS / 2, float(g.position[1]) + VIEW_UNITS / 2))
+        for key in [k for k in g.pixels if k not in g.canvas.tiles]:
+            del g.pixels[key]
+
+    def _fill_around(self, g: SessionGround, top: np.ndarray) -> None:
+        around = (float(top[0]) - TILE_UNITS, float(top[1]) - TILE_UNITS)
+        keys = g.canvas.needed(around, VIEW_UNITS + 2 * TILE_UNITS)
+        if keys:
+            maps = self.bank.for_scene(g.look)
+            for key in keys:
+                g.canvas.write(key, fill_tile(g.canvas, key, maps, self.table, g.seed))
+
+    def _tile_pixels(self, g: SessionGround, key: tuple[int, int]) -> torch.Tensor:
+        side = g.canvas.side
+        key = (key[0] % side, key[1] % side)
+        px = g.pixels.get(key)
+        if px is None:
+            size = TILE + 2 * MARGIN
+            top = ((key[0] * TILE - MARGIN) * CODE_UNITS, (key[1] * TILE - MARGIN) * CODE_UNITS)
+            codes = _fill_missing(g.canvas.crop(top, size * CODE_UNITS))
+            ids = torch.from_numpy(codes)[None].to(self.device)
+            scene = torch.from_numpy(g.look.to_vector().astype(np.float32))[None].to(self.device)
+            img = self.tokenizer.decode(ids, scene)[0]
+            m = MARGIN * CODE_UNITS
+            px = g.pixels[key] = img[:, m : m + TILE_UNITS, m : m + TILE_UNITS].contiguous()
+        return px
+
+
+def _fill_missing(codes: np.ndarray) -> np.ndarray:
+    """Codes the canvas lacks (an evicted or never-filled edge) take their nearest held
+    neighbour's along rows, then columns; all missing reads as code 0."""
+    out = codes.copy()
+    for arr in (out, out.T):
+        for row in arr:
+            held = np.nonzero(row != MISSING)[0]
+            if len(held) and len(held) < len(row):
+                near = held[np.abs(np.arange(len(row))[:, None] - held[None]).argmin(1)]
+                row[:] = row[near]
+    out[out == MISSING] = 0
+    return out
+
+
+def _sample(img: torch.Tensor, dy: float, dx: float, h: int, w: int, step: float) -> torch.Tensor:
+    """(B, C, H, W) sampled bilinearly on an (h, w) grid whose pixel centres lie at
+    ``(dy, dx) + (i + 0.5) * step - 0.5`` in ``img``'s pixel coordinates (edges clamped)."""
+    b, _, hh, ww = img.shape
+    ys = dy + (torch.arange(h, dtype=torch.float32, device=img.device) + 0.5) * step - 0.5
+    xs = dx + (torch.arange(w, dtype=torch.float32, device=img.device) + 0.5) * step - 0.5
+    gy = (ys / max(hh - 1, 1)) * 2 - 1
+    gx = (xs / max(ww - 1, 1)) * 2 - 1
+    grid = torch.stack(torch.meshgrid(gy, gx, indexing="ij")[::-1], -1)[None].expand(b, h, w, 2)
+    return F.grid_sample(img, grid, mode="bilinear", padding_mode="border", align_corners=True)

@@ -1,0 +1,149 @@
+"""The world canvas in serving (model/default/ground.py, quilt.py): the ground under the camera
+is the place the session saw or the prior drew there, it stays when the camera comes back,
+a snapshot carries it exactly, and memory stays bounded."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from tests.model.conftest import make_runner, tiny_config
+from worldserve.model.default.canvas import TILE, Canvas
+from worldserve.model.default.ground import MAP_SIZE, RADIUS, GroundPainter
+from worldserve.model.default.quilt import GroundBank, fill_tile, look_key
+from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import (
+    ACTION_DIM,
+    Batch,
+    ChunkWork,
+    SessionSpec,
+    SessionUpdate,
+    StepPlan,
+)
+from worldserve.session.session import Session, SessionConfig
+from worldserve.session.snapshot import restore, snapshot
+from worldserve.world import World
+from worldserve.world.scene import SceneAttrs
+
+BUCKET = 64
+SCENE = "a grassy village by day"
+
+
+@functools.cache
+def _painter() -> GroundPainter:
+    return GroundPainter.load(torch.device("cpu"))
+
+
+def _runner() -> ModelRunner:
+    return make_runner(tiny_config(), ground=_painter())
+
+
+def _key(k: int) -> np.ndarray:
+    a = np.zeros((1, ACTION_DIM), np.float32)
+    a[0, k] = 1.0
+    return a
+
+
+def _run(runner: ModelRunner, first: int, actions: list[np.ndarray], sid: str = "s") -> list[np.ndarray]:
+    frames = []
+    for i, a in enumerate(actions):
+        out = runner.execute(StepPlan(batches=[Batch(BUCKET, 2, [ChunkWork(sid, first + i, a)])]))
+        assert not out.errors, out.errors
+        frames.append(out.results[0].frames[-1])
+    return frames
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(10 * np.log10(255**2 / np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)))
+
+
+def test_the_bank_holds_a_look_for_every_biome_vegetation_and_weather() -> None:
+    bank = GroundBank.load()
+    from worldserve.world.scene import ATTRIBUTES
+
+    for b in ATTRIBUTES["biome"]:
+        for v in ATTRIBUTES["vegetation"]:
+            for w in ATTRIBUTES["weather"]:
+                assert look_key(SceneAttrs(biome=b, vegetation=v, weather=w)) in bank.maps
+
+
+def test_the_prior_draws_the_same_ground_from_the_same_seed_and_continues_its_neighbours() -> None:
+    painter = _painter()
+    maps = painter.bank.for_scene(SceneAttrs())
+    canvas = Canvas(MAP_SIZE, RADIUS)
+    canvas.write((4, 4), maps[0, :TILE, :TILE])
+    right = fill_tile(canvas, (4, 5), maps, painter.table, seed=7)
+    assert np.array_equal(right, fill_tile(canvas, (4, 5), maps, painter.table, seed=7))
+    assert not np.array_equal(right, fill_tile(canvas, (4, 5), maps, painter.table, seed=8))
+    # the column next to the written tile agrees with it better than a window drawn at random
+    table = painter.table
+    edge = (table[canvas.tiles[(4, 4)][:, -1]] * table[right[:, 0]]).sum(-1).mean()
+    rng = np.random.default_rng(0)
+    rand = np.mean([(table[canvas.tiles[(4, 4)][:, -1]] * table[maps[0, rng.integers(0, 60, TILE), rng.integers(0, 64)]]).sum(-1).mean()
+                    for _ in range(20)])
+    assert edge > rand
+
+
+def test_the_view_shows_the_observed_place_and_the_same_place_on_return() -> None:
+    world = World(5, SceneAttrs(), (BUCKET,))
+    world.reset((300.0, 300.0))
+    painter = _painter()
+    g = painter.start(1, world.scene)
+    painter.observe(g, world.render_ground(BUCKET))
+    first = painter.reference(g, g.position[None], BUCKET)
+    # the tokenizer's round trip of the observed ground, not another place
+    img = ((first[0, :3].permute(1, 2, 0).numpy() + 1) * 127.5).clip(0, 255).astype(np.uint8)
+    assert _psnr(img, world.render_ground(BUCKET)) > 22
+    assert (first[0, 3] == 1).all()
+    for dy, dx in ((0, 90), (90, 0), (0, -90), (-90, 0)):  # out of view and back
+        g.pending = g.position + np.array([dy, dx], np.float64)
+        painter.reference(g, g.pending[None], BUCKET)
+        painter.moved(g)
+    assert np.allclose(g.position, 0.0)
+    assert torch.equal(painter.reference(g, g.position[None], BUCKET), first)
+
+
+def test_a_prompt_change_reskins_the_same_codes() -> None:
+    painter = _painter()
+    g = painter.start(3, SceneAttrs())
+    day = painter.reference(g, g.position[None], BUCKET)
+    codes = g.canvas.to_arrays()[1].copy()
+    painter.rescene(g, SceneAttrs(time="night"))
+    night = painter.reference(g, g.position[None], BUCKET)
+    assert np.array_equal(g.canvas.to_arrays()[1], codes)
+    assert night[:, :3].mean() < day[:, :3].mean() - 0.1
+
+
+def test_memory_stays_bounded_however_far_the_session_goes() -> None:
+    runner = _runner()
+    runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 4, SCENE)]))
+    _run(runner, 0, [_key(2)] * 150)  # 2 units a frame: 300 units, past the radius
+    g = runner.sessions["s"].ground
+    assert g is not None and 0 < len(g.canvas.tiles) <= g.canvas.max_tiles
+    assert len(g.pixels) <= 9
+
+
+@pytest.mark.parametrize("scene_change", [False, True])
+def test_a_restored_session_goes_on_with_the_same_ground_and_frames(scene_change: bool) -> None:
+    src = _runner()
+    src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, SCENE)]))
+    _run(src, 0, [_key(0)] * 20 + [_key(3)] * 10)  # new ground drawn on the way
+    if scene_change:
+        src.execute(StepPlan(updates=[SessionUpdate("s", scene="a snowy village at night")]))
+    state = src.export_state("s")
+    assert state.continuation is not None and state.continuation.canvas is not None
+    session = Session.create(SessionConfig(fps=24.0, bucket=BUCKET, steps=2), scene=SCENE)[0]
+    restored = restore(snapshot(session, state))[1]
+    dst = _runner()
+    dst.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, state.scene, restore=restored)]))
+    later = [_key(1)] * 12 + [_key(2)] * 12
+    a, b = _run(src, 30, later), _run(dst, 30, later)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    ga, gb = src.sessions["s"].ground, dst.sessions["s"].ground
+    assert ga is not None and gb is not None
+    ka, ca = ga.canvas.to_arrays()
+    kb, cb = gb.canvas.to_arrays()
+    assert np.array_equal(ka, kb) and np.array_equal(ca, cb) and np.array_equal(ga.position, gb.position)

@@ -1,0 +1,93 @@
+"""The canvas prior's bank: code maps of whole training worlds, per look of the ground.
+
+    python -m training.ground_bank [--maps 2] [--map-size 256] [--tokenizer model/default/weights/tokenizer]
+                                   [--out model/default/weights/ground_bank.npz]
+
+For every biome, vegetation and weather (the attributes a ground code carries; the decoder
+draws time of day and season), ``--maps`` training worlds of ``--map-size`` world units are
+rendered as ground alone (``World.render_ground``: no actors, glints, cloud shadows or fog) and
+encoded by the tokenizer into a torus of codes (the views wrap, so the code map does too).
+``model/default/quilt.py`` quilts unseen ground from these maps. Minutes on one CPU thread;
+the bank depends on the tokenizer's codes, so it is rebuilt whenever the tokenizer changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from worldserve.model.default.canvas import CODE_UNITS
+from worldserve.model.default.quilt import BANK, GroundBank, look_key
+from worldserve.model.default.tokenizer import WEIGHTS, GroundTokenizer, load_tokenizer
+from worldserve.training.data import TRAIN_SEED_BASE
+from worldserve.world import World
+from worldserve.world.scene import ATTRIBUTES, SceneAttrs
+
+VIEW = 64  # world units a 64-px view covers: one pixel per unit
+BANK_SEED_BASE = TRAIN_SEED_BASE + 2_000_000  # training worlds, apart from those training draws
+MARGIN = 32  # world units rendered around the map for the encoder's edges (a multiple of CODE_UNITS)
+
+
+def ground_raster(world: World, size: int) -> np.ndarray:
+    """The ground of the square of world units [-MARGIN, size + MARGIN)² as one (N, N, 3) uint8
+    image at one pixel per unit, from 64-unit views (wrapping on the world's torus)."""
+    n = size + 2 * MARGIN
+    views = -(-n // VIEW)
+    out = np.zeros((views * VIEW, views * VIEW, 3), np.uint8)
+    for i, j in itertools.product(range(views), range(views)):
+        top = (-MARGIN + i * VIEW, -MARGIN + j * VIEW)
+        world.reset((top[0] + VIEW / 2, top[1] + VIEW / 2))
+        out[i * VIEW : (i + 1) * VIEW, j * VIEW : (j + 1) * VIEW] = world.render_ground(VIEW)
+    return out[:n, :n]
+
+
+@torch.inference_mode()
+def code_map(tokenizer: GroundTokenizer, world: World, size: int) -> np.ndarray:
+    """The world's ground as a (size / CODE_UNITS)² torus of codes, uint16."""
+    img = ground_raster(world, size)
+    x = torch.from_numpy(img).permute(2, 0, 1)[None].float() / 127.5 - 1
+    ids = tokenizer.encode(x)[0].numpy()
+    m = MARGIN // CODE_UNITS
+    return ids[m : m + size // CODE_UNITS, m : m + size // CODE_UNITS].astype(np.uint16)
+
+
+def build(tokenizer: GroundTokenizer, maps: int, map_size: int, log: bool = True) -> GroundBank:
+    out: dict[str, np.ndarray] = {}
+    seed = BANK_SEED_BASE
+    t0 = time.perf_counter()
+    for biome, vegetation, weather in itertools.product(ATTRIBUTES["biome"], ATTRIBUTES["vegetation"], ATTRIBUTES["weather"]):
+        scene = SceneAttrs(biome=biome, vegetation=vegetation, weather=weather)  # day, summer: the decoder's
+        stack = []
+        for _ in range(maps):
+            world = World(seed, scene, (VIEW,), map_size=map_size)
+            seed += 1
+            stack.append(code_map(tokenizer, world, map_size))
+        out[look_key(scene)] = np.stack(stack)
+        if log:
+            print(f"{look_key(scene)}: {maps} maps, {time.perf_counter() - t0:.0f} s", flush=True)
+    return GroundBank(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--maps", type=int, default=2, help="training worlds per look")
+    ap.add_argument("--map-size", type=int, default=256, help="world units per side of each world (a multiple of 64)")
+    ap.add_argument("--tokenizer", type=Path, default=WEIGHTS, help="the tokenizer whose codes the bank holds (no suffix)")
+    ap.add_argument("--out", type=Path, default=BANK)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    if args.map_size % VIEW or args.maps < 1:
+        ap.error(f"--map-size {args.map_size} must be a multiple of {VIEW} and --maps at least 1")
+    torch.set_num_threads(args.threads)
+    bank = build(load_tokenizer(args.tokenizer), args.maps, args.map_size)
+    bank.save(args.out)
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    main()
