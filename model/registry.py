@@ -54,6 +54,7 @@ class LoadOptions:
     max_sessions: int = 9  # KV cache slots
     cuda_graphs: bool = False
     cpu_trace: bool = True  # on the CPU, chunks as TorchScript traces (model/default/chunk_graph.py)
+    canvas: bool = False  # the default model's world canvas (model/default/ground.py)
     trace_cache: bool = False  # keep recorded traces between starts (model/default/trace_cache.py)
     trace_cache_dir: Path | None = None  # where; None: $XDG_CACHE_HOME/worldserve/traces
     sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
@@ -81,7 +82,7 @@ def _load_default(o: LoadOptions) -> Any:
     return ModelRunner.from_pretrained(
         o.weights or DEFAULT_WEIGHTS, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype,
         device=o.device, graphs=o.cuda_graphs and o.device.startswith("cuda"),
-        trace=o.cpu_trace and o.device == "cpu", trace_cache=cache,
+        trace=o.cpu_trace and o.device == "cpu", trace_cache=cache, canvas=o.canvas,
     )
 
 

@@ -147,3 +147,11 @@ def test_a_restored_session_goes_on_with_the_same_ground_and_frames(scene_change
     ka, ca = ga.canvas.to_arrays()
     kb, cb = gb.canvas.to_arrays()
     assert np.array_equal(ka, kb) and np.array_equal(ca, cb) and np.array_equal(ga.position, gb.position)
+
+
+def test_the_server_setting_loads_the_default_model_with_its_canvas() -> None:
+    from worldserve.model import registry
+
+    runner = registry.load("default", registry.LoadOptions(canvas=True, cpu_trace=False, max_sessions=2))
+    assert isinstance(runner, ModelRunner) and runner.ground is not None
+    assert registry.load("default", registry.LoadOptions(cpu_trace=False, max_sessions=2)).ground is None
