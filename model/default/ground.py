@@ -14,6 +14,9 @@ under the camera as the reference (``anchor_reference``'s layout: colours and a 
    change re-decodes under the new scene: the same place, re-skinned;
 3. the view is sampled from those pixels, bilinear, at the frame's bucket.
 
+A prompt that changes the look codes carry (biome, vegetation or weather) starts the canvas
+anew (``rescene``).
+
 An observation (the start frame's ground, or a client's ``observation``) is encoded by the
 tokenizer and written where it lies, over the prior's codes. Tiles farther than ``RADIUS``
 from the camera are evicted: a session holds at most ``Canvas.max_tiles`` tiles of codes
@@ -31,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from worldserve.model.default.canvas import CODE_UNITS, MISSING, TILE, TILE_UNITS, Canvas
-from worldserve.model.default.quilt import BANK, GroundBank, fill_tile
+from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
 from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.session.plan import CanvasState
@@ -103,9 +106,14 @@ class GroundPainter:
         g.pixels.clear()  # tiles near it were decoded with the old codes
 
     def rescene(self, g: SessionGround, look: SceneAttrs) -> None:
-        """A new prompt: the same codes, decoded under the new scene from now on; new ground
-        comes from the new scene's look."""
+        """A new prompt. Where it keeps the look codes carry (biome, vegetation, weather), the
+        same codes are decoded under the new scene from now on: the same place re-skinned, as
+        the tokenizer was trained to. Where it changes that look, the decoder never paired the
+        old codes with the new one (they decode as blocks): the canvas starts anew at the
+        camera's place, drawn by the prior from the new look's maps."""
         g.pixels.clear()
+        if look_key(look) != look_key(g.look):
+            g.canvas = Canvas(MAP_SIZE, RADIUS)
         g.look = look
 
     # --- the reference ---

@@ -115,6 +115,10 @@ def test_a_prompt_change_reskins_the_same_codes() -> None:
     night = painter.reference(g, g.position[None], BUCKET)
     assert np.array_equal(g.canvas.to_arrays()[1], codes)
     assert night[:, :3].mean() < day[:, :3].mean() - 0.1
+    painter.rescene(g, SceneAttrs(biome="snow"))  # a look the codes never had
+    assert not g.canvas.tiles
+    snow = painter.reference(g, g.position[None], BUCKET)
+    assert snow[:, :3].mean() > day[:, :3].mean() + 0.1
 
 
 def test_memory_stays_bounded_however_far_the_session_goes() -> None:
