@@ -89,3 +89,14 @@ def save_revisit_strip(rv: Revisit, out: Path, bucket: int, n: int = 8) -> Path:
     path = out / f"revisit_{bucket}.png"
     Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST).save(path)
     return path
+
+
+def revisit_line(label: str, runner: ModelRunner, bucket: int, episodes: int, seed: int, out: Path) -> str:
+    """``label revisit_psnr=.. revisit_psnr_world=..`` for another runner on the script
+    ``bench.quality`` gives the weights (its strip under ``out / label``)."""
+    from worldserve.bench.quality import pooled_psnr  # bench.quality imports this module
+
+    rv = revisit(runner, bucket, episodes, np.random.default_rng([seed, bucket, 3]))
+    save_revisit_strip(rv, out / label, bucket)
+    return (f"{label} revisit_psnr={pooled_psnr(rv.back[:, 1], rv.left[:, 1]):.2f} "
+            f"revisit_psnr_world={pooled_psnr(rv.back[:, 0], rv.left[:, 0]):.2f}")

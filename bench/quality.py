@@ -56,7 +56,8 @@ controls (``c2st_control``: the renderer against its 4x blur, ``c2st_blocks``: a
 distance in a scene-attribute network's features (``fd_<moment>``) beside the renderer's own
 (``fd_floor``), and patch realism (``patch_ratio_<moment>``, 1.0: made of the world's
 materials). ``--weights`` other than the committed ones are measured there beside the
-committed weights (``--beside``), on the same worlds. ``--oracle frame|ground`` measures the
+committed weights (``--beside``), on the same worlds. ``--canvas`` adds the weights served on the world canvas (realism, and its revisit on its own
+line, ``canvas revisit_psnr=..``). ``--oracle frame|ground|tokens`` measures the
 weights there once more with their anchor reference taken from the renderer
 (``bench._oracle``; ``ground:1``: the ground view every frame, as a canvas would give it), each on a line ``oracle ... go_on=0|1`` above the summary.
 
@@ -95,7 +96,7 @@ from worldserve.bench._frame_measures import (
     texture_distance,
     texture_stats,
 )
-from worldserve.bench._revisit import revisit, save_revisit_strip
+from worldserve.bench._revisit import revisit, revisit_line, save_revisit_strip
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
@@ -586,6 +587,8 @@ def main(argv: list[str] | None = None) -> None:
                            oracles=oracles)
     print("\n".join(lines))
     print("\n".join(realism.oracle_lines(real, oracles)))
+    if args.canvas:  # the canvas's own revisit, on the same script as the weights' above
+        print(revisit_line(realism.CANVAS, runners[realism.CANVAS], asked[0], episodes, args.seed, out))
     s, r = summary, real[labels[0]]
     print(
         f"quality psnr_h8={s['psnr_h8']:.2f} psnr_h8_repeat={s['psnr_h8_repeat']:.2f} "
