@@ -14,7 +14,7 @@ from worldserve.model.default.anchor import REANCHOR_FRAMES, clamped_actions
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, StepPlan
-from worldserve.world import expected_shift, mixed_policy
+from worldserve.world import World, expected_shift, mixed_policy
 
 
 def test_the_shift_head_sums_the_commanded_shift() -> None:
@@ -74,3 +74,14 @@ def test_an_oracle_refreshes_on_its_period_and_refuses_what_training_never_showe
     with pytest.raises(ValueError, match="1 to 16"):
         Oracle("ground", 32)
 
+
+
+def test_the_tokens_view_is_the_ground_through_the_tokenizer() -> None:
+    from worldserve.world.scene import SceneAttrs
+
+    world = World(3, SceneAttrs(), (64,))
+    world.reset((200.0, 200.0))
+    ground, tokens = Oracle("ground", 1).view_of(world, 64), Oracle("tokens", 1).view_of(world, 64)
+    assert tokens.shape == ground.shape and tokens.dtype == np.uint8
+    err = np.mean((tokens.astype(np.float64) - ground.astype(np.float64)) ** 2)
+    assert 0 < err < 255**2 / 10 ** (20 / 10)  # a reconstruction above 20 dB, not a copy
