@@ -77,3 +77,24 @@ def texture_distance(a: TextureStats, b: TextureStats) -> float:
     (``texture_stats`` of as many frames each): 0 for the same frames, about 0.1 for the same
     ground moved a few pixels, more the less alike what they are made of."""
     return float(TextureLoss.compare(a, b).mean())
+
+
+def mse(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR of one frame pair (dB)."""
+    return psnr_of_mse(mse(a, b))
+
+
+def psnr_of_mse(err: float) -> float:
+    return float(10 * np.log10(255.0**2 / max(err, 1e-10)))
+
+
+def pooled_psnr(pred: np.ndarray, truth: np.ndarray) -> float:
+    """PSNR of the mean squared error over all episodes (pred, truth: (E, H, W, 3)).
+
+    Averaging per-episode PSNR in dB instead lets one identical pair (an episode that stood
+    still, +148 dB for the repeat baseline) outweigh every other episode."""
+    return psnr_of_mse(float(np.mean([mse(p, t) for p, t in zip(pred, truth, strict=True)])))

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from worldserve.bench._driver import Driver, make_worlds
+from worldserve.bench._frame_measures import pooled_psnr
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import ACTION_DIM, KEYS
 from worldserve.world import mixed_policy
@@ -94,8 +95,6 @@ def save_revisit_strip(rv: Revisit, out: Path, bucket: int, n: int = 8) -> Path:
 def revisit_line(label: str, runner: ModelRunner, bucket: int, episodes: int, seed: int, out: Path) -> str:
     """``label revisit_psnr=.. revisit_psnr_world=..`` for another runner on the script
     ``bench.quality`` gives the weights (its strip under ``out / label``)."""
-    from worldserve.bench.quality import pooled_psnr  # bench.quality imports this module
-
     rv = revisit(runner, bucket, episodes, np.random.default_rng([seed, bucket, 3]))
     save_revisit_strip(rv, out / label, bucket)
     return (f"{label} revisit_psnr={pooled_psnr(rv.back[:, 1], rv.left[:, 1]):.2f} "

@@ -91,6 +91,9 @@ from worldserve.bench._frame_measures import (
     colour_hist,
     contrast,
     hist_intersection,
+    mse,
+    pooled_psnr,
+    psnr_of_mse,
     seams,
     sharpness,
     texture_distance,
@@ -104,27 +107,6 @@ from worldserve.session.plan import ACTION_DIM
 from worldserve.world import World, expected_shift, global_shift, mixed_policy, sample_scene
 
 HORIZONS = (1, 8, 32)
-
-
-def mse(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR of one frame pair (dB)."""
-    return psnr_of_mse(mse(a, b))
-
-
-def psnr_of_mse(err: float) -> float:
-    return float(10 * np.log10(255.0**2 / max(err, 1e-10)))
-
-
-def pooled_psnr(pred: np.ndarray, truth: np.ndarray) -> float:
-    """PSNR of the mean squared error over all episodes (pred, truth: (E, H, W, 3)).
-
-    Averaging per-episode PSNR in dB instead lets one identical pair (an episode that stood
-    still, +148 dB for the repeat baseline) outweigh every other episode."""
-    return psnr_of_mse(float(np.mean([mse(p, t) for p, t in zip(pred, truth, strict=True)])))
 
 
 CONTROL_EPISODES = 24  # --quick too: a score from a handful of episodes hangs on whether one is in snow

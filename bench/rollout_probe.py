@@ -34,8 +34,7 @@ import torch
 from PIL import Image
 
 from worldserve.bench._driver import Driver, make_worlds
-from worldserve.bench._frame_measures import contrast
-from worldserve.bench.quality import psnr
+from worldserve.bench._frame_measures import contrast, psnr
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.world import World, expected_shift, median_filter, mixed_policy

@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from worldserve.bench.quality import mse, psnr_of_mse
+from worldserve.bench._frame_measures import mse, psnr_of_mse
 from worldserve.model.default.dit import ChunkInputs, WorldModel
 from worldserve.model.default.flow import next_noisy
 from worldserve.model.default.rope import Rope

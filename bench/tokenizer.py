@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from worldserve.bench._frame_measures import pooled_psnr
 from worldserve.bench._realism_measures import blocky, blur4, c2st_accuracy
-from worldserve.bench.quality import pooled_psnr
 from worldserve.model.default.tokenizer import load_tokenizer
 from worldserve.training.tokenizer import (
     BUCKET,

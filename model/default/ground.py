@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.default.canvas import CODE_UNITS, MISSING, TILE, TILE_UNITS, Canvas
+from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
 from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
 from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
@@ -78,7 +78,7 @@ class GroundPainter:
     def restore(self, st: CanvasState, look: SceneAttrs) -> SessionGround:
         if st.position.shape != (2,) or not np.isfinite(st.position).all():
             raise ValueError(f"canvas position {st.position} must be two finite numbers")
-        if st.codes.size and int(st.codes[st.codes != 0xFFFF].max(initial=0)) >= len(self.table):
+        if int(st.codes[st.codes != EMPTY].max(initial=0)) >= len(self.table):
             raise ValueError(f"canvas codes reach past the tokenizer's {len(self.table)}")
         canvas = Canvas.from_arrays(MAP_SIZE, RADIUS, st.keys, st.codes)
         return SessionGround(canvas, st.seed, np.asarray(st.position, np.float64) % MAP_SIZE, look)
@@ -117,6 +117,17 @@ class GroundPainter:
         g.look = look
 
     # --- the reference ---
+
+    def references(self, grounds: list[SessionGround], shifts: np.ndarray, bucket: int) -> torch.Tensor:
+        """A chunk's references (B, F, 4, bucket, bucket) for sessions whose static scene moves
+        by ``shifts`` (B, F, 2) pixels a frame (the camera the opposite way); each session's
+        place after the chunk waits in ``pending`` until ``moved``."""
+        out = []
+        for g, shift in zip(grounds, shifts, strict=True):
+            tops = g.position - np.cumsum(shift.astype(np.float64), 0) * (VIEW_UNITS / bucket)
+            g.pending = tops[-1]
+            out.append(self.reference(g, tops, bucket))
+        return torch.stack(out)
 
     @torch.inference_mode()
     def reference(self, g: SessionGround, tops: np.ndarray, bucket: int) -> torch.Tensor:

@@ -33,7 +33,8 @@ from worldserve.model.default.anchor import (
 from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
-from worldserve.model.default.ground import VIEW_UNITS, GroundPainter, SessionGround
+from worldserve.model.default.frames import resize_frames
+from worldserve.model.default.ground import GroundPainter, SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.slot import (
     SessionSlot,
@@ -450,18 +451,10 @@ class ModelRunner:
         return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
 
     def _canvas_references(self, states: list[SessionSlot], clipped: torch.Tensor) -> torch.Tensor:
-        """Each frame's reference from the session's world canvas (B, F, C + 1, H, W): the
-        camera moves by the shift the model's shift head gives the frame's action."""
+        """Each frame's reference from the session's world canvas (B, F, C + 1, H, W)."""
         assert self.ground is not None
-        bucket = states[0].bucket
-        shifts = self.model.camera_shift(clipped, bucket).float().cpu().numpy().astype(np.float64)  # (B, F, 2) px
-        refs = []
-        for i, s in enumerate(states):
-            g = self._ground(s)
-            tops = g.position - np.cumsum(shifts[i], 0) * (VIEW_UNITS / bucket)  # the scene moves, the camera opposite
-            g.pending = tops[-1]
-            refs.append(self.ground.reference(g, tops, bucket))
-        return torch.stack(refs).to(self.device)
+        shifts = self.model.camera_shift(clipped, states[0].bucket).float().cpu().numpy()  # (B, F, 2) px
+        return self.ground.references([self._ground(s) for s in states], shifts, states[0].bucket).to(self.device)
 
     @staticmethod
     def _ground(s: SessionSlot) -> SessionGround:
@@ -605,11 +598,3 @@ def _reseed(st: ModelState) -> int:
     digest = hashlib.blake2b(np.ascontiguousarray(st.rng).tobytes(), digest_size=8,
                              person=st.frame_index.to_bytes(8, "little"))
     return int.from_bytes(digest.digest(), "little") >> 1
-
-
-def resize_frames(frames: np.ndarray, size: int) -> np.ndarray:
-    """(N, H, W, 3) uint8 -> (N, size, size, 3) uint8 (area when shrinking, bilinear else)."""
-    x = torch.from_numpy(np.array(frames, order="C", copy=True)).permute(0, 3, 1, 2).float()  # copy: a client's frame is read-only
-    mode = "area" if size < frames.shape[1] else "bilinear"
-    y = F.interpolate(x, size=(size, size), mode=mode, **({} if mode == "area" else {"align_corners": False}))
-    return y.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()

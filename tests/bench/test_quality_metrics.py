@@ -1,13 +1,12 @@
 import numpy as np
 
+from worldserve.bench._frame_measures import pooled_psnr, psnr
 from worldserve.bench.quality import (
     Rollouts,
     best_aligned,
     control_by_weather,
     control_steps,
     episode_lines,
-    pooled_psnr,
-    psnr,
     region_psnr,
     shift_oracle,
     shifted,

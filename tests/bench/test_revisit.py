@@ -10,8 +10,8 @@ import numpy as np
 from PIL import Image
 
 from tests.model.conftest import make_runner, tiny_config
+from worldserve.bench._frame_measures import pooled_psnr
 from worldserve.bench._revisit import AWAY_FRAMES, away_script, revisit, save_revisit_strip, undo
-from worldserve.bench.quality import pooled_psnr
 from worldserve.world import World, mixed_policy
 
 
