@@ -305,6 +305,7 @@ def runner_alone_seconds(runner: ModelRunner, batch: int, steps: int, seconds: f
     ids = [f"alone{i}" for i in range(batch)]
     runner.execute(StepPlan(new_sessions=[SessionSpec(s, bucket, seed=i, scene="") for i, s in enumerate(ids)]))
     a = np.zeros((runner.frames_per_chunk, ACTION_DIM), np.float32)
+    a[:, 0] = 1.0  # a key held: the camera moves, so a world canvas fills and decodes as it serves
     items = [ChunkWork(s, 0, a) for s in ids]
     with torch.inference_mode():
         for _ in range(runner.cfg.cache_frames // runner.frames_per_chunk + 2):
@@ -381,7 +382,7 @@ async def main_async(args: argparse.Namespace) -> None:
     sizes = tuple(args.batch_sizes)
     runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(64, 2 * args.limit + 2),
                                          dtype=args.dtype, device=args.device, graphs=args.cuda_graphs,
-                                         trace=args.cpu_trace)
+                                         trace=args.cpu_trace, canvas=args.canvas)
     steps = tuple(range(2, runner.max_steps + 1))
     timings = warm_up(runner, runner.buckets[:1], steps, sizes)  # the bench may block
     seconds = args.seconds
@@ -389,7 +390,7 @@ async def main_async(args: argparse.Namespace) -> None:
     where = (f"{torch.cuda.get_device_name(runner.device)}{', CUDA graphs' if args.cuda_graphs else ''}"
              if runner.device.type == "cuda"
              else f"{args.threads} thread(s), {'traced' if args.cpu_trace else 'eager'} chunks")
-    print(f"weights {args.weights}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
+    print(f"weights {args.weights}{' with the world canvas' if args.canvas else ''}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
           f"bucket {runner.buckets[0]}, {runner.max_steps} steps, {seconds:.0f} s per load level, "
           f"sessions join over {spread:g} s")
     period = runner.frames_per_chunk / 24.0
@@ -458,6 +459,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="on the CPU, chunks as TorchScript traces, as the server runs them by default")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES),
                     help="batch sizes the scheduler forms (the server's --batch-sizes)")
+    ap.add_argument("--canvas", action="store_true",
+                    help="the default model with its world canvas (the server's --canvas)")
     args = ap.parse_args(argv)
     if args.cuda_graphs and not args.device.startswith("cuda"):
         ap.error("--cuda-graphs needs --device cuda")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -44,6 +45,7 @@ from worldserve.model.default.tokenizer import (
     load_tokenizer,
     save_tokenizer,
 )
+from worldserve.training.critic import Adversary
 from worldserve.training.data import TRAIN_SEED_BASE
 from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
 from worldserve.training.train import HELD_OUT_SEEDS
@@ -64,7 +66,12 @@ class TokenizerTrainConfig:
     steps: int = 0  # stop after this many steps of this run too (0: the minutes alone)
     batch: int = 64  # crops a step
     crop: int = 32  # px, windows of 64-px views
-    lr: float = 5e-4  # Adam, constant after a warm-up of 50 steps
+    lr: float = 5e-4  # Adam, after a warm-up of 50 steps
+    lr_end: float = 0.0  # > 0: cosine decay from ``lr`` to this over the run's minutes (0: constant)
+    decoder_only: bool = False  # train the decoder alone: the codes (and the bank built on them) stay valid
+    adv_weight: float = 0.0  # the critic's term, scaled to the squared error's gradient (0: no critic)
+    adv_warmup: int = 100  # steps the critic trains alone, then as many ramping its term in
+    adv_lr: float = 2e-4
     worlds: int = 8  # training worlds in the pool; one is replaced every 50 steps
     same_share: float = 0.5  # share of items decoded under the scene they were encoded from
     seed: int = 0
@@ -161,18 +168,28 @@ def held_out_views(map_size: int = DEFAULT_MAP_SIZE, seeds: tuple[int, ...] = EV
 def evaluate(model: GroundTokenizer, views: list) -> dict[str, float]:
     """Held-out static views: ``psnr`` (encoded and decoded under the same scene), ``psnr_reskin``
     (encoded under one scene, decoded under the other, against that scene's view),
-    ``codes_used`` (distinct codes over all views)."""
+    ``codes_used`` (distinct codes over all views), ``sharpness`` (the reconstructions' fine
+    detail over the views', ``detail``: 1 as sharp as the world, below 1 smeared)."""
     model.eval()
-    same, reskin, used = [], [], set()
+    same, reskin, sharp, used = [], [], [], set()
     for a, b, sa, sb in views:
         xa, xb = to_input(a), to_input(b)
         ids = model.encode(xa)
         used.update(ids.unique().tolist())
-        same.append(float(((model.decode(ids, torch.from_numpy(sa)[None].expand(len(a), -1)).clamp(-1, 1) - xa) ** 2).mean()))
+        rec = model.decode(ids, torch.from_numpy(sa)[None].expand(len(a), -1)).clamp(-1, 1)
+        same.append(float(((rec - xa) ** 2).mean()))
+        sharp.append(float(detail(rec).mean() / detail(xa).mean().clamp_min(1e-6)))
         reskin.append(float(((model.decode(ids, torch.from_numpy(sb)[None].expand(len(a), -1)).clamp(-1, 1) - xb) ** 2).mean()))
     model.train()
     db = lambda errs: float(10 * np.log10(4.0 / max(float(np.mean(errs)), 1e-12)))  # noqa: E731  (range 2)
-    return {"psnr": db(same), "psnr_reskin": db(reskin), "codes_used": float(len(used))}
+    return {"psnr": db(same), "psnr_reskin": db(reskin), "codes_used": float(len(used)),
+            "sharpness": float(np.mean(sharp))}
+
+
+def detail(x: torch.Tensor) -> torch.Tensor:
+    """(B, 3, H, W) -> (B,): the mean absolute Laplacian, how much fine detail a frame holds."""
+    k = torch.tensor([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]]).expand(3, 1, 3, 3)
+    return F.conv2d(x, k, groups=3).abs().mean((1, 2, 3))
 
 
 def revive(model: GroundTokenizer, usage: torch.Tensor, z: torch.Tensor, gen: torch.Generator) -> int:
@@ -187,9 +204,12 @@ def revive(model: GroundTokenizer, usage: torch.Tensor, z: torch.Tensor, gen: to
     return len(dead)
 
 
-def save_checkpoint(out: Path, model: GroundTokenizer, opt: torch.optim.Optimizer, meta: dict) -> None:
+def save_checkpoint(out: Path, model: GroundTokenizer, opt: torch.optim.Optimizer, meta: dict,
+                    adversary: Adversary | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()} | optimizer_tensors(opt, model, "opt.")
+    if adversary is not None:
+        tensors |= adversary.state()
     tmp = out / "ckpt.tmp.safetensors"
     save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
     os.replace(tmp, out / "ckpt.safetensors")
@@ -221,11 +241,34 @@ def start(tc: TokenizerTrainConfig, resume: bool, init: Path | None) -> tuple[Gr
     return model.train(), torch.optim.Adam(model.parameters(), lr=tc.lr), meta
 
 
+def lr_at(tc: TokenizerTrainConfig, run_step: int, progress: float) -> float:
+    """The learning rate ``run_step`` steps into this run, ``progress`` (0..1) through its budget."""
+    warm = min(1.0, (run_step + 1) / 50)
+    if tc.lr_end <= 0:
+        return tc.lr * warm
+    return warm * (tc.lr_end + 0.5 * (tc.lr - tc.lr_end) * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def adaptive_weight(rec: torch.Tensor, adv: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """The critic's term scaled so that its gradient at the decoder's last layer ``last`` is as
+    large as the squared error's (VQGAN's balance): a fixed weight would be either lost next
+    to an error of 0.01 or swamp it."""
+    g_rec = torch.autograd.grad(rec, last, retain_graph=True)[0].norm()
+    g_adv = torch.autograd.grad(adv, last, retain_graph=True)[0].norm()
+    return (g_rec / (g_adv + 1e-6)).clamp(0.0, 1e3).detach()
+
+
 def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Path | None = COMMITTED,
           argv: list[str] | None = None) -> dict:
     torch.set_num_threads(tc.threads)
     model, opt, meta = start(tc, resume, init)
     meta["model"] = asdict(model.cfg)
+    if tc.decoder_only:  # Adam leaves parameters without a gradient alone
+        model.encoder.requires_grad_(False)
+        model.quantizer.requires_grad_(False)
+    adversary = Adversary(3, model.cfg.scene_dim, tc.adv_lr) if tc.adv_weight > 0 else None
+    if adversary is not None and resume and (tc.out / "ckpt.safetensors").exists():
+        adversary.load(load_file(str(tc.out / "ckpt.safetensors")))
     rng = np.random.default_rng([tc.seed, meta["step"]])
     gen = torch.Generator().manual_seed(tc.seed + meta["step"])
     data = GroundBatches(tc, rng)
@@ -238,19 +281,30 @@ def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Pat
     losses: list[float] = []
     while time.perf_counter() - t0 < budget and not (tc.steps and meta["step"] - first >= tc.steps):
         src, scene, dst = data.batch()
+        run_step = meta["step"] - first
+        progress = max((time.perf_counter() - t0) / budget, run_step / tc.steps if tc.steps else 0.0)
         for g in opt.param_groups:
-            g["lr"] = tc.lr * min(1.0, (meta["step"] - first + 1) / 50)
-        z = model.encoder(src)
-        q, ids, vq_loss = model.quantizer(z)
-        rec = F.mse_loss(model.decoder(q, scene), dst)
-        loss = rec + vq_loss
+            g["lr"] = lr_at(tc, run_step, progress)
+        with torch.set_grad_enabled(not tc.decoder_only):
+            z = model.encoder(src)
+            q, ids, vq_loss = model.quantizer(z)
+        pred = model.decoder(q, scene)
+        rec = F.mse_loss(pred, dst)
+        loss = rec + vq_loss if not tc.decoder_only else rec
+        ramp = min(1.0, max(0.0, (run_step - tc.adv_warmup) / max(tc.adv_warmup, 1)))
+        if adversary is not None:
+            adv = adversary.generator_loss(pred[:, None], dst[:, None], scene[:, None], gen)
+            if ramp > 0:
+                loss = loss + tc.adv_weight * ramp * adaptive_weight(rec, adv, model.decoder.out.weight) * adv
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if adversary is not None:
+            adversary.critic_step()
         usage += torch.bincount(ids.flatten(), minlength=model.cfg.codes)
         meta["step"] += 1
         losses.append(float(rec.detach()))
-        if meta["step"] % REVIVE_EVERY == 0:
+        if meta["step"] % REVIVE_EVERY == 0 and not tc.decoder_only:
             n = revive(model, usage, z, gen)
             print(f"step {meta['step']}: {n} unused codes revived", file=sys.stderr)
         if meta["step"] % tc.eval_every == 0:
@@ -260,12 +314,12 @@ def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Pat
             print(f"step {meta['step']} ({time.perf_counter() - t0:.0f} s): " + json.dumps(meta["history"][-1]), file=sys.stderr)
         if time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
             meta["seconds"] = seconds0 + time.perf_counter() - t0
-            save_checkpoint(tc.out, model, opt, meta)
+            save_checkpoint(tc.out, model, opt, meta, adversary)
             last_ckpt = time.perf_counter()
     meta["seconds"] = seconds0 + time.perf_counter() - t0
     ev = evaluate(model, views)
     meta["final"] = ev
-    save_checkpoint(tc.out, model, opt, meta)
+    save_checkpoint(tc.out, model, opt, meta, adversary)
     report = {"steps": meta["step"], "seconds": round(meta["seconds"]), "threads": tc.threads, "held_out": ev,
               "command": "python -m training.tokenizer " + " ".join(argv or []),
               "train": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(tc).items() if k != "model"}}
@@ -282,14 +336,15 @@ def main(argv: list[str] | None = None) -> None:
                     help="continue --out's checkpoint; without one, start from --init's weights")
     ap.add_argument("--init", type=Path, default=COMMITTED, help="committed weights to start from (no suffix)")
     ap.add_argument("--export", type=Path, default=None, help="write half-precision weights there (no suffix)")
-    for name in ("minutes", "steps", "batch", "crop", "lr", "worlds", "same_share", "seed", "threads", "eval_every",
-                 "checkpoint_minutes", "map_size"):
+    ap.add_argument("--decoder-only", action="store_true",
+                    help="train the decoder alone (the codes, and the bank built on them, stay valid)")
+    names = ("minutes", "steps", "batch", "crop", "lr", "lr_end", "adv_weight", "adv_warmup", "adv_lr", "worlds",
+             "same_share", "seed", "threads", "eval_every", "checkpoint_minutes", "map_size")
+    for name in names:
         default = getattr(TokenizerTrainConfig, name)
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     args = ap.parse_args(argv)
-    tc = TokenizerTrainConfig(**{k: getattr(args, k) for k in (
-        "out", "minutes", "steps", "batch", "crop", "lr", "worlds", "same_share", "seed", "threads", "eval_every",
-        "checkpoint_minutes", "map_size")})
+    tc = TokenizerTrainConfig(out=args.out, decoder_only=args.decoder_only, **{k: getattr(args, k) for k in names})
     train(tc, args.resume, args.export, args.init, argv if argv is not None else sys.argv[1:])
 
 

@@ -1,10 +1,10 @@
 """Screenshot of the browser client while it streams (docs/browser.png).
 
-    python -m tests.browser.screenshot [--weights PATH] [--out docs/browser.png]
+    python -m tests.browser.screenshot [--weights PATH] [--out docs/browser.png] [--seconds 60] [--canvas]
 
-Starts the server on the default weights (or ``--weights``), opens the page in headless
-Chromium over WebRTC, steers for a moment so the latency figure is live, and saves a
-screenshot of the page.
+Starts the server on the default weights (or ``--weights``; ``--canvas``: with the world
+canvas), opens the page in headless Chromium over WebRTC, steers with W, A, S and D in turn
+for ``--seconds`` (what a newcomer does first), and saves a screenshot of the page.
 """
 
 from __future__ import annotations
@@ -17,17 +17,19 @@ from tests.browser.browser import chromium
 from tests.rtc.harness import model_settings, serve_rtc
 
 
-async def shoot(weights: Path, out: Path, prompt: str, seed: int, bucket: int) -> None:
-    async with serve_rtc(**model_settings(weights, bucket, capacity=2)) as (_, url), chromium(
+async def shoot(weights: Path, out: Path, prompt: str, seed: int, bucket: int, seconds: float = 2.1,
+                canvas: bool = False) -> None:
+    async with serve_rtc(**model_settings(weights, bucket, capacity=2, canvas=canvas)) as (_, url), chromium(
         viewport={"width": 760, "height": 860}, device_scale_factor=1
     ) as ctx:
         page = await ctx.new_page()
         await page.goto(f"{url}/?prompt={prompt}&seed={seed}&bucket={bucket}")
         await page.wait_for_function("window.worldserve.framesShown > 24", timeout=60000)
-        for key in ("w", "d", "w"):
-            await page.keyboard.down(key)
+        keys = ("w", "d", "w", "a", "w", "s", "d")  # mostly ahead, as a person explores
+        for i in range(max(1, round(seconds / 0.7))):
+            await page.keyboard.down(keys[i % len(keys)])
             await page.wait_for_timeout(700)
-            await page.keyboard.up(key)
+            await page.keyboard.up(keys[i % len(keys)])
         await page.wait_for_function("window.worldserve.latencies.length > 0", timeout=15000)
         await page.wait_for_timeout(800)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -44,8 +46,10 @@ def main() -> None:
     ap.add_argument("--prompt", default="a green forest with a village")
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--bucket", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=2.1, help="how long to steer before the screenshot")
+    ap.add_argument("--canvas", action="store_true", help="serve with the world canvas (the server's --canvas)")
     args = ap.parse_args()
-    asyncio.run(shoot(args.weights, args.out, args.prompt, args.seed, args.bucket))
+    asyncio.run(shoot(args.weights, args.out, args.prompt, args.seed, args.bucket, args.seconds, args.canvas))
 
 
 if __name__ == "__main__":

@@ -62,3 +62,23 @@ def test_the_stage_resumes_where_it_stopped_and_else_from_the_committed_export(t
     # a new session without the run's checkpoint starts from the export's weights and step count
     other = TokenizerTrainConfig(**{**tc.__dict__, "out": tmp_path / "elsewhere"})
     assert train(other, resume=True, export=None, init=tmp_path / "w" / "tokenizer")["steps"] == 4
+
+
+def test_the_sharpening_stage_moves_the_decoder_alone_and_resumes_its_critic(tmp_path: Path) -> None:
+    """``--decoder-only --adv-weight``: the codes (and the bank built on them) stay valid, and
+    the critic comes back with the checkpoint."""
+    base = TokenizerTrainConfig(out=tmp_path / "base", minutes=10, steps=2, batch=4, crop=16, worlds=2,
+                                map_size=256, eval_every=1000, model=TINY)
+    train(base, resume=False, export=tmp_path / "w" / "tokenizer")
+    before = load_tokenizer(tmp_path / "w" / "tokenizer")
+    tc = TokenizerTrainConfig(**{**base.__dict__, "out": tmp_path / "sharp", "decoder_only": True,
+                                 "adv_weight": 0.5, "adv_warmup": 1, "lr_end": 1e-5, "steps": 4})
+    report = train(tc, resume=True, export=tmp_path / "s" / "tokenizer", init=tmp_path / "w" / "tokenizer")
+    assert {"psnr", "psnr_reskin", "sharpness"} <= report["held_out"].keys()
+    after = load_tokenizer(tmp_path / "s" / "tokenizer")
+    old, new = before.state_dict(), after.state_dict()
+    assert all(torch.equal(old[k], new[k]) for k in old if not k.startswith("decoder."))
+    assert any(not torch.equal(old[k], new[k]) for k in old if k.startswith("decoder."))
+    tensors = load_file(str(tmp_path / "sharp" / "ckpt.safetensors"))
+    assert any(k.startswith("critic.") for k in tensors) and any(k.startswith("copt.") for k in tensors)
+    assert train(tc, resume=True, export=None)["steps"] == report["steps"] + 4
