@@ -131,8 +131,9 @@ class Settings:
                                                  "$XDG_CACHE_HOME/worldserve/traces (~/.cache/worldserve/traces)")
     cpu_trace: bool = setting(True, "on the CPU, run the default model's chunks as TorchScript traces: "
                                     "no Python between kernels, the GIL released while they run")
-    canvas: bool = setting(False, "the default model: keep a world canvas per session (ground codes in world "
-                                  "coordinates, model/default/ground.py) and take every frame's reference from it")
+    canvas: bool = setting(True, "the default model: keep a world canvas per session (ground codes in world "
+                                 "coordinates, model/default/ground.py) and take every frame's reference from "
+                                 "it; --no-canvas: the anchor of the model's own frames, as before")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
     warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at; "
