@@ -95,12 +95,13 @@ def resolve_weights(weights: Path | None, workdir: Path) -> tuple[Path, str]:
 
 
 class Reference:
-    """The same sessions generated alone, in this process, with no migration."""
+    """The same sessions generated alone, in this process, with no migration; ``canvas`` as the
+    workers serve (the server's default: on)."""
 
-    def __init__(self, weights: Path, dtype: str = "float32") -> None:
+    def __init__(self, weights: Path, dtype: str = "float32", canvas: bool = True) -> None:
         from worldserve.model.default.runner import ModelRunner
 
-        self.runner = ModelRunner.from_pretrained(weights, threads=1, max_sessions=2, dtype=dtype)
+        self.runner = ModelRunner.from_pretrained(weights, threads=1, max_sessions=2, dtype=dtype, canvas=canvas)
 
     def frames(self, seed: int, prompt: str, actions: list[np.ndarray]) -> list[np.ndarray]:
         from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan

@@ -91,7 +91,8 @@ async def session_log(request: web.Request) -> web.Response:
         )
     settings = request.app[SETTINGS]
     dtype = str(getattr(service.engine.runner, "dtype", settings.dtype) if service.engine else settings.dtype)
-    body = logfile.pack(session, settings.model, dtype.removeprefix("torch."))
+    canvas = getattr(service.engine.runner, "ground", None) is not None if service.engine else False
+    body = logfile.pack(session, settings.model, dtype.removeprefix("torch."), canvas)
     return web.Response(body=body, content_type="application/msgpack")
 
 

@@ -45,16 +45,17 @@ class LogFile:
     dtype: str  # the runner's float type ("float32", "bfloat16")
     log: EventLog  # observation events carry their frames
     outputs: dict[int, str]  # block_idx -> digest of the frames the runner made
+    canvas: bool = False  # the runner kept a world canvas (model/default/ground.py); absent: False
 
 
-def pack(session: Session, model: str, dtype: str) -> bytes:
+def pack(session: Session, model: str, dtype: str, canvas: bool = False) -> bytes:
     """A session's replay log as bytes."""
     log = session.log
     frames = {e.digest: pack_array(e.frame) for e in log
               if isinstance(e, ObservationEvent) and e.frame is not None}
     doc = {
         "format": FORMAT, "version": VERSION, "session": session.id, "epoch": session.epoch,
-        "model": model, "dtype": dtype,
+        "model": model, "dtype": dtype, "canvas": canvas,
         "log": {"capacity": log.capacity, "dropped": log.dropped, "start": _pack_start(log.start),
                 "events": [_pack_event(e) for e in log]},
         "frames": frames,
@@ -71,7 +72,7 @@ def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
         raise SnapshotError(f"not a session log (format {FORMAT!r})")
     if obj.get("version") != VERSION:
         raise SnapshotError(f"unsupported session log version; this reads {VERSION}")
-    top = Fields(obj, "log file", _KEYS)
+    top = Fields(obj, "log file", _KEYS, frozenset({"canvas"}))
     log = _restore_log(top.get_map("log", _LOG_KEYS))
     raw_frames = obj.get("frames")
     if not isinstance(raw_frames, dict):
@@ -93,7 +94,10 @@ def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
                 or not 0 <= pair[0] <= MAX_INT or not isinstance(pair[1], str) or len(pair[1]) != 64):
             raise SnapshotError(f"log file.outputs[{i}]: expected [block_idx, digest]")
         outputs[pair[0]] = pair[1]
+    canvas = obj.get("canvas") or False  # absent or nil: a log of a runner without a canvas
+    if type(canvas) is not bool:
+        raise SnapshotError("log file.canvas: expected true or false")
     return LogFile(
         top.get_str("session", 64), top.get_int("epoch", 0, MAX_INT), top.get_str("model", 64),
-        top.get_str("dtype", 32), log, outputs,
+        top.get_str("dtype", 32), log, outputs, canvas,
     )

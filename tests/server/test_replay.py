@@ -65,6 +65,7 @@ async def test_a_served_session_replays_frame_for_frame(
         assert len(observed) == 2  # the start frame and the client's
         assert observed[0].block_idx == 0 and np.array_equal(observed[1].frame, real)
         assert lf.dtype == "float32" and lf.model == "default"
+        assert lf.canvas  # served on the world canvas (the default), so the replay loads one too
 
         # a missing session is an explicit error
         async with s.http.get(s.url("/admin/sessions/nope/log"), headers=ADMIN) as resp:
@@ -96,3 +97,19 @@ def test_a_file_that_is_not_a_session_log_is_refused(tmp_path: Path) -> None:
     bad.write_bytes(b"not msgpack at all \xc1")
     with pytest.raises(SystemExit, match="worldserve replay: bad log file: not valid msgpack"):
         cli_main(["replay", str(bad)])
+
+
+def test_a_log_says_whether_its_session_kept_a_world_canvas() -> None:
+    import msgpack
+
+    from worldserve.session.session import Session, SessionConfig, hash_token
+
+    s = Session(SessionConfig(), hash_token("t"), scene="a green forest")
+    assert logfile.read(logfile.pack(s, "default", "float32", canvas=True)).canvas
+    assert not logfile.read(logfile.pack(s, "default", "float32")).canvas
+    doc = msgpack.unpackb(logfile.pack(s, "default", "float32"), raw=False)
+    del doc["canvas"]  # a log written before the field: served on the anchor
+    assert not logfile.read(msgpack.packb(doc, use_bin_type=True)).canvas
+    doc["canvas"] = "yes"
+    with pytest.raises(logfile.SnapshotError, match=r"log file\.canvas"):
+        logfile.read(msgpack.packb(doc, use_bin_type=True))
