@@ -5,7 +5,7 @@ a frozen part held at the served weights, and the adversarial term's ramp
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -62,7 +62,11 @@ def hold_at_ema(model: WorldModel, ema: WorldModel) -> None:
                 p.copy_(ema_state[name])
 
 
-def adv_ramp(run_step: int, tc: TrainConfig) -> float:
+class _Warmup(Protocol):
+    adv_warmup: int
+
+
+def adv_ramp(run_step: int, tc: _Warmup) -> float:
     """The adversarial term's share at this run's ``run_step``: 0 while a fresh critic learns
     what the frames look like (``adv_warmup`` steps), then linear to 1 over as many."""
     if tc.adv_warmup <= 0:

@@ -47,6 +47,7 @@ from worldserve.model.default.tokenizer import (
 )
 from worldserve.training.critic import Adversary
 from worldserve.training.data import TRAIN_SEED_BASE
+from worldserve.training.optim import adv_ramp
 from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
 from worldserve.training.train import HELD_OUT_SEEDS
 from worldserve.world import DEFAULT_MAP_SIZE, World, sample_scene
@@ -291,7 +292,7 @@ def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Pat
         pred = model.decoder(q, scene)
         rec = F.mse_loss(pred, dst)
         loss = rec + vq_loss if not tc.decoder_only else rec
-        ramp = min(1.0, max(0.0, (run_step - tc.adv_warmup) / max(tc.adv_warmup, 1)))
+        ramp = adv_ramp(run_step, tc)
         if adversary is not None:
             adv = adversary.generator_loss(pred[:, None], dst[:, None], scene[:, None], gen)
             if ramp > 0:
