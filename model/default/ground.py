@@ -14,18 +14,27 @@ under the camera as the reference (``anchor_reference``'s layout: colours and a 
    change re-decodes under the new scene: the same place, re-skinned;
 3. the view is sampled from those pixels, bilinear, at the frame's bucket.
 
+Ahead of the camera: once a chunk is made (``moved``), and after an observation, a prompt
+change or a restore, the painter fills ``AHEAD + 1`` rings of tiles around the view's and
+hands the ring of ``AHEAD`` tiles around it to its ``TileDecoder``, which decodes them on a
+thread of its own while the model makes the next chunk. A decode depends only on codes that
+are already written (the tile and its neighbours, all filled by then), so the pixels are the
+ones an inline decode would give: ahead or not, replays and migrated sessions see the same
+ground. Fills stay on the model thread, in a fixed order, for the same reason.
+
 A prompt that changes the look codes carry (biome, vegetation or weather) starts the canvas
 anew (``rescene``).
 
 An observation (the start frame's ground, or a client's ``observation``) is encoded by the
 tokenizer and written where it lies, over the prior's codes. Tiles farther than ``RADIUS``
 from the camera are evicted: a session holds at most ``Canvas.max_tiles`` tiles of codes
-(25 KB) and the pixels of the few it decoded near the camera.
+(49 tiles, 25 KB) and the pixels of the 16 tiles around the view (768 KB in fp32).
 """
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
-from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key
+from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key, similarity
+from worldserve.model.default.tile_decode import MARGIN, TileDecoder
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
 from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.session.plan import CanvasState
@@ -42,8 +52,8 @@ from worldserve.world.scene import SceneAttrs
 
 VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket
 MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds' size)
-RADIUS = 160.0  # tiles whose centre lies farther from the camera (on an axis) are evicted
-MARGIN = 3  # codes of the neighbours decoded around a tile (the decoder's reach)
+RADIUS = 192.0  # tiles whose centre lies farther from the camera (on an axis) are evicted
+AHEAD = 1  # rings of tiles around the view's decoded before the view reaches them
 
 
 @dataclass(slots=True)
@@ -53,6 +63,7 @@ class SessionGround:
     position: np.ndarray  # (2,) float64: the view's top-left (y, x), world units, on the torus
     look: SceneAttrs  # the session's scene: which of the bank's looks new ground is drawn from
     pixels: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # tile -> (3, 64, 64)
+    ahead: dict[tuple[int, int], Future[torch.Tensor]] = field(default_factory=dict)  # tile -> its decode
     pending: np.ndarray | None = None  # the position after the chunk being made
 
     def to_state(self) -> CanvasState:
@@ -61,16 +72,25 @@ class SessionGround:
 
 
 class GroundPainter:
-    def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device):
+    def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device, ahead: bool = True):
+        """``ahead``: decode tiles ahead of the camera on the decoder's own thread (False:
+        every decode inline, on the thread that needs it)."""
         self.tokenizer = tokenizer.to(device).float().eval()
         self.bank = bank
         self.device = device
         self.table = tokenizer.quantizer.table().detach().float().cpu().numpy()  # (K, D)
+        self.sim = similarity(self.table)  # (K, K): the prior's agreement lookups
+        self.decoder = TileDecoder(self.tokenizer, device, background=ahead)
 
     @classmethod
-    def load(cls, device: torch.device, tokenizer: Path = TOKENIZER, bank: Path = BANK) -> GroundPainter:
+    def load(cls, device: torch.device, tokenizer: Path = TOKENIZER, bank: Path = BANK,
+             ahead: bool = True) -> GroundPainter:
         """The shipped ground tokenizer and bank (``model/default/weights/``)."""
-        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device)
+        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device, ahead)
+
+    def close(self) -> None:
+        """Stop the decoder's thread (decodes still queued are dropped)."""
+        self.decoder.close()
 
     def start(self, seed: int, look: SceneAttrs) -> SessionGround:
         return SessionGround(Canvas(MAP_SIZE, RADIUS), seed, np.zeros(2, np.float64), look)
@@ -81,7 +101,9 @@ class GroundPainter:
         if int(st.codes[st.codes != EMPTY].max(initial=0)) >= len(self.table):
             raise ValueError(f"canvas codes reach past the tokenizer's {len(self.table)}")
         canvas = Canvas.from_arrays(MAP_SIZE, RADIUS, st.keys, st.codes)
-        return SessionGround(canvas, st.seed, np.asarray(st.position, np.float64) % MAP_SIZE, look)
+        g = SessionGround(canvas, st.seed, np.asarray(st.position, np.float64) % MAP_SIZE, look)
+        self.prepare(g)
+        return g
 
     # --- writes ---
 
@@ -103,7 +125,8 @@ class GroundPainter:
         if shift[1]:
             codes[:, -1] = MISSING
         g.canvas.paste((float(first[0]), float(first[1])), codes)
-        g.pixels.clear()  # tiles near it were decoded with the old codes
+        _forget_pixels(g)  # tiles near it were decoded with the old codes
+        self.prepare(g)
 
     def rescene(self, g: SessionGround, look: SceneAttrs) -> None:
         """A new prompt. Where it keeps the look codes carry (biome, vegetation, weather), the
@@ -111,10 +134,11 @@ class GroundPainter:
         the tokenizer was trained to. Where it changes that look, the decoder never paired the
         old codes with the new one (they decode as blocks): the canvas starts anew at the
         camera's place, drawn by the prior from the new look's maps."""
-        g.pixels.clear()
+        _forget_pixels(g)
         if look_key(look) != look_key(g.look):
             g.canvas = Canvas(MAP_SIZE, RADIUS)
         g.look = look
+        self.prepare(g)
 
     # --- the reference ---
 
@@ -151,31 +175,74 @@ class GroundPainter:
             return
         g.position, g.pending = g.pending % MAP_SIZE, None
         g.canvas.evict((float(g.position[0]) + VIEW_UNITS / 2, float(g.position[1]) + VIEW_UNITS / 2))
-        for key in [k for k in g.pixels if k not in g.canvas.tiles]:
-            del g.pixels[key]
+        self.prepare(g)
 
-    def _fill_around(self, g: SessionGround, top: np.ndarray) -> None:
-        around = (float(top[0]) - TILE_UNITS, float(top[1]) - TILE_UNITS)
-        keys = g.canvas.needed(around, VIEW_UNITS + 2 * TILE_UNITS)
-        if keys:
-            maps = self.bank.for_scene(g.look)
-            for key in keys:
-                g.canvas.write(key, fill_tile(g.canvas, key, maps, self.table, g.seed))
+    def prepare(self, g: SessionGround) -> None:
+        """Get the ground ready around the camera: fill ``AHEAD + 1`` rings of tiles around
+        the view's, forget pixels outside the ``AHEAD`` ring and start decoding the tiles of
+        that ring that have none yet (on the decoder's thread)."""
+        self._fill_around(g, g.position, AHEAD + 1)
+        near = set(self._around(g, g.position, AHEAD))
+        for cache in (g.pixels, g.ahead):
+            for key in [k for k in cache if k not in near]:
+                del cache[key]
+        scene = g.look.to_vector().astype(np.float32)
+        for key in near:
+            if key not in g.pixels and key not in g.ahead and self._decodable(g, key):
+                g.ahead[key] = self.decoder.submit(self._tile_codes(g, key), scene)
+
+    @staticmethod
+    def _around(g: SessionGround, top: np.ndarray, rings: int) -> list[tuple[int, int]]:
+        """The tiles of the view's 2 x 2 (from the one holding its corner: what ``reference``
+        decodes) and ``rings`` around them, row by row."""
+        side = g.canvas.side
+        ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
+        span = range(-rings, 2 + rings)
+        return list(dict.fromkeys(((ty + i) % side, (tx + j) % side) for i in span for j in span))
+
+    @staticmethod
+    def _decodable(g: SessionGround, key: tuple[int, int]) -> bool:
+        """Whether the tile and its 8 neighbours are written whole: its decode is then final."""
+        side = g.canvas.side
+        for i in (-1, 0, 1):
+            for j in (-1, 0, 1):
+                tile = g.canvas.tiles.get(((key[0] + i) % side, (key[1] + j) % side))
+                if tile is None or (tile == EMPTY).any():
+                    return False
+        return True
+
+    def _fill_around(self, g: SessionGround, top: np.ndarray, rings: int = 1) -> None:
+        """Fill what is empty in ``_around``'s tiles, row by row from the top left."""
+        maps = None
+        for key in self._around(g, top, rings):
+            tile = g.canvas.tiles.get(key)
+            if tile is None or (tile == EMPTY).any():
+                maps = self.bank.for_scene(g.look) if maps is None else maps
+                g.canvas.write(key, fill_tile(g.canvas, key, maps, self.sim, g.seed))
+
+    def _tile_codes(self, g: SessionGround, key: tuple[int, int]) -> np.ndarray:
+        size = TILE + 2 * MARGIN
+        top = ((key[0] * TILE - MARGIN) * CODE_UNITS, (key[1] * TILE - MARGIN) * CODE_UNITS)
+        return _fill_missing(g.canvas.crop(top, size * CODE_UNITS))
 
     def _tile_pixels(self, g: SessionGround, key: tuple[int, int]) -> torch.Tensor:
         side = g.canvas.side
         key = (key[0] % side, key[1] % side)
         px = g.pixels.get(key)
         if px is None:
-            size = TILE + 2 * MARGIN
-            top = ((key[0] * TILE - MARGIN) * CODE_UNITS, (key[1] * TILE - MARGIN) * CODE_UNITS)
-            codes = _fill_missing(g.canvas.crop(top, size * CODE_UNITS))
-            ids = torch.from_numpy(codes)[None].to(self.device)
-            scene = torch.from_numpy(g.look.to_vector().astype(np.float32))[None].to(self.device)
-            img = self.tokenizer.decode(ids, scene)[0]
-            m = MARGIN * CODE_UNITS
-            px = g.pixels[key] = img[:, m : m + TILE_UNITS, m : m + TILE_UNITS].contiguous()
+            pending = g.ahead.pop(key, None)
+            if pending is not None and not pending.cancelled():
+                px = pending.result()
+            else:
+                px = self.decoder.decode(self._tile_codes(g, key), g.look.to_vector().astype(np.float32))
+            g.pixels[key] = px
         return px
+
+
+def _forget_pixels(g: SessionGround) -> None:
+    """Drop every decoded tile and every decode under way: the codes or the scene changed."""
+    g.pixels.clear()
+    g.ahead.clear()
 
 
 def _fill_missing(codes: np.ndarray) -> np.ndarray:

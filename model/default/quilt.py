@@ -75,9 +75,16 @@ def window_codes(maps: np.ndarray, picks: np.ndarray, size: int) -> np.ndarray:
     return maps[picks[:, 0, None, None], ys[:, :, None], xs[:, None, :]]
 
 
-def fill_tile(canvas: Canvas, key: tuple[int, int], maps: np.ndarray, table: np.ndarray, seed: int) -> np.ndarray:
+def similarity(table: np.ndarray) -> np.ndarray:
+    """(K, K) float32: the cosine between every two codes, from their unit vectors ``table``
+    (K, D); ``fill_tile`` looks agreement up here instead of gathering vectors."""
+    t = np.asarray(table, np.float32)
+    return np.ascontiguousarray(t @ t.T)
+
+
+def fill_tile(canvas: Canvas, key: tuple[int, int], maps: np.ndarray, sim: np.ndarray, seed: int) -> np.ndarray:
     """The codes the prior draws for tile ``key`` (TILE, TILE) uint16, agreeing with the
-    canvas around it; ``table`` (K, D) the codes' unit vectors, ``seed`` the canvas's."""
+    canvas around it; ``sim`` (K, K) the codes' cosines (``similarity``), ``seed`` the canvas's."""
     size = TILE + 2 * RING
     top = ((key[0] * TILE - RING) * CODE_UNITS, (key[1] * TILE - RING) * CODE_UNITS)
     known_codes = canvas.crop(top, size * CODE_UNITS)  # (size, size), MISSING where unknown
@@ -86,9 +93,9 @@ def fill_tile(canvas: Canvas, key: tuple[int, int], maps: np.ndarray, table: np.
     picks = np.stack([rng.integers(0, m, CANDIDATES), rng.integers(0, s, CANDIDATES), rng.integers(0, s, CANDIDATES)], 1)
     known = known_codes != MISSING
     if known.any():
-        cands = window_codes(maps, picks, size)[:, known]  # (N, n_known)
-        want = table[known_codes[known]]  # (n_known, D)
-        cost = -np.einsum("nkd,kd->n", table[cands], want)  # minus the summed cosine
+        ki, kj = np.nonzero(known)
+        cands = maps[picks[:, :1], (picks[:, 1:2] + ki) % s, (picks[:, 2:3] + kj) % s]  # (N, n_known)
+        cost = -sim[cands, known_codes[known][None]].sum(1, dtype=np.float64)  # minus the summed cosine
         best = np.argsort(cost, kind="stable")[:KEEP]
         pick = picks[best[rng.integers(0, len(best))]]
     else:

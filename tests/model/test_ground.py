@@ -75,9 +75,9 @@ def test_the_prior_draws_the_same_ground_from_the_same_seed_and_continues_its_ne
     maps = painter.bank.for_scene(SceneAttrs())
     canvas = Canvas(MAP_SIZE, RADIUS)
     canvas.write((4, 4), maps[0, :TILE, :TILE])
-    right = fill_tile(canvas, (4, 5), maps, painter.table, seed=7)
-    assert np.array_equal(right, fill_tile(canvas, (4, 5), maps, painter.table, seed=7))
-    assert not np.array_equal(right, fill_tile(canvas, (4, 5), maps, painter.table, seed=8))
+    right = fill_tile(canvas, (4, 5), maps, painter.sim, seed=7)
+    assert np.array_equal(right, fill_tile(canvas, (4, 5), maps, painter.sim, seed=7))
+    assert not np.array_equal(right, fill_tile(canvas, (4, 5), maps, painter.sim, seed=8))
     # the column next to the written tile agrees with it better than a window drawn at random
     table = painter.table
     edge = (table[canvas.tiles[(4, 4)][:, -1]] * table[right[:, 0]]).sum(-1).mean()
@@ -110,13 +110,13 @@ def test_a_prompt_change_reskins_the_same_codes() -> None:
     painter = _painter()
     g = painter.start(3, SceneAttrs())
     day = painter.reference(g, g.position[None], BUCKET)
-    codes = g.canvas.to_arrays()[1].copy()
+    codes = {k: c.copy() for k, c in g.canvas.tiles.items()}
     painter.rescene(g, SceneAttrs(time="night"))
     night = painter.reference(g, g.position[None], BUCKET)
-    assert np.array_equal(g.canvas.to_arrays()[1], codes)
+    assert all(np.array_equal(g.canvas.tiles[k], c) for k, c in codes.items())  # more around, none redrawn
     assert night[:, :3].mean() < day[:, :3].mean() - 0.1
     painter.rescene(g, SceneAttrs(biome="snow"))  # a look the codes never had
-    assert not g.canvas.tiles
+    assert not any(np.array_equal(g.canvas.tiles.get(k, -1), c) for k, c in codes.items())  # drawn anew
     snow = painter.reference(g, g.position[None], BUCKET)
     assert snow[:, :3].mean() > day[:, :3].mean() + 0.1
 
@@ -127,7 +127,30 @@ def test_memory_stays_bounded_however_far_the_session_goes() -> None:
     _run(runner, 0, [_key(2)] * 150)  # 2 units a frame: 300 units, past the radius
     g = runner.sessions["s"].ground
     assert g is not None and 0 < len(g.canvas.tiles) <= g.canvas.max_tiles
-    assert len(g.pixels) <= 9
+    assert len(g.pixels) + len(g.ahead) <= 16  # the view's 2 x 2 tiles and the ring around them
+
+
+def test_tiles_are_decoded_ahead_of_the_camera_to_the_pixels_an_inline_decode_gives() -> None:
+    world = World(5, SceneAttrs(), (BUCKET,))
+    world.reset((300.0, 300.0))
+    ahead, inline = _painter(), GroundPainter.load(torch.device("cpu"), ahead=False)
+    views = []
+    for painter in (ahead, inline):
+        g = painter.start(4, world.scene)
+        painter.observe(g, world.render_ground(BUCKET))
+        # the view's tiles and the ring around them are being decoded before any frame needs them
+        assert len(g.ahead) + len(g.pixels) == 16 and all(painter._decodable(g, k) for k in g.ahead)
+        out = []
+        for _ in range(12):  # a tile and a half to the right, a chunk of 3 frames at a time
+            tops = g.position + np.array([[0.0, 8.0 * (f + 1)] for f in range(3)])
+            out.append(painter.reference(g, tops, BUCKET))
+            g.pending = tops[-1]
+            painter.moved(g)
+            # the next tile to the right is ready or under way before the view reaches it
+            ty, tx = (int(t // 64) for t in g.position)
+            assert (ty, (tx + 2) % g.canvas.side) in {**g.pixels, **g.ahead}
+        views.append(torch.stack(out))
+    assert torch.equal(views[0], views[1])
 
 
 @pytest.mark.parametrize("scene_change", [False, True])
