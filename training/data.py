@@ -40,11 +40,12 @@ class WorldPool:
     def refresh(self) -> None:
         self.worlds[int(self.rng.integers(len(self.worlds)))] = self._new()
 
-    def sequences(self, n: int, length: int, bucket: int, far: bool) -> Batch:
+    def sequences(self, n: int, length: int, bucket: int, far: bool, grounds: bool = False) -> Batch:
         """``n`` sequences of ``length`` frames (frames, prevs, actions, per-frame scenes);
         with ``far`` the sink frame lies well before the rest, as in a long session. In a
-        share of them the scene changes part-way, as when a user types a new prompt."""
-        frames, prevs, acts, scenes = [], [], [], []
+        share of them the scene changes part-way, as when a user types a new prompt. With
+        ``grounds``, also every frame's ground alone (``grounds``: a world canvas's view)."""
+        frames, prevs, acts, scenes, views = [], [], [], [], []
         for _ in range(n):
             world = self.worlds[int(self.rng.integers(len(self.worlds)))]
             if self.rng.random() < 0.1:
@@ -60,16 +61,22 @@ class WorldPool:
             if self.rng.random() < self.scene_switch_share:
                 switch = (idx[int(self.rng.integers(1, length))], sample_scene(self.rng))
             policy = "calm" if self.rng.random() < self.still_share else "mixed"
-            ep = record_episode(world, length + gap + 1, policy, self.rng, buckets=(bucket,), switch=switch)
+            ep = record_episode(world, length + gap + 1, policy, self.rng, buckets=(bucket,), switch=switch,
+                                grounds=grounds)
             f, a = ep.frames[bucket], ep.actions
+            if ep.grounds is not None:
+                views.append(ep.grounds[bucket][idx])
             frames.append(f[idx])
             prevs.append(np.stack([f[j] if j >= 0 else np.zeros_like(f[0]) for j in prev_idx]))
             acts.append(a[idx])
             scenes.append(ep.scenes[idx])
-        return {
+        out = {
             "frames": np.stack(frames), "prevs": np.stack(prevs), "actions": np.stack(acts),
             "scenes": np.stack(scenes), "far": np.array(far),
         }
+        if views:
+            out["grounds"] = np.stack(views)
+        return out
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,7 @@ class DataSpec:
     worlds: int
     map_size: int
     world_refresh: int  # batches between two world refreshes
+    canvas_share: float = 0.0  # batches that also carry every frame's ground (canvas references)
 
 
 class Recorder:
@@ -104,7 +112,8 @@ class Recorder:
         big = step % spec.big_bucket_every == spec.big_bucket_every - 1 and len(spec.buckets) > 1
         bucket = spec.buckets[1 + int(rng.integers(len(spec.buckets) - 1))] if big else spec.buckets[0]
         far = bool(rng.random() < spec.far_sink_share)
-        return self.pool.sequences(spec.sequences[bucket], spec.seq_frames, bucket, far)
+        grounds = spec.canvas_share > 0 and bool(rng.random() < spec.canvas_share)  # no draw without it
+        return self.pool.sequences(spec.sequences[bucket], spec.seq_frames, bucket, far, grounds)
 
 
 def _record_forever(spec: DataSpec, seed: list[int], first: int, stride: int, out: mp.Queue) -> None:

@@ -64,6 +64,7 @@ from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.weights import save_model
 from worldserve.model.memory import tune_malloc
 from worldserve.training.bank import RolloutBank
+from worldserve.training.canvas_refs import CanvasReferences
 from worldserve.training.checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
 from worldserve.training.critic import Adversary
 from worldserve.training.data import BatchSource, DataSpec
@@ -124,6 +125,7 @@ class TrainConfig:
     adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
     texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``training/texture.py``)
+    canvas_share: float = 0.0  # batches whose references are the ground through the tokenizer (``training/canvas_refs.py``)
     bank_share: float = 0.0  # steps that train on the model's own long rollouts (``training/bank.py``)
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
@@ -156,14 +158,15 @@ def positions(length: int, far: bool, cfg: ModelConfig) -> list[int]:
 def self_rollout(
     model: WorldModel, x: torch.Tensor, gt_prev: torch.Tensor, actions: torch.Tensor,
     scene: torch.Tensor, pos: list[int], g: torch.Generator,
-    anchor: tuple[int, torch.Tensor, torch.Tensor],
+    anchor: tuple[int, torch.Tensor, torch.Tensor], refs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     # scene: (B, N, S) per frame
     """The model's own frames for positions 1.. of each sequence (frame 0 is given), with the
     cached inference path and the full step count; returns (B, N, C, H, W) quantized. A frame
     whose position does not follow its predecessor's keeps its true previous frame.
     ``anchor``: the anchor's index, offsets (B, N, 2) and valid
-    (B, N); the reference is made from the rollout's own anchor frame."""
+    (B, N); the reference is made from the rollout's own anchor frame, unless ``refs``
+    (B, N, C + 1, H, W) gives every frame's (a world canvas's)."""
     cfg = model.cfg
     b, n, c, h, w = x.shape
     out = x.clone()
@@ -177,8 +180,11 @@ def self_rollout(
         ctx = pool.context(slots, np.full(b, pos[i]))
         a, sc = actions[:, i : i + 1], scene[:, i]
         first, offsets, valid = anchor
-        ref = (anchor_reference(out[:, first], offsets[:, i], valid[:, i]) if i > first
-               else prev.new_zeros(b, c + 1, h, w))
+        if refs is not None:
+            ref = refs[:, i]
+        else:
+            ref = (anchor_reference(out[:, first], offsets[:, i], valid[:, i]) if i > first
+                   else prev.new_zeros(b, c + 1, h, w))
         prev = torch.cat((prev[:, :, :c], ref[:, None]), 2)
         if i > 0:
             xt = randn((b, 1, c, h, w), g)
@@ -203,6 +209,7 @@ def train_step(
     motion_weathers: tuple[str, ...] = (), carry: bool = False,
     adversary: Adversary | None = None, adv_weight: float = 0.0,
     texture: TextureLoss | None = None, texture_weight: float = 0.0,
+    canvas: CanvasReferences | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch on the model's device (``g`` draws the noise there), and
     statistics as 0-d tensors: reading them back is the caller's choice (a GPU sync).
@@ -222,7 +229,11 @@ def train_step(
     enters the loss at ``adv_weight`` (0 while the critic warms up) and
     reaches only the pixels the anchor reference does not cover; the caller runs
     ``adversary.critic_step()`` after the model's update. ``texture``: the guesses' feature
-    statistics against the renderer's frames, at ``texture_weight``, with the critic's reach."""
+    statistics against the renderer's frames, at ``texture_weight``, with the critic's reach.
+
+    A batch with ``grounds`` (every frame's ground alone) takes its references from ``canvas``
+    (``training/canvas_refs.py``: the ground through the ground tokenizer, as a world canvas
+    serves it) instead of the sequence's anchor."""
     dev = next(model.parameters()).device
     put = lambda a: torch.from_numpy(a).to(dev, non_blocking=True)  # noqa: E731
     enc = WorldModel.encode
@@ -239,17 +250,23 @@ def train_step(
     k = 1 if far else 0  # the anchor: frame 0, or after a far sink the first frame that follows it
     offsets, valid = anchor_offsets(batch["actions"], batch["scenes"], k, x.shape[-1])
     anchor = (k, put(offsets.astype(np.float32)), put(valid))
+    refs = None
+    if "grounds" in batch:
+        if canvas is None:
+            raise ValueError("a batch with grounds needs the canvas references' tokenizer")
+        refs = canvas(batch["grounds"], batch["scenes"]).to(x.dtype)
+        stats["canvas"] = x.new_ones(())
     if use_rollout:
         model.eval()
-        gen = self_rollout(model, x, prev, actions, scene, pos, g, anchor)
+        gen = self_rollout(model, x, prev, actions, scene, pos, g, anchor, refs)
         model.train()
         ctx_frames = gen
         ctx_prev = torch.cat((prev[:, :1], gen[:, :-1]), 1)
         if far:  # the first frame after the far sink follows an unseen frame: keep the truth
             ctx_prev[:, 1] = prev[:, 1]
         stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
-    # every frame's reference, from the context's own anchor frame
-    ctx_prev = torch.cat((ctx_prev, sequence_references(ctx_frames, *anchor)), 2)
+    # every frame's reference, from the context's own anchor frame (or the canvas)
+    ctx_prev = torch.cat((ctx_prev, sequence_references(ctx_frames, *anchor) if refs is None else refs), 2)
     if rollout_lead and n > 1 + rollout_lead and "truth" not in batch:  # keep the sink and the frames after the lead
         keep = [0, *range(1 + rollout_lead, n)]
         x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
@@ -388,8 +405,9 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         sequences={b: max(2, tc.batch // (cfg.tokens_per_frame(b) // base_tokens)) for b in cfg.buckets},
         seq_frames=tc.seq_frames, big_bucket_every=tc.big_bucket_every, far_sink_share=tc.far_sink_share,
         scene_switch_share=tc.scene_switch_share, still_share=tc.still_share, worlds=tc.worlds,
-        map_size=tc.map_size, world_refresh=tc.world_refresh,
+        map_size=tc.map_size, world_refresh=tc.world_refresh, canvas_share=tc.canvas_share,
     )
+    canvas = CanvasReferences.load(device) if tc.canvas_share > 0 else None
     params, ema_params = list(model.parameters()), list(ema.parameters())
     budget = tc.minutes * 60
     with BatchSource(spec, tc.seed, step0, tc.data_workers) as source:
@@ -417,7 +435,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
             carry = use_rollout and tc.carry_share > 0 and rng.random() < tc.carry_share
             loss, stat_t = train_step(model, batch, cfg, g, use_rollout, tc.edge_weight, tc.motion_weight,
                                       tc.rollout_lead, tc.motion_weathers, carry, adversary,
-                                      adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight)
+                                      adv_ramp(step - step0, tc) * tc.adv_weight, texture, tc.texture_weight,
+                                      canvas)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -477,6 +496,7 @@ OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "adv_weight": "adversarial term on the x0 guesses against a patch critic (0: off)",
     "adv_warmup": "steps the critic trains alone, then as many ramping the term in",
     "texture_weight": "feature statistics of the x0 guesses against the renderer's frames (0: off)",
+    "canvas_share": "share of steps whose references are the ground through the ground tokenizer (a world canvas's)",
     "bank_share": "share of steps on the model's own long rollouts (carried ground + critic)",
     "bank_life": "frames a bank session lives at most",
     "bank_advance": "frames every bank session moves on per training step",

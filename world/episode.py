@@ -27,6 +27,7 @@ class Episode:
     scene: np.ndarray  # (SCENE_DIM,) float32 conditioning vector at frame 0
     attrs: SceneAttrs
     scenes: np.ndarray  # (T, SCENE_DIM) float32, the scene each frame was rendered in
+    grounds: dict[int, np.ndarray] | None = None  # bucket -> (T, bucket, bucket, 3) uint8: the ground alone
 
     @property
     def prompt(self) -> str:
@@ -45,11 +46,13 @@ def record_episode(
     start: tuple[float, float] | None = None,
     buckets: tuple[int, ...] | None = None,
     switch: tuple[int, SceneAttrs] | None = None,
+    grounds: bool = False,
 ) -> Episode:
     """Reset ``world`` at ``start`` (default: a random mostly-dry spot) and roll it out.
 
     ``switch=(t, scene)`` re-colours the world for ``scene`` from frame ``t`` on, as a
-    prompt change mid-session does (the world keeps that scene afterwards)."""
+    prompt change mid-session does (the world keeps that scene afterwards). ``grounds``: also
+    keep every frame's ground alone (``World.render_ground``: what a world canvas holds)."""
     if length < 1:
         raise ValueError(f"length={length} must be >= 1")
     if switch is not None and not 0 < switch[0] < length:
@@ -64,6 +67,7 @@ def record_episode(
         )
     actions[0] = 0.0
     frames = {b: np.empty((length, b, b, 3), dtype=np.uint8) for b in buckets}
+    ground = {b: np.empty((length, b, b, 3), dtype=np.uint8) for b in buckets} if grounds else None
     positions = np.empty((length, 2), dtype=np.float64)
     first = world.scene
     scenes = np.empty((length, first.to_vector().shape[0]), dtype=np.float32)
@@ -76,6 +80,8 @@ def record_episode(
         positions[t] = world.position
         for b in buckets:
             frames[b][t] = world.render(b)
+            if ground is not None:
+                ground[b][t] = world.render_ground(b)
     return Episode(
         seed=world.seed,
         frames=frames,
@@ -84,6 +90,7 @@ def record_episode(
         scene=scenes[0].copy(),
         attrs=first,
         scenes=scenes,
+        grounds=ground,
     )
 
 

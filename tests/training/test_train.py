@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
@@ -178,6 +179,45 @@ def test_a_carry_step_trains_on_the_carried_targets() -> None:
     g = torch.Generator().manual_seed(0)
     plain, stats = train_step(model, batch, cfg, g, use_rollout=True)
     assert "carried" not in stats and float(plain.detach()) != float(loss.detach())
+
+
+def test_a_canvas_step_takes_every_frames_reference_from_the_ground_through_the_tokenizer() -> None:
+    import torch
+
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.training.canvas_refs import CanvasReferences
+    from worldserve.training.data import WorldPool
+    from worldserve.training.train import train_step
+
+    cfg = ModelConfig(**TINY)
+    model = WorldModel(cfg)
+    pool = WorldPool(1, cfg.buckets, np.random.default_rng(0), map_size=256)
+    batch = pool.sequences(2, 4, 64, far=False, grounds=True)
+    assert batch["grounds"].shape == batch["frames"].shape
+    # the ground alone: no actors or weather on it, so it differs from the frame, but it is the same place
+    assert not np.array_equal(batch["grounds"], batch["frames"])
+    canvas = CanvasReferences.load(torch.device("cpu"))
+    refs = canvas(batch["grounds"], batch["scenes"])
+    assert refs.shape == (2, 4, 4, 64, 64)
+    assert (refs[:, 0] == 0).all() and (refs[:, 1:, 3] == 1).all()  # the first frame has none
+    truth = torch.from_numpy(batch["grounds"][:, 1:]).permute(0, 1, 4, 2, 3).float() / 127.5 - 1
+    assert float(((refs[:, 1:, :3] - truth) ** 2).mean()) < 0.02  # the tokenizer's round trip
+    seen: list[torch.Tensor] = []
+    forward = model.forward_sequence
+
+    def spy(x, prev, *args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(prev)
+        return forward(x, prev, *args, **kw)
+
+    model.forward_sequence = spy  # type: ignore[method-assign]
+    g = torch.Generator().manual_seed(0)
+    loss, stats = train_step(model, batch, cfg, g, use_rollout=True, canvas=canvas)
+    assert torch.isfinite(loss) and float(stats["canvas"]) == 1.0
+    assert torch.equal(seen[-1][:, :4, cfg.channels :], refs)  # the clean context's references
+    loss.backward()
+    with pytest.raises(ValueError, match="tokenizer"):
+        train_step(model, batch, cfg, g, use_rollout=False)
 
 
 def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> None:
