@@ -58,13 +58,31 @@ AHEAD = 1  # rings of tiles around the view's decoded before the view reaches th
 
 @dataclass(slots=True)
 class SessionGround:
-    canvas: Canvas
+    _canvas: Canvas  # read and written through ``canvas``, once the fills under way are done
     seed: int  # the prior's draws (``quilt.fill_tile``)
     position: np.ndarray  # (2,) float64: the view's top-left (y, x), world units, on the torus
     look: SceneAttrs  # the session's scene: which of the bank's looks new ground is drawn from
     pixels: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # tile -> (3, 64, 64)
     ahead: dict[tuple[int, int], Future[torch.Tensor]] = field(default_factory=dict)  # tile -> its decode
     pending: np.ndarray | None = None  # the position after the chunk being made
+    filling: Future[None] | None = None  # ``GroundPainter.prepare``'s fills, under way on the decoder's thread
+
+    @property
+    def canvas(self) -> Canvas:
+        self.settle()
+        return self._canvas
+
+    @canvas.setter
+    def canvas(self, canvas: Canvas) -> None:
+        self.settle()
+        self._canvas = canvas
+
+    def settle(self) -> None:
+        """Wait for the fills under way: until then the decoder's thread owns the canvas,
+        ``pixels`` and ``ahead``."""
+        if self.filling is not None:
+            pending, self.filling = self.filling, None
+            pending.result()
 
     def to_state(self) -> CanvasState:
         keys, codes = self.canvas.to_arrays()
@@ -111,6 +129,7 @@ class GroundPainter:
     def observe(self, g: SessionGround, frame: np.ndarray) -> None:
         """Write what ``frame`` ((H, W, 3) uint8, the view at the session's place) shows into the
         canvas: its codes on the code grid, over what the prior drew there."""
+        g.settle()
         x = torch.from_numpy(np.ascontiguousarray(frame)).permute(2, 0, 1)[None].float().to(self.device) / 127.5 - 1
         if x.shape[-1] != VIEW_UNITS:
             x = F.interpolate(x, size=(VIEW_UNITS, VIEW_UNITS), mode="area" if x.shape[-1] > VIEW_UNITS else "bilinear")
@@ -134,6 +153,7 @@ class GroundPainter:
         the tokenizer was trained to. Where it changes that look, the decoder never paired the
         old codes with the new one (they decode as blocks): the canvas starts anew at the
         camera's place, drawn by the prior from the new look's maps."""
+        g.settle()
         _forget_pixels(g)
         if look_key(look) != look_key(g.look):
             g.canvas = Canvas(MAP_SIZE, RADIUS)
@@ -157,6 +177,7 @@ class GroundPainter:
     def reference(self, g: SessionGround, tops: np.ndarray, bucket: int) -> torch.Tensor:
         """The ground under the view at each of ``tops`` ((F, 2) world units) as (F, 4, bucket,
         bucket) float32: colours in [-1, 1], then a mask of ones. Fills and decodes on the way."""
+        g.settle()
         out = []
         for top in tops:
             self._fill_around(g, top)
@@ -173,29 +194,39 @@ class GroundPainter:
         """The chunk was made: the camera is at its last frame's place; far tiles go."""
         if g.pending is None:
             return
+        g.settle()
         g.position, g.pending = g.pending % MAP_SIZE, None
         g.canvas.evict((float(g.position[0]) + VIEW_UNITS / 2, float(g.position[1]) + VIEW_UNITS / 2))
         self.prepare(g)
 
     def prepare(self, g: SessionGround) -> None:
-        """Get the ground ready around the camera: fill ``AHEAD + 1`` rings of tiles around
-        the view's, forget pixels outside the ``AHEAD`` ring and start decoding the tiles of
-        that ring that have none yet (on the decoder's thread)."""
-        self._fill_around(g, g.position, AHEAD + 1)
-        near = set(self._around(g, g.position, AHEAD))
+        """Get the ground ready around the camera, on the decoder's thread (``g.filling``):
+        fill ``AHEAD + 1`` rings of tiles around the view's, then queue the decodes of the
+        ``AHEAD`` ring's tiles that have no pixels yet, the view's first. Pixels outside
+        that ring are forgotten now."""
+        g.settle()
+        top = g.position.copy()
+        near = set(self._around(g, top, AHEAD))
         for cache in (g.pixels, g.ahead):
             for key in [k for k in cache if k not in near]:
                 del cache[key]
-        scene = g.look.to_vector().astype(np.float32)
-        for key in near:
-            if key not in g.pixels and key not in g.ahead and self._decodable(g, key):
-                g.ahead[key] = self.decoder.submit(self._tile_codes(g, key), scene)
+        view = set(self._around(g, top, 0))
+        order = sorted(near, key=lambda k: (k not in view, k))  # the view's tiles first
+
+        def ready() -> None:
+            self._fill_around(g, top, AHEAD + 1)
+            scene = g.look.to_vector().astype(np.float32)
+            for key in order:
+                if key not in g.pixels and key not in g.ahead and self._decodable(g, key):
+                    g.ahead[key] = self.decoder.submit(self._tile_codes(g, key), scene, urgency=1 + (key not in view))
+
+        g.filling = self.decoder.run(ready, urgency=0)
 
     @staticmethod
     def _around(g: SessionGround, top: np.ndarray, rings: int) -> list[tuple[int, int]]:
         """The tiles of the view's 2 x 2 (from the one holding its corner: what ``reference``
         decodes) and ``rings`` around them, row by row."""
-        side = g.canvas.side
+        side = g._canvas.side
         ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
         span = range(-rings, 2 + rings)
         return list(dict.fromkeys(((ty + i) % side, (tx + j) % side) for i in span for j in span))
@@ -203,10 +234,10 @@ class GroundPainter:
     @staticmethod
     def _decodable(g: SessionGround, key: tuple[int, int]) -> bool:
         """Whether the tile and its 8 neighbours are written whole: its decode is then final."""
-        side = g.canvas.side
+        side = g._canvas.side
         for i in (-1, 0, 1):
             for j in (-1, 0, 1):
-                tile = g.canvas.tiles.get(((key[0] + i) % side, (key[1] + j) % side))
+                tile = g._canvas.tiles.get(((key[0] + i) % side, (key[1] + j) % side))
                 if tile is None or (tile == EMPTY).any():
                     return False
         return True
@@ -215,25 +246,25 @@ class GroundPainter:
         """Fill what is empty in ``_around``'s tiles, row by row from the top left."""
         maps = None
         for key in self._around(g, top, rings):
-            tile = g.canvas.tiles.get(key)
+            tile = g._canvas.tiles.get(key)
             if tile is None or (tile == EMPTY).any():
                 maps = self.bank.for_scene(g.look) if maps is None else maps
-                g.canvas.write(key, fill_tile(g.canvas, key, maps, self.sim, g.seed))
+                g._canvas.write(key, fill_tile(g._canvas, key, maps, self.sim, g.seed))
 
     def _tile_codes(self, g: SessionGround, key: tuple[int, int]) -> np.ndarray:
         size = TILE + 2 * MARGIN
         top = ((key[0] * TILE - MARGIN) * CODE_UNITS, (key[1] * TILE - MARGIN) * CODE_UNITS)
-        return _fill_missing(g.canvas.crop(top, size * CODE_UNITS))
+        return _fill_missing(g._canvas.crop(top, size * CODE_UNITS))
 
     def _tile_pixels(self, g: SessionGround, key: tuple[int, int]) -> torch.Tensor:
-        side = g.canvas.side
+        side = g._canvas.side
         key = (key[0] % side, key[1] % side)
         px = g.pixels.get(key)
         if px is None:
             pending = g.ahead.pop(key, None)
-            if pending is not None and not pending.cancelled():
-                px = pending.result()
-            else:
+            if pending is not None and not pending.cancel():
+                px = pending.result()  # under way: its pixels are moments off
+            else:  # never asked for, or still queued behind others: decode it here
                 px = self.decoder.decode(self._tile_codes(g, key), g.look.to_vector().astype(np.float32))
             g.pixels[key] = px
         return px

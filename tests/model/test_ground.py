@@ -127,6 +127,7 @@ def test_memory_stays_bounded_however_far_the_session_goes() -> None:
     _run(runner, 0, [_key(2)] * 150)  # 2 units a frame: 300 units, past the radius
     g = runner.sessions["s"].ground
     assert g is not None and 0 < len(g.canvas.tiles) <= g.canvas.max_tiles
+    g.settle()
     assert len(g.pixels) + len(g.ahead) <= 16  # the view's 2 x 2 tiles and the ring around them
 
 
@@ -138,6 +139,7 @@ def test_tiles_are_decoded_ahead_of_the_camera_to_the_pixels_an_inline_decode_gi
     for painter in (ahead, inline):
         g = painter.start(4, world.scene)
         painter.observe(g, world.render_ground(BUCKET))
+        g.settle()  # the fills ahead are done, the decodes queued
         # the view's tiles and the ring around them are being decoded before any frame needs them
         assert len(g.ahead) + len(g.pixels) == 16 and all(painter._decodable(g, k) for k in g.ahead)
         out = []
@@ -146,6 +148,7 @@ def test_tiles_are_decoded_ahead_of_the_camera_to_the_pixels_an_inline_decode_gi
             out.append(painter.reference(g, tops, BUCKET))
             g.pending = tops[-1]
             painter.moved(g)
+            g.settle()
             # the next tile to the right is ready or under way before the view reaches it
             ty, tx = (int(t // 64) for t in g.position)
             assert (ty, (tx + 2) % g.canvas.side) in {**g.pixels, **g.ahead}
