@@ -15,12 +15,13 @@ under the camera as the reference (``anchor_reference``'s layout: colours and a 
 3. the view is sampled from those pixels, bilinear, at the frame's bucket.
 
 Ahead of the camera: once a chunk is made (``moved``), and after an observation, a prompt
-change or a restore, the painter fills ``AHEAD + 1`` rings of tiles around the view's and
-hands the ring of ``AHEAD`` tiles around it to its ``TileDecoder``, which decodes them on a
-thread of its own while the model makes the next chunk. A decode depends only on codes that
-are already written (the tile and its neighbours, all filled by then), so the pixels are the
-ones an inline decode would give: ahead or not, replays and migrated sessions see the same
-ground. Fills stay on the model thread, in a fixed order, for the same reason.
+change or a restore, the painter queues on its ``TileDecoder``'s thread the fills of ``AHEAD +
+1`` rings of tiles around the view's, then the decodes of the ring of ``AHEAD`` tiles, which
+that thread does in the gaps between chunks. The model thread takes back what it needs before
+the thread got to it (``Job.take``). Fills run in a fixed order whichever thread runs them, and
+a decode depends only on codes already written (the tile and its neighbours, all filled by
+then), so the canvas and the pixels are the ones inline work would give: ahead or not, replays
+and migrated sessions see the same ground.
 
 A prompt that changes the look codes carry (biome, vegetation or weather) starts the canvas
 anew (``rescene``).
@@ -34,7 +35,7 @@ from the camera are evicted: a session holds at most ``Canvas.max_tiles`` tiles 
 from __future__ import annotations
 
 import math
-from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +45,7 @@ import torch.nn.functional as F
 
 from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
 from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key, similarity
-from worldserve.model.default.tile_decode import MARGIN, TileDecoder
+from worldserve.model.default.tile_decode import MARGIN, Job, TileDecoder
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
 from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.session.plan import CanvasState
@@ -63,9 +64,9 @@ class SessionGround:
     position: np.ndarray  # (2,) float64: the view's top-left (y, x), world units, on the torus
     look: SceneAttrs  # the session's scene: which of the bank's looks new ground is drawn from
     pixels: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # tile -> (3, 64, 64)
-    ahead: dict[tuple[int, int], Future[torch.Tensor]] = field(default_factory=dict)  # tile -> its decode
+    ahead: dict[tuple[int, int], Job[torch.Tensor]] = field(default_factory=dict)  # tile -> its decode
     pending: np.ndarray | None = None  # the position after the chunk being made
-    filling: Future[None] | None = None  # ``GroundPainter.prepare``'s fills, under way on the decoder's thread
+    filling: Job[None] | None = None  # ``GroundPainter.prepare``'s fills, queued or under way on the decoder's thread
 
     @property
     def canvas(self) -> Canvas:
@@ -78,11 +79,11 @@ class SessionGround:
         self._canvas = canvas
 
     def settle(self) -> None:
-        """Wait for the fills under way: until then the decoder's thread owns the canvas,
-        ``pixels`` and ``ahead``."""
+        """Finish the fills queued (here) or under way (waiting for them): until then the
+        decoder's thread owns the canvas, ``pixels`` and ``ahead``."""
         if self.filling is not None:
             pending, self.filling = self.filling, None
-            pending.result()
+            pending.take()
 
     def to_state(self) -> CanvasState:
         keys, codes = self.canvas.to_arrays()
@@ -90,21 +91,27 @@ class SessionGround:
 
 
 class GroundPainter:
-    def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device, ahead: bool = True):
+    def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device, ahead: bool = True,
+                 dtype: torch.dtype = torch.float32):
         """``ahead``: decode tiles ahead of the camera on the decoder's own thread (False:
-        every decode inline, on the thread that needs it)."""
+        every decode inline, on the thread that needs it). ``dtype``: the decodes' (the
+        runner's); the tokenizer's encoder, which picks codes, always runs in float32."""
         self.tokenizer = tokenizer.to(device).float().eval()
         self.bank = bank
         self.device = device
         self.table = tokenizer.quantizer.table().detach().float().cpu().numpy()  # (K, D)
         self.sim = similarity(self.table)  # (K, K): the prior's agreement lookups
-        self.decoder = TileDecoder(self.tokenizer, device, background=ahead)
+        self.decoder = TileDecoder(self.tokenizer, device, background=ahead, dtype=dtype)
 
     @classmethod
     def load(cls, device: torch.device, tokenizer: Path = TOKENIZER, bank: Path = BANK,
-             ahead: bool = True) -> GroundPainter:
+             ahead: bool = True, dtype: torch.dtype = torch.float32) -> GroundPainter:
         """The shipped ground tokenizer and bank (``model/default/weights/``)."""
-        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device, ahead)
+        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device, ahead, dtype)
+
+    def busy(self) -> AbstractContextManager[None]:
+        """Around a chunk: the decoder's thread starts no work inside it (``TileDecoder.busy``)."""
+        return self.decoder.busy()
 
     def close(self) -> None:
         """Stop the decoder's thread (decodes still queued are dropped)."""
@@ -262,9 +269,9 @@ class GroundPainter:
         px = g.pixels.get(key)
         if px is None:
             pending = g.ahead.pop(key, None)
-            if pending is not None and not pending.cancel():
-                px = pending.result()  # under way: its pixels are moments off
-            else:  # never asked for, or still queued behind others: decode it here
+            if pending is not None:  # queued (decoded here) or under way (moments off)
+                px = pending.take()
+            else:
                 px = self.decoder.decode(self._tile_codes(g, key), g.look.to_vector().astype(np.float32))
             g.pixels[key] = px
         return px

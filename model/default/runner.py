@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -151,7 +152,7 @@ class ModelRunner:
 
                 kw.setdefault("start_ground", start_ground)
         if canvas:
-            kw["ground"] = GroundPainter.load(torch.device(device))
+            kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"])
         model = load_model(path)
         model.cfg = model.cfg.with_sampler(sampler)
         return cls(model, **kw)  # type: ignore[arg-type]
@@ -405,6 +406,10 @@ class ModelRunner:
 
     def _run_chunk(self, bucket: int, steps: int, items: list[ChunkWork]) -> np.ndarray:
         """Generate and commit one chunk for each item; returns (B, F, H, W, 3) uint8."""
+        with self.ground.busy() if self.ground is not None else nullcontext():
+            return self._chunk(bucket, steps, items)
+
+    def _chunk(self, bucket: int, steps: int, items: list[ChunkWork]) -> np.ndarray:
         cfg, model = self.cfg, self.model
         states = [self.sessions[it.session_id] for it in items]
         fc, c = cfg.frames_per_chunk, cfg.channels

@@ -1,0 +1,70 @@
+"""The canvas's decoder thread (model/default/tile_decode.py): it works only between chunks,
+work the model thread needs is taken back and done where it is needed, and a bf16 decode is
+the float32 one within a grey level."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import torch
+
+from worldserve.model.default.canvas import TILE
+from worldserve.model.default.tile_decode import MARGIN, TileDecoder
+from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+from worldserve.world.scene import parse_prompt
+
+
+def _decoder(**kw: object) -> TileDecoder:
+    return TileDecoder(load_tokenizer(WEIGHTS), torch.device("cpu"), **kw)  # type: ignore[arg-type]
+
+
+def test_the_thread_starts_nothing_inside_a_chunk_and_the_model_thread_takes_queued_work_back() -> None:
+    dec = _decoder()
+    try:
+        where: list[str] = []
+
+        def work() -> str:
+            where.append(threading.current_thread().name)
+            return "done"
+
+        with dec.busy():
+            job = dec.run(work)
+            time.sleep(0.2)
+            assert not job.future.running() and not job.future.done() and where == []
+            assert job.take() == "done"  # still queued: done here, on this thread
+        assert where == [threading.current_thread().name]
+        assert job.future.cancelled()
+
+        later = dec.run(work)  # between chunks: the decoder's own thread does it
+        assert later.future.result(timeout=5) == "done"
+        assert where[-1] == "canvas-decode"
+        assert later.take() == "done" and len(where) == 2  # taking finished work does not redo it
+    finally:
+        dec.close()
+
+
+def test_queued_work_runs_most_urgent_first_once_the_chunk_is_over() -> None:
+    dec = _decoder()
+    try:
+        order: list[int] = []
+        with dec.busy():
+            jobs = [dec.run(lambda u=u: order.append(u), urgency=u) for u in (2, 1, 0, 1)]
+        for job in jobs:
+            job.future.result(timeout=5)
+        assert order == [0, 1, 1, 2]
+    finally:
+        dec.close()
+
+
+def test_a_bf16_decode_is_the_float32_decode_within_a_grey_level() -> None:
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 1024, (TILE + 2 * MARGIN, TILE + 2 * MARGIN)).astype(np.int64)
+    scene = parse_prompt("a snowy forest at dusk").to_vector().astype(np.float32)
+    fp32 = _decoder(background=False).decode(codes, scene)
+    bf16 = _decoder(background=False, dtype=torch.bfloat16).decode(codes, scene)
+    assert bf16.dtype == torch.float32 and bf16.shape == fp32.shape
+    err = (bf16 - fp32).abs()
+    assert float(err.max()) < 2 / 127.5 and float(err.mean()) < 0.5 / 127.5
+    assert not torch.equal(bf16, fp32)  # it did compute in bf16
