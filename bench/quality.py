@@ -57,7 +57,7 @@ distance in a scene-attribute network's features (``fd_<moment>``) beside the re
 (``fd_floor``), and patch realism (``patch_ratio_<moment>``, 1.0: made of the world's
 materials). ``--weights`` other than the committed ones are measured there beside the
 committed weights (``--beside``), on the same worlds. ``--canvas`` adds the weights served on the world canvas (realism, and its revisit on its own
-line, ``canvas revisit_psnr=..``). ``--oracle frame|ground|tokens`` measures the
+line, ``canvas revisit_psnr=..``), and each of the weights beside them on it (``canvas <name>``). ``--oracle frame|ground|tokens`` measures the
 weights there once more with their anchor reference taken from the renderer
 (``bench._oracle``; ``ground:1``: the ground view every frame, as a canvas would give it), each on a line ``oracle ... go_on=0|1`` above the summary.
 
@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
         for label, p in zip(labels[1:], paths[1:], strict=True)
     }
     oracles = realism.with_oracles(runners, args.weights, realism.parse_oracles(ap, args), **kw)
-    realism.with_canvas(runners, args.weights, args.canvas, **kw)
+    realism.with_canvas(runners, paths, args.canvas, **kw)
     lines: list[str] = []
     real = realism.measure(runners, asked[0], realism.worlds_for(args.quick), args.seed, out, lines=lines,
                            oracles=oracles)

@@ -310,10 +310,14 @@ def with_oracles(runners: dict[str, ModelRunner], weights: Path, oracles: list[O
     return {o.label: o for o in oracles}
 
 
-def with_canvas(runners: dict[str, ModelRunner], weights: Path, on: bool, **kw: object) -> None:
-    """Add ``weights`` served with the world canvas (``--canvas``) to ``runners`` as "canvas"."""
+def with_canvas(runners: dict[str, ModelRunner], paths: list[Path], on: bool, **kw: object) -> None:
+    """Add each of ``paths`` served with the world canvas (``--canvas``) to ``runners``: the
+    first as "canvas", the ones beside it as "canvas <label>" (``label_weights``), so a
+    compositor trained on canvas references meets the committed one on the same canvas."""
     if on:
-        runners[CANVAS] = ModelRunner.from_pretrained(weights, canvas=True, **kw)  # type: ignore[arg-type]
+        for i, (label, p) in enumerate(zip(label_weights(paths), paths, strict=True)):
+            runners[CANVAS if i == 0 else f"{CANVAS} {label}"] = ModelRunner.from_pretrained(
+                p, canvas=True, **kw)  # type: ignore[arg-type]
 
 
 def oracle_lines(res: dict[str, dict[str, float]], oracles: dict[str, Oracle]) -> list[str]:
@@ -346,7 +350,8 @@ def add_oracle_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--oracle-every", type=int, default=8, help="frames between the oracle reference's refreshes (1-16)")
     ap.add_argument("--canvas", action="store_true",
                     help="also measure the weights served with the world canvas as their reference "
-                         "(model/default/ground.py: the ground tokenizer and the prior's bank), labelled canvas")
+                         "(model/default/ground.py: the ground tokenizer and the prior's bank), labelled canvas; "
+                         "the weights beside them too, labelled 'canvas <name>'")
 
 
 def parse_oracles(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[Oracle]:
@@ -384,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     runners = {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                for label, p in zip(label_weights(paths), paths, strict=True)}
     oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
-    with_canvas(runners, args.weights, args.canvas, **kw)
+    with_canvas(runners, paths, args.canvas, **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
                   replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)
