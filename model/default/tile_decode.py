@@ -11,11 +11,14 @@ draws, about 1 ms a tile), before any decode. The queue is ordered by urgency: f
 tiles the view covers, then the ring around them.
 
 The thread works only while the model thread is not inside a chunk (``busy``). On the 2-core
-Xeon the two cores share their matrix units: a decode running beside a chunk made that chunk
-twice as long (4 sessions stepped back to back, a key held: 47 ms a chunk that overlapped a
-decode, 22 ms one that did not), where the same decode in the gaps between chunks costs nothing. Work the model thread needs while it is
-still queued (``Job.take``) is taken back and done inline, so a chunk never waits behind other
-sessions' look-ahead, and a saturated model, which leaves no gaps, does all of it inline.
+Xeon, at one time, the two cores shared their matrix units: a bf16 matmul loop ran 1.8x slower
+beside a second one, and a decode running beside a chunk made that chunk twice as long (4
+sessions stepped back to back, a key held: 47 ms a chunk that overlapped a decode, 22 ms one
+that did not). Hours later ``python -m bench.core_share`` read 1.00 on the same machine: how
+much a second thread costs depends on the host's load. In the gaps between chunks a decode
+costs the model nothing either way. Work the model thread needs while it is still queued
+(``Job.take``) is taken back and done inline, so a chunk never waits behind other sessions'
+look-ahead, and a saturated model, which leaves no gaps, does all of it inline.
 
 Tiles decode in the runner's dtype (bf16: 4.3 ms a tile on one core against 10.9 in float32,
 within 0.01 of float32's pixels in [-1, 1]). Every tile decodes alone (a batch of one), inline
