@@ -11,7 +11,6 @@ chunk into each slot. One thread owns a runner: it is not thread-safe.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import subprocess
 import time
@@ -42,6 +41,7 @@ from worldserve.model.default.slot import (
     cached_ids,
     export_continuation,
     install_continuation,
+    reseed,
 )
 from worldserve.model.default.trace_cache import TraceCache
 from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
@@ -319,7 +319,7 @@ class ModelRunner:
             s.gen.set_state(torch.from_numpy(np.ascontiguousarray(st.rng, dtype=np.uint8)))
         elif st.rng.size:  # a snapshot from a runner on another kind of device: its generator
             # state does not fit this one's, so the noise goes on from a stream of its own
-            s.gen.manual_seed(_reseed(st))
+            s.gen.manual_seed(reseed(st))
             log.info("snapshot's noise state is from another device kind: noise reseeded")
         if st.continuation is not None:
             install_continuation(self.cfg, self.pools[s.bucket], s, st.continuation, self.device, self.dtype)
@@ -597,9 +597,3 @@ class ModelRunner:
             return False
         return True
 
-
-def _reseed(st: ModelState) -> int:
-    """A seed for a restored session's noise, from what its snapshot holds."""
-    digest = hashlib.blake2b(np.ascontiguousarray(st.rng).tobytes(), digest_size=8,
-                             person=st.frame_index.to_bytes(8, "little"))
-    return int.from_bytes(digest.digest(), "little") >> 1

@@ -9,6 +9,7 @@ restored session makes exactly the frames it would have made where it was.
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ import torch
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.ground import SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
-from worldserve.session.plan import Continuation
+from worldserve.session.plan import Continuation, ModelState
 
 
 @dataclass(slots=True)
@@ -106,3 +107,10 @@ def install_continuation(
     s.anchor = None if c.anchor is None else tensor(c.anchor, dtype)
     s.offset = None if c.anchor_offset is None else tensor(c.anchor_offset, torch.float32)
     s.anchor_wait, s.anchor_age = c.anchor_wait, c.anchor_age
+
+
+def reseed(st: ModelState) -> int:
+    """A seed for a restored session's noise, from what its snapshot holds."""
+    digest = hashlib.blake2b(np.ascontiguousarray(st.rng).tobytes(), digest_size=8,
+                             person=st.frame_index.to_bytes(8, "little"))
+    return int.from_bytes(digest.digest(), "little") >> 1
