@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from worldserve.model.default.config import ModelConfig
@@ -55,6 +56,18 @@ def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.op
     if adversary is not None and adversary.load(tensors):
         print("resumed the critic", file=sys.stderr)
     return json.loads((out / "ckpt.json").read_text())
+
+
+def init_from_weights(model: WorldModel, ema: WorldModel, weights: Path) -> int:
+    """Start ``model`` and ``ema`` from servable weights (``save_model``'s file, e.g. the
+    committed default): a fine-tune where the training checkpoint is not at hand. Returns
+    the step count the weights record (0 where they record none)."""
+    path = weights.with_suffix(".safetensors")
+    state = load_file(str(path))
+    for m, name in ((model, "model"), (ema, "ema")):
+        load_state(m, state, f"{path} ({name})", allow_missing=NEW_MODULES)
+    with safe_open(str(path), "pt") as f:
+        return int((f.metadata() or {}).get("steps", 0))
 
 
 def export_checkpoint(out: Path, dest: Path, sampler: dict[str, Any] | None = None) -> Path:

@@ -61,11 +61,16 @@ from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.flow import next_noisy, noised
 from worldserve.model.default.kv_cache import KVCachePool
-from worldserve.model.default.weights import save_model
+from worldserve.model.default.weights import config_path, save_model
 from worldserve.model.memory import tune_malloc
 from worldserve.training.bank import RolloutBank
 from worldserve.training.canvas_refs import CanvasReferences
-from worldserve.training.checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
+from worldserve.training.checkpoint import (
+    export_checkpoint,
+    init_from_weights,
+    load_checkpoint,
+    save_checkpoint,
+)
 from worldserve.training.critic import Adversary
 from worldserve.training.data import BatchSource, DataSpec
 from worldserve.training.optim import adv_ramp, freeze_except, hold_at_ema, lr_at, make_optimizer
@@ -130,6 +135,7 @@ class TrainConfig:
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
     restart_schedule: bool = False  # on resume: warm up again and plan a new cosine
+    init_weights: str = ""  # with no checkpoint in --out: start model and EMA from these servable weights
     worlds: int = 16  # worlds kept in memory; one is rebuilt every ``world_refresh`` steps
     map_size: int = DEFAULT_MAP_SIZE  # world side in world units (tests use small maps)
     world_refresh: int = 40
@@ -362,7 +368,12 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         torch.backends.cudnn.allow_tf32 = True
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = ModelConfig.from_dict(tc.model) if tc.model else ModelConfig()
+    if tc.model:
+        cfg = ModelConfig.from_dict(tc.model)
+    elif tc.init_weights:  # the config the weights were served with
+        cfg = ModelConfig.from_json(config_path(Path(tc.init_weights).with_suffix(".safetensors")).read_text())
+    else:
+        cfg = ModelConfig()
     torch.manual_seed(tc.seed)
     model, ema = WorldModel(cfg), WorldModel(cfg)
     ema.load_state_dict(model.state_dict())
@@ -386,6 +397,9 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         if tc.restart_schedule:
             meta.pop("planned_steps", None)
             meta["schedule_start"] = meta["step"]
+    elif tc.init_weights:  # a fine-tune of served weights where their checkpoint is not at hand
+        meta["step"] = meta["schedule_start"] = init_from_weights(model, ema, Path(tc.init_weights))
+        print(f"started from {tc.init_weights} (step {meta['step']}, fresh optimizer)", file=sys.stderr)
     if not resume or any(n.startswith("shift_head.") for n in fresh):
         for m in (model, ema):  # a new shift head starts solved: references are served from it
             fit_shift_head(m)
@@ -415,15 +429,18 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         last_ckpt = t_start
         # the cosine schedule spans the whole planned run, resumes included
         total = max(step0 + 1, int(meta.get("planned_steps", 0)) or tc.max_steps)
-        step, losses = step0, []
+        step, losses, t_first = step0, [], 0.0
         model.train()
         while step < tc.max_steps:
-            elapsed = time.perf_counter() - t_start
+            now = time.perf_counter()
+            elapsed = now - t_start
             if elapsed >= budget:
                 break
+            if step == step0 + 1:  # the first step waits for the recorders' worlds: not the pace
+                t_first = now
             if step > step0 + 20 and "planned_steps" not in meta:
-                rate = (step - step0) / elapsed
-                meta["planned_steps"] = total = int(step0 + rate * budget * 1.02)
+                rate = (step - step0 - 1) / (now - t_first)
+                meta["planned_steps"] = total = int(step + rate * (budget - elapsed) * 1.02)
             from_bank = bank is not None and rng.random() < tc.bank_share
             if bank is not None:
                 bank.advance(tc.bank_advance)
@@ -501,6 +518,8 @@ OPTION_HELP = {  # TrainConfig fields whose flag says more than its name
     "bank_life": "frames a bank session lives at most",
     "bank_advance": "frames every bank session moves on per training step",
     "restart_schedule": "on --resume: warm up again and plan a new cosine over this run",
+    "init_weights": "with no checkpoint in --out: start model and EMA from these servable weights "
+                    "(fresh optimizer, the schedule restarted)",
     "threads": "torch threads (0: torch's default)",
     "device": "cpu or cuda",
     "data_workers": "processes recording batches (a GPU needs several)",

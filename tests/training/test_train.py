@@ -41,6 +41,37 @@ def test_a_few_steps_lower_the_loss_then_resume_and_export(tmp_path: Path) -> No
     assert not out.errors and out.results[0].frames.shape == (1, 64, 64, 3)
 
 
+def test_a_fine_tune_starts_from_servable_weights_where_no_checkpoint_is_at_hand(tmp_path: Path) -> None:
+    import dataclasses
+
+    import torch
+    from safetensors.torch import load_file
+
+    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.weights import save_model
+    from worldserve.training.checkpoint import init_from_weights
+
+    cfg = dataclasses.replace(ModelConfig.from_dict(TINY), sampler_eta=0.0)  # a served setting the run keeps
+    torch.manual_seed(3)
+    served = save_model(WorldModel(cfg), tmp_path / "served", metadata={"steps": "120"})
+    model, ema = WorldModel(cfg), WorldModel(cfg)
+    assert init_from_weights(model, ema, served) == 120
+    want = load_file(str(served))
+    for m in (model, ema):
+        assert all(torch.equal(v, want[k]) for k, v in m.state_dict().items())
+
+    tc = dataclasses.replace(_config(tmp_path / "run", 123, rollout_after=1000), model={}, init_weights=str(served))
+    report = train(tc, resume=True, export=tmp_path / "tuned")  # no checkpoint in --out: the weights start it
+    assert report["steps"] == 123 and report["steps_this_run"] == 3
+    assert json.loads((tmp_path / "tuned.json").read_text()) == json.loads(cfg.to_json())
+    tuned = load_file(str(tmp_path / "tuned.safetensors"))
+    assert any(not torch.equal(tuned[k], want[k]) for k in want)  # it trained
+    with pytest.raises(FileNotFoundError):  # weights that are not there are an error, not a fresh model
+        train(dataclasses.replace(tc, out=str(tmp_path / "other"), init_weights=str(tmp_path / "nowhere")),
+              resume=False, export=None)
+
+
 def test_shift_targets_put_the_weight_on_the_commanded_offset() -> None:
     from worldserve.session.plan import KEYS
     from worldserve.training.targets import shift_targets
