@@ -34,6 +34,9 @@ time), the share of batches over 1.25x the cost model's prediction, the engine's
 times over the runner alone's at the same size, the event loop's lag (p99 of a 10 ms timer)
 and the missed frames by cause (``late_start``: the batch was on time but started too late;
 ``slow_batch``: it took longer than predicted; ``skipped``: display slots that got no frame).
+With ``--canvas`` it also says where the canvas's work went (``tile_decode.DecodeCounts``):
+fills and decodes done on the decoder's thread (``ahead``), those the model thread still
+waited for (``waited``, ms per second of wall time) and those done inside chunks (``inline``).
 
 - capacity_sessions: the largest N whose batches of N, run back to back by the runner alone,
   make N x 24 frames/s at full quality (the model's physical limit on this machine), timed
@@ -60,6 +63,7 @@ import torch
 
 from worldserve.bench._steer import steer
 from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.tile_decode import DecodeCounts
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES
 from worldserve.server.engine import Engine, model_executor
@@ -100,6 +104,7 @@ class LoadResult:
     tax: float = float("nan")  # mean in-engine batch time over the runner alone's at that size
     loop_lag_ms: float = 0.0  # p99 of the event loop's lateness waking a 10 ms timer
     causes: Counter[str] = field(default_factory=Counter)  # missed frames by cause
+    canvas: DecodeCounts | None = None  # where the canvas's fills and decodes were done (--canvas)
 
     @property
     def delivered_fps(self) -> float:
@@ -179,11 +184,14 @@ async def run_load(
         first_frames = time.monotonic() - t_start
         before = [scheduler.stats(s) for s in ids]
         start_counts = dict(counts)
+        decoder = runner.ground.decoder if runner.ground is not None else None
+        canvas_before = decoder.counts.copy() if decoder is not None else None
         t0 = time.monotonic()
         measuring = True
         await asyncio.sleep(seconds)
         measuring = False
         elapsed = time.monotonic() - t0
+        canvas = decoder.counts.since(canvas_before) if decoder is not None and canvas_before is not None else None
         stop.set()
         stats = [scheduler.stats(s) for s in ids]
         due = _frames_due(stats) - _frames_due(before)
@@ -195,7 +203,7 @@ async def run_load(
     finally:
         await engine.stop()
     return LoadResult(sessions, elapsed, frames, elapsed * fps, missed / max(due, 1), levels,
-                      [c.changes for c in changes], batches, first_frames, *w.summary(elapsed))
+                      [c.changes for c in changes], batches, first_frames, *w.summary(elapsed), canvas=canvas)
 
 
 class _Where:
@@ -252,9 +260,15 @@ def where_line(res: LoadResult) -> str:
         sizes[size] += n
     mix = " ".join(f"{k}:{v}" for k, v in sorted(sizes.items())) or "-"
     causes = " ".join(f"{k}={v}" for k, v in sorted(res.causes.items())) or "none"
-    return (f"batches {mix} | model busy {res.busy:.2f} handoff {res.handoff_ms:.2f} ms "
+    line = (f"batches {mix} | model busy {res.busy:.2f} handoff {res.handoff_ms:.2f} ms "
             f"slow {res.slow_share:.2f} engine/alone {res.tax:.2f} | loop lag p99 "
             f"{res.loop_lag_ms:.1f} ms | misses {causes}")
+    c = res.canvas
+    if c is not None:  # canvas work: on its thread, waited for there, or done inside the chunks
+        per_s = 1e3 / res.seconds
+        line += (f" | canvas ahead {c.ahead} waited {c.waited} ({c.waited_s * per_s:.1f} ms/s) "
+                 f"inline {c.inline} ({c.inline_s * per_s:.1f} ms/s)")
+    return line
 
 
 def alone_by_size(runner: ModelRunner, limit: int, period: float, seconds: float) -> dict[int, float]:

@@ -272,7 +272,7 @@ class GroundPainter:
             if pending is not None:  # queued (decoded here) or under way (moments off)
                 px = pending.take()
             else:
-                px = self.decoder.decode(self._tile_codes(g, key), g.look.to_vector().astype(np.float32))
+                px = self.decoder.decode_now(self._tile_codes(g, key), g.look.to_vector().astype(np.float32))
             g.pixels[key] = px
         return px
 

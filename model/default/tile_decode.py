@@ -33,6 +33,7 @@ import copy
 import heapq
 import itertools
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -50,18 +51,52 @@ MARGIN = 3  # codes of the neighbours decoded around a tile (the decoder's reach
 T = TypeVar("T")
 
 
+@dataclass(slots=True)
+class DecodeCounts:
+    """Where the decoder's work (fills and decodes) was done, for the serving bench's
+    breakdown: on its thread (``ahead``; of those, ``waited`` were still running when the
+    model thread needed them, with the seconds it waited), or on the model thread (``inline``,
+    with the seconds it cost there: work taken back from the queue, and decodes never queued)."""
+
+    ahead: int = 0
+    inline: int = 0
+    inline_s: float = 0.0
+    waited: int = 0
+    waited_s: float = 0.0
+
+    def copy(self) -> DecodeCounts:
+        return DecodeCounts(self.ahead, self.inline, self.inline_s, self.waited, self.waited_s)
+
+    def since(self, before: DecodeCounts) -> DecodeCounts:
+        return DecodeCounts(self.ahead - before.ahead, self.inline - before.inline, self.inline_s - before.inline_s,
+                            self.waited - before.waited, self.waited_s - before.waited_s)
+
+
 @dataclass(frozen=True, slots=True)
 class Job(Generic[T]):
     """Work handed to the decoder's thread."""
 
     future: Future[T]
     work: Callable[[], T]
+    counts: DecodeCounts | None = None
 
     def take(self) -> T:
         """The work's result: done here if it has not started on the decoder's thread."""
+        c = self.counts
         if self.future.cancel():
-            return self.work()
-        return self.future.result()
+            t0 = time.perf_counter()
+            out = self.work()
+            if c is not None:
+                c.inline += 1
+                c.inline_s += time.perf_counter() - t0
+            return out
+        if c is None or self.future.done():
+            return self.future.result()
+        t0 = time.perf_counter()
+        out = self.future.result()
+        c.waited += 1
+        c.waited_s += time.perf_counter() - t0
+        return out
 
 
 class TileDecoder:
@@ -76,6 +111,7 @@ class TileDecoder:
         self._idle = threading.Event()  # clear while the model thread is inside a chunk
         self._idle.set()
         self._closed = False
+        self.counts = DecodeCounts()  # read by the model thread's side (GIL-atomic increments)
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(target=self._serve, name="canvas-decode", daemon=True)
@@ -92,6 +128,14 @@ class TileDecoder:
             m = MARGIN * CODE_UNITS
             return img[:, m : m + TILE_UNITS, m : m + TILE_UNITS].float().contiguous()
 
+    def decode_now(self, codes: np.ndarray, scene: np.ndarray) -> torch.Tensor:
+        """``decode`` here, on the thread that needs it now, counted as inline work."""
+        t0 = time.perf_counter()
+        out = self.decode(codes, scene)
+        self.counts.inline += 1
+        self.counts.inline_s += time.perf_counter() - t0
+        return out
+
     def submit(self, codes: np.ndarray, scene: np.ndarray, urgency: int = 1) -> Job[torch.Tensor]:
         """``decode`` on the decoder's thread (``run``); the caller keeps the arrays unchanged."""
         return self.run(lambda: self.decode(codes, scene), urgency)
@@ -102,13 +146,13 @@ class TileDecoder:
         fut: Future[T] = Future()
         if self._thread is None:
             fut.set_result(work())
-            return Job(fut, work)
+            return Job(fut, work)  # no thread: nothing to count
         with self._wake:
             if self._closed:
                 raise RuntimeError("the tile decoder is closed")
             heapq.heappush(self._queue, (urgency, next(self._order), fut, work, torch.get_num_threads()))
             self._wake.notify()
-        return Job(fut, work)
+        return Job(fut, work, self.counts)
 
     @contextmanager
     def busy(self) -> Iterator[None]:
@@ -148,9 +192,12 @@ class TileDecoder:
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
             try:
-                fut.set_result(work())
+                out = work()
             except BaseException as exc:  # handed to whoever waits on the work
                 fut.set_exception(exc)
+            else:
+                self.counts.ahead += 1  # before the result: whoever waits sees it counted
+                fut.set_result(out)
 
 
 _LIVE: weakref.WeakSet[TileDecoder] = weakref.WeakSet()

@@ -41,6 +41,17 @@ def test_the_thread_starts_nothing_inside_a_chunk_and_the_model_thread_takes_que
         assert later.future.result(timeout=5) == "done"
         assert where[-1] == "canvas-decode"
         assert later.take() == "done" and len(where) == 2  # taking finished work does not redo it
+        # the serving bench's breakdown: one done inside the chunk, one ahead, none waited for
+        c = dec.counts
+        assert (c.inline, c.ahead, c.waited) == (1, 1, 0) and c.inline_s >= 0.0
+
+        gate = threading.Event()
+        running = dec.run(lambda: gate.wait(5))
+        while not running.future.running():
+            time.sleep(0.01)
+        threading.Timer(0.1, gate.set).start()
+        assert running.take() is True  # under way on the thread: waited for, not redone
+        assert (c.ahead, c.waited) == (2, 1) and c.waited_s >= 0.05
     finally:
         dec.close()
 
