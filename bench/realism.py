@@ -382,14 +382,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scene-net", type=Path, default=SCENE_NET_PATH,
                     help="the cached scene-feature network (trained and written there when missing)")
     add_oracle_args(ap)
+    ap.add_argument("--canvas-only", action="store_true",
+                    help="measure the weights on the world canvas alone (with --canvas's labels); no anchor runs")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     paths = [args.weights, *beside_weights(args.weights, args.beside)]
     kw = {"max_sessions": worlds_for(args.quick), "dtype": pick_dtype(args.dtype)}
-    runners = {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
-               for label, p in zip(label_weights(paths), paths, strict=True)}
+    runners = {} if args.canvas_only else {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
+                                           for label, p in zip(label_weights(paths), paths, strict=True)}
     oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
-    with_canvas(runners, paths, args.canvas, **kw)
+    with_canvas(runners, paths, args.canvas or args.canvas_only, **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
                   replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)
