@@ -63,7 +63,7 @@ import torch
 
 from worldserve.bench._steer import steer
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import DecodeCounts
+from worldserve.model.default.tile_decode import DECODE_MODES, DecodeCounts
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES
 from worldserve.server.engine import Engine, model_executor
@@ -396,7 +396,7 @@ async def main_async(args: argparse.Namespace) -> None:
     sizes = tuple(args.batch_sizes)
     runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(64, 2 * args.limit + 2),
                                          dtype=args.dtype, device=args.device, graphs=args.cuda_graphs,
-                                         trace=args.cpu_trace, canvas=args.canvas)
+                                         trace=args.cpu_trace, canvas=args.canvas, canvas_decode=args.canvas_decode)
     steps = tuple(range(2, runner.max_steps + 1))
     timings = warm_up(runner, runner.buckets[:1], steps, sizes)  # the bench may block
     seconds = args.seconds
@@ -404,7 +404,10 @@ async def main_async(args: argparse.Namespace) -> None:
     where = (f"{torch.cuda.get_device_name(runner.device)}{', CUDA graphs' if args.cuda_graphs else ''}"
              if runner.device.type == "cuda"
              else f"{args.threads} thread(s), {'traced' if args.cpu_trace else 'eager'} chunks")
-    print(f"weights {args.weights}{' with the world canvas' if args.canvas else ''}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
+    canvas = ""
+    if runner.ground is not None:
+        canvas = f" with the world canvas (tiles decode {'beside' if runner.ground.decoder.beside_chunks else 'between'} chunks)"
+    print(f"weights {args.weights}{canvas}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
           f"bucket {runner.buckets[0]}, {runner.max_steps} steps, {seconds:.0f} s per load level, "
           f"sessions join over {spread:g} s")
     period = runner.frames_per_chunk / 24.0
@@ -475,6 +478,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="batch sizes the scheduler forms (the server's --batch-sizes)")
     ap.add_argument("--canvas", action="store_true",
                     help="the default model with its world canvas (the server's --canvas)")
+    ap.add_argument("--canvas-decode", default="auto", choices=DECODE_MODES,
+                    help="where the canvas's tiles decode ahead (the server's --canvas-decode)")
     args = ap.parse_args(argv)
     if args.cuda_graphs and not args.device.startswith("cuda"):
         ap.error("--cuda-graphs needs --device cuda")

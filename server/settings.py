@@ -19,6 +19,7 @@ from worldserve.session.admission import AdmissionOptions
 from worldserve.session.options import SchedulerOptions
 
 DTYPES = ("float32", "bfloat16", "auto")  # model/dtype.py
+CANVAS_DECODE = ("auto", "between", "beside")  # model/default/tile_decode.py
 
 T = TypeVar("T")
 VideoCodecName = Literal["H264", "VP8"]
@@ -134,6 +135,10 @@ class Settings:
     canvas: bool = setting(True, "the default model: keep a world canvas per session (ground codes in world "
                                  "coordinates, model/default/ground.py) and take every frame's reference from "
                                  "it; --no-canvas: the anchor of the model's own frames, as before")
+    canvas_decode: str = setting("auto", "where the canvas's tiles decode ahead of the camera: between the "
+                                         "model's chunks, beside them (on the core the model thread leaves "
+                                         "free), or auto: beside where a start-up probe finds the cores "
+                                         "computing side by side (CPU only)")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
     warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at; "
@@ -213,6 +218,7 @@ class Settings:
         need(0 <= self.port <= 65535, f"port {self.port!r} must be in [0, 65535]")
         need(self.threads is None or self.threads >= 1, f"threads {self.threads!r} must be >= 1")
         need(self.dtype in DTYPES, f"dtype {self.dtype!r} must be one of {DTYPES}")
+        need(self.canvas_decode in CANVAS_DECODE, f"canvas_decode {self.canvas_decode!r} must be one of {CANVAS_DECODE}")
         need(re.fullmatch(r"cpu|cuda(:\d+)?", self.device) is not None,
              f"device {self.device!r} must be cpu, cuda or cuda:N")
         need(self.buckets is None or len(self.buckets) > 0, "buckets must not be empty")

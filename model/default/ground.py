@@ -92,22 +92,23 @@ class SessionGround:
 
 class GroundPainter:
     def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device, ahead: bool = True,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, beside_chunks: bool = False):
         """``ahead``: decode tiles ahead of the camera on the decoder's own thread (False:
         every decode inline, on the thread that needs it). ``dtype``: the decodes' (the
-        runner's); the tokenizer's encoder, which picks codes, always runs in float32."""
+        runner's); the tokenizer's encoder, which picks codes, always runs in float32.
+        ``beside_chunks``: the decoder's thread works during chunks too (``TileDecoder``)."""
         self.tokenizer = tokenizer.to(device).float().eval()
         self.bank = bank
         self.device = device
         self.table = tokenizer.quantizer.table().detach().float().cpu().numpy()  # (K, D)
         self.sim = similarity(self.table)  # (K, K): the prior's agreement lookups
-        self.decoder = TileDecoder(self.tokenizer, device, background=ahead, dtype=dtype)
+        self.decoder = TileDecoder(self.tokenizer, device, background=ahead, dtype=dtype, beside_chunks=beside_chunks)
 
     @classmethod
     def load(cls, device: torch.device, tokenizer: Path = TOKENIZER, bank: Path = BANK,
-             ahead: bool = True, dtype: torch.dtype = torch.float32) -> GroundPainter:
+             ahead: bool = True, dtype: torch.dtype = torch.float32, beside_chunks: bool = False) -> GroundPainter:
         """The shipped ground tokenizer and bank (``model/default/weights/``)."""
-        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device, ahead, dtype)
+        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device, ahead, dtype, beside_chunks)
 
     def busy(self) -> AbstractContextManager[None]:
         """Around a chunk: the decoder's thread starts no work inside it (``TileDecoder.busy``)."""

@@ -43,6 +43,7 @@ from worldserve.model.default.slot import (
     install_continuation,
     reseed,
 )
+from worldserve.model.default.tile_decode import beside_chunks
 from worldserve.model.default.trace_cache import TraceCache
 from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
@@ -128,23 +129,22 @@ class ModelRunner:
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
         dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, canvas: bool = False,
-        **kw: object,
+        canvas_decode: str = "between", **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``world/``) starts sessions
         from its world's view unless ``start_frame`` is given (``None`` turns that off).
         ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
         CPU with bf16 matrix instructions). ``sampler`` overrides the sampler's settings that
-        the weights' config holds (``ModelConfig.with_sampler``). ``canvas``: the world canvas
-        (``model/default/ground.py``) with the shipped ground tokenizer and bank."""
+        the weights' config holds (``ModelConfig.with_sampler``). ``canvas``: the world canvas (``ground.py``),
+        its tiles decoded ahead ``canvas_decode`` chunks (``tile_decode.beside_chunks``)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
         assert isinstance(device, (str, torch.device))
         kw["dtype"] = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
         if "start_frame" not in kw and Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve():
-            from worldserve.world import (
-                start_frame,  # the default family's start frame comes from its world
-            )
+            # the default family's start frame comes from its world
+            from worldserve.world import start_frame
 
             kw["start_frame"] = start_frame
             if canvas:
@@ -152,7 +152,8 @@ class ModelRunner:
 
                 kw.setdefault("start_ground", start_ground)
         if canvas:
-            kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"])
+            beside = beside_chunks(canvas_decode, torch.device(device), kw["dtype"])  # type: ignore[arg-type]
+            kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside)
         model = load_model(path)
         model.cfg = model.cfg.with_sampler(sampler)
         return cls(model, **kw)  # type: ignore[arg-type]

@@ -10,7 +10,9 @@ The same thread fills the canvas ahead of the camera (``GroundPainter.prepare``:
 draws, about 1 ms a tile), before any decode. The queue is ordered by urgency: fills, then the
 tiles the view covers, then the ring around them.
 
-The thread works only while the model thread is not inside a chunk (``busy``). On the 2-core
+Where the cores compute side by side (``model/cores.py``: the runner probes it at start-up,
+``--canvas-decode auto``) the thread works beside the chunks, on the core the model thread
+leaves free. Elsewhere it works only while the model thread is not inside a chunk (``busy``). On the 2-core
 Xeon, at one time, the two cores shared their matrix units: a bf16 matmul loop ran 1.8x slower
 beside a second one, and a decode running beside a chunk made that chunk twice as long (4
 sessions stepped back to back, a key held: 47 ms a chunk that overlapped a decode, 22 ms one
@@ -32,6 +34,7 @@ import atexit
 import copy
 import heapq
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -44,11 +47,14 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
+from worldserve.model.cores import decode_beside_chunks
 from worldserve.model.default.canvas import CODE_UNITS, TILE_UNITS
 from worldserve.model.default.tokenizer import GroundTokenizer
 
 MARGIN = 3  # codes of the neighbours decoded around a tile (the decoder's reach)
+DECODE_MODES = ("auto", "between", "beside")  # where the decoder's thread works (``beside_chunks``)
 T = TypeVar("T")
+log = logging.getLogger("worldserve.canvas")
 
 
 @dataclass(slots=True)
@@ -101,7 +107,10 @@ class Job(Generic[T]):
 
 class TileDecoder:
     def __init__(self, tokenizer: GroundTokenizer, device: torch.device, background: bool = True,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, beside_chunks: bool = False):
+        """``beside_chunks``: the thread also works while the model thread is inside a chunk
+        (where the cores compute side by side, ``model/cores.py``); else only between chunks."""
+        self.beside_chunks = beside_chunks
         self.net = tokenizer if dtype == torch.float32 else copy.deepcopy(tokenizer).to(dtype)
         self.device = device
         self.dtype = dtype
@@ -156,7 +165,11 @@ class TileDecoder:
 
     @contextmanager
     def busy(self) -> Iterator[None]:
-        """The model thread is making a chunk: the decoder's thread starts nothing new."""
+        """The model thread is making a chunk: the decoder's thread starts nothing new
+        (unless it works beside chunks)."""
+        if self.beside_chunks:
+            yield
+            return
         self._idle.clear()
         try:
             yield
@@ -198,6 +211,22 @@ class TileDecoder:
             else:
                 self.counts.ahead += 1  # before the result: whoever waits sees it counted
                 fut.set_result(out)
+
+
+def beside_chunks(mode: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """``mode`` (``DECODE_MODES``) as the decoder's ``beside_chunks``: ``auto`` probes a CPU's
+    cores (``model/cores.py``, a third of a second) and keeps a GPU's decodes between chunks
+    (they would queue on the same device)."""
+    if mode not in DECODE_MODES:
+        raise ValueError(f"canvas decode mode {mode!r}: one of {', '.join(DECODE_MODES)}")
+    if mode != "auto":
+        return mode == "beside"
+    if device.type != "cpu":
+        return False
+    beside, ratio = decode_beside_chunks(dtype)
+    log.info("canvas tiles decode %s chunks (a second thread's matmuls ran %.2fx slower)",
+             "beside" if beside else "between", ratio)
+    return beside
 
 
 _LIVE: weakref.WeakSet[TileDecoder] = weakref.WeakSet()

@@ -79,3 +79,32 @@ def test_a_bf16_decode_is_the_float32_decode_within_a_grey_level() -> None:
     err = (bf16 - fp32).abs()
     assert float(err.max()) < 2 / 127.5 and float(err.mean()) < 0.5 / 127.5
     assert not torch.equal(bf16, fp32)  # it did compute in bf16
+
+
+def test_beside_chunks_the_thread_works_while_the_model_thread_is_inside_one() -> None:
+    dec = _decoder(beside_chunks=True)
+    try:
+        with dec.busy():
+            job = dec.run(lambda: threading.current_thread().name)
+            assert job.future.result(timeout=5) == "canvas-decode"  # not held back by the chunk
+        assert dec.counts.ahead == 1 and dec.counts.inline == 0
+    finally:
+        dec.close()
+
+
+def test_the_decode_mode_names_where_the_thread_works() -> None:
+    import pytest
+
+    from worldserve.model.cores import SIDE_BY_SIDE, matmul_share
+    from worldserve.model.default.tile_decode import beside_chunks
+
+    cpu = torch.device("cpu")
+    assert beside_chunks("beside", cpu, torch.float32) is True
+    assert beside_chunks("between", cpu, torch.float32) is False
+    assert beside_chunks("auto", torch.device("cuda"), torch.bfloat16) is False  # a GPU: no probe, between
+    with pytest.raises(ValueError, match="one of auto, between, beside"):
+        beside_chunks("sideways", cpu, torch.float32)
+    # auto on a CPU follows the probe; the probe leaves the caller's thread count as it was
+    threads = torch.get_num_threads()
+    ratio = matmul_share(torch.float32, 0.1, n=64)
+    assert torch.get_num_threads() == threads and 0.2 < ratio < 10 and SIDE_BY_SIDE > 1

@@ -102,5 +102,8 @@ def test_a_value_the_settings_refuse_says_where_it_came_from() -> None:
         build(Settings, serve_args(), {"WORLDSERVE_REPLAY_BLOCKS": "0"})
     with pytest.raises(ValueError, match=r"min_bitrate .*\(set by --rtc-min-bitrate\)"):
         build(Settings, serve_args("--rtc-min-bitrate", "9000000"), {})
+    with pytest.raises(ValueError, match=r"canvas_decode 'sideways' must be one of .*\(set by --canvas-decode\)"):
+        build(Settings, serve_args("--canvas-decode", "sideways"), {})
+    assert build(Settings, serve_args("--canvas-decode", "beside"), {}).canvas_decode == "beside"
     with pytest.raises(SystemExit, match=r"worldserve serve: bad setting: capacity 0"):
         cli.main(["serve", "--capacity", "0"])
