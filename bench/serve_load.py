@@ -36,7 +36,8 @@ and the missed frames by cause (``late_start``: the batch was on time but starte
 ``slow_batch``: it took longer than predicted; ``skipped``: display slots that got no frame).
 With ``--canvas`` it also says where the canvas's work went (``tile_decode.DecodeCounts``):
 fills and decodes done on the decoder's thread (``ahead``), those the model thread still
-waited for (``waited``, ms per second of wall time) and those done inside chunks (``inline``).
+waited for (``waited``, ms per second of wall time), and the decodes and the fills done inside
+chunks (``inline``, ``fills inline``).
 
 - capacity_sessions: the largest N whose batches of N, run back to back by the runner alone,
   make N x 24 frames/s at full quality (the model's physical limit on this machine), timed
@@ -267,7 +268,8 @@ def where_line(res: LoadResult) -> str:
     if c is not None:  # canvas work: on its thread, waited for there, or done inside the chunks
         per_s = 1e3 / res.seconds
         line += (f" | canvas ahead {c.ahead} waited {c.waited} ({c.waited_s * per_s:.1f} ms/s) "
-                 f"inline {c.inline} ({c.inline_s * per_s:.1f} ms/s)")
+                 f"inline {c.inline} ({c.inline_s * per_s:.1f} ms/s) fills inline {c.inline_fills} "
+                 f"({c.inline_fills_s * per_s:.1f} ms/s)")
     return line
 
 

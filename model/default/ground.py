@@ -228,7 +228,7 @@ class GroundPainter:
                 if key not in g.pixels and key not in g.ahead and self._decodable(g, key):
                     g.ahead[key] = self.decoder.submit(self._tile_codes(g, key), scene, urgency=1 + (key not in view))
 
-        g.filling = self.decoder.run(ready, urgency=0)
+        g.filling = self.decoder.run(ready, urgency=0, fill=True)
 
     @staticmethod
     def _around(g: SessionGround, top: np.ndarray, rings: int) -> list[tuple[int, int]]:

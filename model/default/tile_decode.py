@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -59,23 +59,25 @@ log = logging.getLogger("worldserve.canvas")
 
 @dataclass(slots=True)
 class DecodeCounts:
-    """Where the decoder's work (fills and decodes) was done, for the serving bench's
-    breakdown: on its thread (``ahead``; of those, ``waited`` were still running when the
-    model thread needed them, with the seconds it waited), or on the model thread (``inline``,
-    with the seconds it cost there: work taken back from the queue, and decodes never queued)."""
+    """Where the decoder's work was done, for the serving bench's breakdown: on its thread
+    (``ahead``: fills and decodes; of those, ``waited`` were still running when the model thread
+    needed them, with the seconds it waited), or on the model thread: decodes (``inline``, with
+    the seconds they cost there: taken back from the queue, or never queued) and fills
+    (``inline_fills``, the prior's draws around the view, taken back from the queue)."""
 
     ahead: int = 0
     inline: int = 0
     inline_s: float = 0.0
     waited: int = 0
     waited_s: float = 0.0
+    inline_fills: int = 0
+    inline_fills_s: float = 0.0
 
     def copy(self) -> DecodeCounts:
-        return DecodeCounts(self.ahead, self.inline, self.inline_s, self.waited, self.waited_s)
+        return DecodeCounts(*(getattr(self, f.name) for f in fields(self)))
 
     def since(self, before: DecodeCounts) -> DecodeCounts:
-        return DecodeCounts(self.ahead - before.ahead, self.inline - before.inline, self.inline_s - before.inline_s,
-                            self.waited - before.waited, self.waited_s - before.waited_s)
+        return DecodeCounts(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,7 @@ class Job(Generic[T]):
     future: Future[T]
     work: Callable[[], T]
     counts: DecodeCounts | None = None
+    fill: bool = False  # counted as a fill (else a decode) where it is done inline
 
     def take(self) -> T:
         """The work's result: done here if it has not started on the decoder's thread."""
@@ -92,7 +95,10 @@ class Job(Generic[T]):
         if self.future.cancel():
             t0 = time.perf_counter()
             out = self.work()
-            if c is not None:
+            if c is not None and self.fill:
+                c.inline_fills += 1
+                c.inline_fills_s += time.perf_counter() - t0
+            elif c is not None:
                 c.inline += 1
                 c.inline_s += time.perf_counter() - t0
             return out
@@ -149,9 +155,10 @@ class TileDecoder:
         """``decode`` on the decoder's thread (``run``); the caller keeps the arrays unchanged."""
         return self.run(lambda: self.decode(codes, scene), urgency)
 
-    def run(self, work: Callable[[], T], urgency: int = 0) -> Job[T]:
+    def run(self, work: Callable[[], T], urgency: int = 0, fill: bool = False) -> Job[T]:
         """``work()`` on the decoder's thread, lowest ``urgency`` first, then in order of
-        submission, in the gaps between chunks (inline, done on return, where it has no thread)."""
+        submission, in the gaps between chunks (inline, done on return, where it has no thread);
+        ``fill``: counted as a fill, not a decode (``DecodeCounts``)."""
         fut: Future[T] = Future()
         if self._thread is None:
             fut.set_result(work())
@@ -161,7 +168,7 @@ class TileDecoder:
                 raise RuntimeError("the tile decoder is closed")
             heapq.heappush(self._queue, (urgency, next(self._order), fut, work, torch.get_num_threads()))
             self._wake.notify()
-        return Job(fut, work, self.counts)
+        return Job(fut, work, self.counts, fill)
 
     @contextmanager
     def busy(self) -> Iterator[None]:

@@ -52,6 +52,9 @@ def test_the_thread_starts_nothing_inside_a_chunk_and_the_model_thread_takes_que
         threading.Timer(0.1, gate.set).start()
         assert running.take() is True  # under way on the thread: waited for, not redone
         assert (c.ahead, c.waited) == (2, 1) and c.waited_s >= 0.05
+        with dec.busy():  # a fill taken back counts as a fill, not a decode
+            assert dec.run(work, fill=True).take() == "done"
+        assert (c.inline, c.inline_fills) == (1, 1)
     finally:
         dec.close()
 
