@@ -210,14 +210,16 @@ class GroundPainter:
     def prepare(self, g: SessionGround) -> None:
         """Get the ground ready around the camera, on the decoder's thread (``g.filling``):
         fill ``AHEAD + 1`` rings of tiles around the view's, then queue the decodes of the
-        ``AHEAD`` ring's tiles that have no pixels yet, the view's first. Pixels outside
-        that ring are forgotten now."""
+        ``AHEAD`` ring's tiles that have no pixels yet, the view's first (a ring tile still
+        queued when the view reaches it is queued again as the view's). Pixels outside that
+        ring are forgotten now, and their decodes still queued dropped."""
         g.settle()
         top = g.position.copy()
         near = set(self._around(g, top, AHEAD))
-        for cache in (g.pixels, g.ahead):
-            for key in [k for k in cache if k not in near]:
-                del cache[key]
+        for key in [k for k in g.pixels if k not in near]:
+            del g.pixels[key]
+        for key in [k for k in g.ahead if k not in near]:
+            g.ahead.pop(key).future.cancel()  # left behind: not decoded where still queued
         view = set(self._around(g, top, 0))
         order = sorted(near, key=lambda k: (k not in view, k))  # the view's tiles first
 
@@ -225,8 +227,12 @@ class GroundPainter:
             self._fill_around(g, top, AHEAD + 1)
             scene = g.look.to_vector().astype(np.float32)
             for key in order:
+                urgency = 1 + (key not in view)
+                job = g.ahead.get(key)
+                if job is not None and job.urgency > urgency and job.future.cancel():
+                    del g.ahead[key]  # queued as the ring, now the view's: queued again ahead of the rings
                 if key not in g.pixels and key not in g.ahead and self._decodable(g, key):
-                    g.ahead[key] = self.decoder.submit(self._tile_codes(g, key), scene, urgency=1 + (key not in view))
+                    g.ahead[key] = self.decoder.submit(self._tile_codes(g, key), scene, urgency=urgency)
 
         g.filling = self.decoder.run(ready, urgency=0, fill=True)
 

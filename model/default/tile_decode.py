@@ -88,6 +88,7 @@ class Job(Generic[T]):
     work: Callable[[], T]
     counts: DecodeCounts | None = None
     fill: bool = False  # counted as a fill (else a decode) where it is done inline
+    urgency: int = 0  # its place in the decoder's queue (``TileDecoder.run``)
 
     def take(self) -> T:
         """The work's result: done here if it has not started on the decoder's thread."""
@@ -162,13 +163,13 @@ class TileDecoder:
         fut: Future[T] = Future()
         if self._thread is None:
             fut.set_result(work())
-            return Job(fut, work)  # no thread: nothing to count
+            return Job(fut, work, urgency=urgency)  # no thread: nothing to count
         with self._wake:
             if self._closed:
                 raise RuntimeError("the tile decoder is closed")
             heapq.heappush(self._queue, (urgency, next(self._order), fut, work, torch.get_num_threads()))
             self._wake.notify()
-        return Job(fut, work, self.counts, fill)
+        return Job(fut, work, self.counts, fill, urgency)
 
     @contextmanager
     def busy(self) -> Iterator[None]:

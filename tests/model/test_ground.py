@@ -185,3 +185,27 @@ def test_the_server_setting_loads_the_default_model_with_its_canvas() -> None:
     runner = registry.load("default", registry.LoadOptions(canvas=True, cpu_trace=False, max_sessions=2))
     assert isinstance(runner, ModelRunner) and runner.ground is not None
     assert registry.load("default", registry.LoadOptions(cpu_trace=False, max_sessions=2)).ground is None
+
+
+def test_a_ring_tile_still_queued_when_the_view_reaches_it_is_queued_again_ahead_of_the_rings() -> None:
+    painter = GroundPainter.load(torch.device("cpu"))  # its own decoder: held inside a chunk below
+    try:
+        with painter.busy():  # the decoder's thread starts nothing: every decode stays queued
+            g = painter.start(4, SceneAttrs())
+            painter.prepare(g)
+            g.settle()  # the fills, taken back and done here; the decodes queued
+            view = set(painter._around(g, g.position, 0))
+            assert {k for k, j in g.ahead.items() if j.urgency == 1} == view and len(g.ahead) == 16
+            ty, tx = (int(t // 64) for t in g.position)
+            side = g.canvas.side
+            ring, behind = (ty % side, (tx + 2) % side), (ty % side, (tx - 1) % side)
+            old_ring, old_behind = g.ahead[ring], g.ahead[behind]
+            assert old_ring.urgency == 2
+            g.pending = g.position + np.array([0.0, 64.0])  # a tile to the right
+            painter.moved(g)
+            g.settle()
+            assert g.ahead[ring].urgency == 1 and g.ahead[ring] is not old_ring  # now the view's
+            assert old_ring.future.cancelled() and old_behind.future.cancelled()  # left behind: dropped
+            assert behind not in g.ahead
+    finally:
+        painter.close()
