@@ -32,7 +32,7 @@ FPS = 4.0  # slow enough that a chunk fits its period even on a loaded 2-core bo
 
 def first_frame_index(client: RtcClient) -> int:
     for _, msg, wire in client.messages:
-        if isinstance(msg, Status) and "frame" in wire:
+        if isinstance(msg, Status) and wire.get("frame") is not None:  # a status before the first frame names none
             return int(wire["frame"])
     raise AssertionError("no status named a frame")
 
