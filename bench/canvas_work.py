@@ -20,18 +20,11 @@ import numpy as np
 import torch
 
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import DECODE_MODES, DecodeCounts
+from worldserve.model.default.tile_decode import DECODE_MODES
 from worldserve.model.dtype import DTYPES
 from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
 
 WARM_BATCHES = 5
-
-
-def counts_line(c: DecodeCounts, seconds: float) -> str:
-    ms = 1e3 / seconds
-    return (f"ahead {c.ahead} waited {c.waited} ({c.waited_s * ms:.1f} ms/s) inline decodes {c.inline} "
-            f"({c.inline_s * ms:.1f} ms/s, {c.inline_s * 1e3 / max(c.inline, 1):.1f} ms each) inline fills "
-            f"{c.inline_fills} ({c.inline_fills_s * ms:.1f} ms/s)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     mode = "beside" if decoder.beside_chunks else "between"
     print(f"{args.sessions} sessions, {str(runner.dtype).removeprefix('torch.')}, bucket {args.bucket}, "
           f"tiles decode {mode} chunks, {batches} batches in {elapsed:.1f} s")
-    print(f"canvas_work frames_per_s={batches * args.sessions / elapsed:.1f} {counts_line(c, elapsed)}")
+    each = c.inline_s * 1e3 / max(c.inline, 1)
+    print(f"canvas_work frames_per_s={batches * args.sessions / elapsed:.1f} {c.line(elapsed)} ({each:.1f} ms a decode inline)")
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ async def run_load(
         await asyncio.sleep(seconds)
         measuring = False
         elapsed = time.monotonic() - t0
-        canvas = decoder.counts.since(canvas_before) if decoder is not None and canvas_before is not None else None
+        canvas = decoder.counts.since(canvas_before) if decoder is not None and canvas_before else None
         stop.set()
         stats = [scheduler.stats(s) for s in ids]
         due = _frames_due(stats) - _frames_due(before)
@@ -264,12 +264,8 @@ def where_line(res: LoadResult) -> str:
     line = (f"batches {mix} | model busy {res.busy:.2f} handoff {res.handoff_ms:.2f} ms "
             f"slow {res.slow_share:.2f} engine/alone {res.tax:.2f} | loop lag p99 "
             f"{res.loop_lag_ms:.1f} ms | misses {causes}")
-    c = res.canvas
-    if c is not None:  # canvas work: on its thread, waited for there, or done inside the chunks
-        per_s = 1e3 / res.seconds
-        line += (f" | canvas ahead {c.ahead} waited {c.waited} ({c.waited_s * per_s:.1f} ms/s) "
-                 f"inline {c.inline} ({c.inline_s * per_s:.1f} ms/s) fills inline {c.inline_fills} "
-                 f"({c.inline_fills_s * per_s:.1f} ms/s)")
+    if res.canvas is not None:  # canvas work: on its thread, waited for there, or done inside the chunks
+        line += f" | canvas {res.canvas.line(res.seconds)}"
     return line
 
 

@@ -21,7 +21,7 @@ import torch
 SIDE_BY_SIDE = 1.3  # share below this: a second thread's work costs the model thread little
 
 
-def _loop(step: Callable[[], object], seconds: float, out: list[float] | None = None) -> float:
+def _loop(step: Callable[[], object], seconds: float) -> float:
     """Steps a second over ``seconds``, on the calling thread with one intra-op thread (the
     calling thread's intra-op count is restored after)."""
     before = torch.get_num_threads()
@@ -34,8 +34,6 @@ def _loop(step: Callable[[], object], seconds: float, out: list[float] | None = 
         rate = n / (time.perf_counter() - t0)
     finally:
         torch.set_num_threads(before)
-    if out is not None:
-        out.append(rate)
     return rate
 
 
