@@ -44,7 +44,7 @@ from .motion import (
 )
 from .policy import POLICIES, ActionPolicy, mixed_policy, random_policy, scripted_policy
 from .scene import ATTRIBUTES, SCENE_DIM, VOCAB, SceneAttrs, parse_prompt, sample_scene
-from .start import start_frame, start_ground
+from .start import start_frame, start_ground, start_views
 from .world import DEFAULT_MAP_SIZE, World, WorldState
 
 __all__ = [
@@ -76,4 +76,5 @@ __all__ = [
     "scripted_policy",
     "start_frame",
     "start_ground",
+    "start_views",
 ]

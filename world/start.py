@@ -29,6 +29,12 @@ def start_ground(scene: str, seed: int, bucket: int) -> np.ndarray:
     return _start_world(scene, seed, bucket).render_ground(bucket)
 
 
+def start_views(scene: str, seed: int, bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """``start_frame`` and ``start_ground`` together, from one world."""
+    world = _start_world(scene, seed, bucket)
+    return world.render(bucket), world.render_ground(bucket)
+
+
 def _start_world(scene: str, seed: int, bucket: int) -> World:
     world = World(seed, parse_prompt(scene), (bucket,), map_size=START_MAP_SIZE)
     world.reset(world.random_position(np.random.default_rng(seed)))

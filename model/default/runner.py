@@ -43,6 +43,7 @@ from worldserve.model.default.slot import (
     install_continuation,
     reseed,
 )
+from worldserve.model.default.start_views import StartViews, Views
 from worldserve.model.default.tile_decode import beside_chunks
 from worldserve.model.default.trace_cache import TraceCache
 from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
@@ -89,7 +90,7 @@ class ModelRunner:
         trace: bool = False,
         trace_cache: Path | None = None,
         ground: GroundPainter | None = None,
-        start_ground: StartFrame | None = None,
+        start_views: Views | None = None,
     ):
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
@@ -101,8 +102,8 @@ class ModelRunner:
         between kernels; ``graphs`` alone runs their buffers eagerly there (the tests).
         ``trace_cache``: a directory keeping recorded traces between starts (``trace_cache``).
         ``ground``: keep a world canvas per session and take every frame's reference from it
-        (``model/default/ground.py``) instead of the anchor; ``start_ground``, the ground
-        under ``start_frame``'s view, written into a fresh session's canvas."""
+        (``model/default/ground.py``) instead of the anchor; ``start_views``, a fresh session's
+        view and the ground under it, written into its canvas (``start_views.py``)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -123,7 +124,7 @@ class ModelRunner:
         self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes, trace=trace) if on else None
         self.trace_cache = trace_cache
         self.ground = ground
-        self.start_ground = start_ground
+        self.starts = None if start_views is None or ground is None else StartViews(start_views)
 
     @classmethod
     def from_pretrained(
@@ -148,9 +149,9 @@ class ModelRunner:
 
             kw["start_frame"] = start_frame
             if canvas:
-                from worldserve.world import start_ground
+                from worldserve.world import start_views
 
-                kw.setdefault("start_ground", start_ground)
+                kw.setdefault("start_views", start_views)
         if canvas:
             beside = beside_chunks(canvas_decode, torch.device(device), kw["dtype"])  # type: ignore[arg-type]
             kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside)
@@ -210,6 +211,8 @@ class ModelRunner:
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         """``start_frame``'s view for a fresh session (None without one); thread-safe."""
         self.cfg.check_bucket(bucket)
+        if self.starts is not None:
+            return self.starts.frame(scene, seed, bucket)
         return None if self.start_frame is None else self.start_frame(scene, seed, bucket)
 
     def prepare_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
@@ -278,11 +281,12 @@ class ModelRunner:
         try:
             if spec.restore is not None:
                 self._restore(s, spec.restore)
-            elif spec.observation is not None:
-                self._observe(s, spec.observation)
+            elif spec.observation is not None:  # a server's ``first_frame`` (its ground kept) or the client's
+                self._observe(s, spec.observation, self.starts and self.starts.ground(spec))
+            elif self.starts is not None:
+                self._observe(s, *self.starts.views(spec.scene, spec.seed, spec.bucket))
             elif self.start_frame is not None:
-                ground = None if self.start_ground is None else self.start_ground(spec.scene, spec.seed, spec.bucket)
-                self._observe(s, self.start_frame(spec.scene, spec.seed, spec.bucket), ground)
+                self._observe(s, self.start_frame(spec.scene, spec.seed, spec.bucket))
         except Exception:
             self.free(spec.session_id)
             raise
@@ -361,10 +365,9 @@ class ModelRunner:
         s.prev = self._encode(last[-1][None])[0] if last else torch.zeros(
             self.cfg.channels, bucket, bucket, dtype=self.dtype, device=self.device
         )
+        s.anchor = None
         if last:
             self._anchor_on(s, s.prev)
-        else:
-            s.anchor = None
         self._recache(s)
 
     def _recache(self, s: SessionSlot) -> None:

@@ -25,8 +25,8 @@ from worldserve.session.plan import (
 )
 from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import restore, snapshot
-from worldserve.world import World
-from worldserve.world.scene import SceneAttrs
+from worldserve.world import World, start_frame, start_views
+from worldserve.world.scene import SceneAttrs, parse_prompt
 
 BUCKET = 64
 SCENE = "a grassy village by day"
@@ -177,6 +177,36 @@ def test_a_restored_session_goes_on_with_the_same_ground_and_frames(scene_change
     ka, ca = ga.canvas.to_arrays()
     kb, cb = gb.canvas.to_arrays()
     assert np.array_equal(ka, kb) and np.array_equal(ca, cb) and np.array_equal(ga.position, gb.position)
+
+
+def test_a_session_opened_on_the_start_frame_a_server_made_off_thread_starts_on_the_same_ground() -> None:
+    # A server renders a fresh session's first frame on a worker thread (``first_frame``) and
+    # opens the session with it as the observation: the canvas must start from the ground
+    # under that view, as when the runner starts the session itself (a drill's reference run).
+    def runner() -> ModelRunner:
+        return make_runner(tiny_config(), ground=_painter(), start_frame=start_frame, start_views=start_views)
+
+    seed, path = 4, [_key(0)] * 6 + [_key(2)] * 6
+    own = runner()
+    own.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed, SCENE)]))
+    served = runner()
+    first = served.first_frame(SCENE, seed, BUCKET)
+    assert first is not None
+    served.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed, SCENE, observation=first)]))
+    a, b = _run(own, 0, path), _run(served, 0, path)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    ka, ca = own.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]
+    kb, cb = served.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]
+    assert np.array_equal(ka, kb) and np.array_equal(ca, cb)
+    # any other observation is what the client saw: written as it is, actors and all
+    view = start_frame(SCENE, seed, BUCKET)
+    client = runner()
+    client.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed, SCENE, observation=view.copy())]))
+    as_seen = _painter().start(seed, parse_prompt(SCENE))
+    _painter().observe(as_seen, view)
+    kc, cc = client.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]
+    ks, cs = as_seen.canvas.to_arrays()
+    assert np.array_equal(kc, ks) and np.array_equal(cc, cs)
 
 
 def test_the_server_setting_loads_the_default_model_with_its_canvas() -> None:

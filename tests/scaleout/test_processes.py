@@ -62,10 +62,13 @@ async def test_a_drained_worker_hands_its_sessions_over_with_continuous_frames(
         if p in moving:
             verdict = check_session(p, ref)
             assert p.client.migrations == 1 and f":{cluster.ports[victim]}/" not in p.client.url
-            # Continuous: the restored frames match an unmigrated run of the same session
-            # (the KV cache rebuilt from the frame window is not bit-identical: ~35-45 dB).
-            assert verdict["first_block_psnr_db"] > 25, verdict
-            assert verdict["continuity_psnr_db"] > 25, verdict
+            # Continuous: before and after the hand-off the frames are those of an unmigrated
+            # run of the same session, opened in this process (the continuation carries the
+            # cache and the canvas exactly; a batch of two may round a pixel otherwise than a
+            # batch of one: > 40 dB, where a session started on other ground reads 23-31 dB).
+            assert verdict["baseline_psnr_db"] > 40, verdict
+            assert verdict["first_block_psnr_db"] > 40, verdict
+            assert verdict["continuity_psnr_db"] > 40, verdict
         else:
             assert not p.migrates
 
