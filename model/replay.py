@@ -66,6 +66,10 @@ def replay(lf: LogFile, runner: Runner, num_blocks: int) -> Iterator[tuple[int, 
         frames = [o.frame for o in inp.observations if o.frame is not None]
         plan = StepPlan()
         if prev is None:
+            if frames:  # the start frame a server made (``first_frame``), or the client's: as a
+                # server does, ask the runner for its start frame, so that it knows its own
+                # (the default model's canvas starts from the ground under it: start_views.py)
+                runner.first_frame(inp.scene, start.seed, inp.bucket)
             plan.new_sessions.append(SessionSpec(SID, inp.bucket, start.seed, inp.scene,
                                                  frames[-1] if frames else None))
         elif frames or inp.scene != prev.scene or inp.bucket != prev.bucket:
