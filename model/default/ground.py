@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
 from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key, similarity
-from worldserve.model.default.tile_decode import MARGIN, Job, TileDecoder
+from worldserve.model.default.tile_decode import BLEND, MARGIN, Job, TileDecoder
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
 from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.session.plan import CanvasState
@@ -63,7 +63,7 @@ class SessionGround:
     seed: int  # the prior's draws (``quilt.fill_tile``)
     position: np.ndarray  # (2,) float64: the view's top-left (y, x), world units, on the torus
     look: SceneAttrs  # the session's scene: which of the bank's looks new ground is drawn from
-    pixels: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # tile -> (3, 64, 64)
+    pixels: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # tile -> (3, 80, 80): BLEND around
     ahead: dict[tuple[int, int], Job[torch.Tensor]] = field(default_factory=dict)  # tile -> its decode
     pending: np.ndarray | None = None  # the position after the chunk being made
     filling: Job[None] | None = None  # ``GroundPainter.prepare``'s fills, queued or under way on the decoder's thread
@@ -190,9 +190,7 @@ class GroundPainter:
         for top in tops:
             self._fill_around(g, top)
             ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
-            raster = torch.cat([
-                torch.cat([self._tile_pixels(g, (ty + i, tx + j)) for j in (0, 1)], -1) for i in (0, 1)
-            ], -2)  # (3, 128, 128): the 2x2 tiles from the one holding the corner
+            raster = _blend([[self._tile_pixels(g, (ty + i, tx + j)) for j in (0, 1)] for i in (0, 1)])
             rel = top - np.array([ty, tx], np.float64) * TILE_UNITS
             out.append(_sample(raster[None], float(rel[0]), float(rel[1]), bucket, bucket, VIEW_UNITS / bucket)[0])
         ref = torch.stack(out).clamp(-1, 1)
@@ -288,6 +286,25 @@ def _forget_pixels(g: SessionGround) -> None:
     """Drop every decoded tile and every decode under way: the codes or the scene changed."""
     g.pixels.clear()
     g.ahead.clear()
+
+
+def _blend(tiles: list[list[torch.Tensor]]) -> torch.Tensor:
+    """The 2 x 2 tiles' pixels (each with ``BLEND`` pixels of margin, ``TileDecoder.decode``)
+    as one (3, 128, 128) raster, each tile fading into the next across a band of 2 ``BLEND``
+    pixels about their edge. Each tile's decode normalises its features over its own
+    surroundings (the decoder's group norms), so two tiles' pixels at a shared edge differ
+    even where the codes run on; the fade hides that step. The raster's outer edges lie
+    on or outside the view, whose edges show no seam."""
+    b, t = BLEND, TILE_UNITS
+    u = torch.arange(2 * t + 2 * b, dtype=torch.float32) - b + 0.5  # raster coordinates, margin included
+    first = ((t + b - u) / (2 * b)).clamp(0, 1)
+    ramps = (first, 1 - first)
+    out = torch.zeros(3, 2 * t + 2 * b, 2 * t + 2 * b)
+    for i in (0, 1):
+        for j in (0, 1):
+            rows, cols = slice(i * t, i * t + t + 2 * b), slice(j * t, j * t + t + 2 * b)
+            out[:, rows, cols] += tiles[i][j] * (ramps[i][rows, None] * ramps[j][None, cols])
+    return out[:, b : b + 2 * t, b : b + 2 * t]
 
 
 def _fill_missing(codes: np.ndarray) -> np.ndarray:

@@ -52,6 +52,7 @@ from worldserve.model.default.canvas import CODE_UNITS, TILE_UNITS
 from worldserve.model.default.tokenizer import GroundTokenizer
 
 MARGIN = 3  # codes of the neighbours decoded around a tile (the decoder's reach)
+BLEND = 8  # pixels of the margin kept around a tile's pixels, where it blends into its neighbours
 DECODE_MODES = ("auto", "between", "beside")  # where the decoder's thread works (``beside_chunks``)
 T = TypeVar("T")
 log = logging.getLogger("worldserve.canvas")
@@ -142,13 +143,14 @@ class TileDecoder:
 
     def decode(self, codes: np.ndarray, scene: np.ndarray) -> torch.Tensor:
         """``codes`` (TILE + 2 MARGIN)² int64 (the tile and its margin), ``scene`` (S,) ->
-        the tile's pixels (3, TILE_UNITS, TILE_UNITS) float32 in about [-1, 1]."""
+        the tile's pixels and ``BLEND`` pixels around them (3, TILE_UNITS + 2 BLEND,
+        TILE_UNITS + 2 BLEND) float32 in about [-1, 1]."""
         with torch.inference_mode():
             ids = torch.from_numpy(codes)[None].to(self.device)
             sc = torch.from_numpy(np.asarray(scene, np.float32))[None].to(self.device, self.dtype)
             img = self.net.decode(ids, sc)[0]
-            m = MARGIN * CODE_UNITS
-            return img[:, m : m + TILE_UNITS, m : m + TILE_UNITS].float().contiguous()
+            m = MARGIN * CODE_UNITS - BLEND
+            return img[:, m : m + TILE_UNITS + 2 * BLEND, m : m + TILE_UNITS + 2 * BLEND].float().contiguous()
 
     def decode_now(self, codes: np.ndarray, scene: np.ndarray) -> torch.Tensor:
         """``decode`` here, on the thread that needs it now, counted as inline work."""

@@ -239,3 +239,40 @@ def test_a_ring_tile_still_queued_when_the_view_reaches_it_is_queued_again_ahead
             assert behind not in g.ahead
     finally:
         painter.close()
+
+
+def test_neighbouring_tiles_fade_into_each_other_across_their_shared_edges() -> None:
+    from worldserve.model.default.ground import _blend
+    from worldserve.model.default.tile_decode import BLEND
+
+    t, b = 64, BLEND
+    tiles = [[torch.full((3, t + 2 * b, t + 2 * b), float(v)) for v in row] for row in ((0.0, 1.0), (0.0, 1.0))]
+    raster = _blend(tiles)
+    assert raster.shape == (3, 2 * t, 2 * t)
+    row = raster[0, 10]
+    assert torch.equal(row[: t - b], torch.zeros(t - b)) and torch.equal(row[t + b :], torch.ones(t - b))
+    band = row[t - b : t + b]
+    assert (band.diff() > 0).all() and torch.allclose(band.diff(), band.diff()[0].expand(2 * b - 1))  # a linear fade
+    same = _blend([[torch.full((3, t + 2 * b, t + 2 * b), 0.25)] * 2] * 2)
+    assert torch.allclose(same, torch.full_like(same, 0.25))  # the weights sum to one everywhere
+
+
+def test_the_world_s_own_codes_decoded_tile_by_tile_show_no_seams() -> None:
+    from worldserve.bench.prior import edge_ratio, tile_edges
+    from worldserve.training.ground_bank import code_map
+
+    painter = _painter()
+    views, rows, cols = [], [], []
+    for seed in (3, 7, 11):
+        world = World(seed, SceneAttrs(), (BUCKET,), map_size=256)
+        g = painter.start(1, SceneAttrs())
+        g.canvas.paste((0.0, 0.0), code_map(painter.tokenizer, world, 256).astype(np.int64))
+        for top in ([40.0, 40.0], [100.0, 20.0], [20.0, 100.0], [90.0, 90.0], [160.0, 150.0], [140.0, 60.0]):
+            ref = painter.reference(g, np.array([top]), BUCKET)[0, :3]
+            views.append(((ref.permute(1, 2, 0).numpy() + 1) * 127.5).round().astype(np.uint8))
+            r, c = tile_edges(np.array(top))
+            rows.append(r)
+            cols.append(c)
+    # the step between neighbouring pixels across tile edges over that everywhere: with the
+    # tiles abutting, 1.22 / 1.25 / 1.34 in these three worlds; faded, 1.11 / 0.75 / 1.15
+    assert edge_ratio(np.stack(views), rows, cols) < 1.15

@@ -1,0 +1,162 @@
+"""The canvas's prior alone: the ground it draws where nobody has looked, against the world's.
+
+    python -m bench.prior [--worlds 32] [--seconds 10] [--bank model/default/weights/ground_bank.npz]
+
+Held-out worlds (``HELD_OUT_SEEDS[940:]``, no other bench uses them), each under a random
+scene, each steered by ``mixed_policy`` from a random place. Beside the world, a session's
+canvas (``model/default/ground.py``, no compositor) starts from the ground under the first view,
+as a served session does, and follows the same camera. Every second after the first, the
+view is taken from both: the world's ground through the tokenizer (the codes of the true
+map, decoded under the scene: the oracle ``tokens:1`` of ``bench.quality``) and the canvas's
+reference (codes the prior drew, decoded tile by tile). Both go through the same decoder, so
+what tells them apart is the prior's ground: which land covers it and how much, the seams
+between its tiles, repetition. Printed, over all views:
+
+- ``c2st_prior``: the two-sample test of ``bench.realism`` between the two (0.5: cannot be told
+  apart), by world folds; ``c2st_control``: the world's against their 4x blur (the test sees);
+- ``fd_prior``: the Frechet distance between their scene-net features
+  (``bench/_scene_features.py``), beside ``fd_floor``: the world's views at the even seconds
+  against those at the odd ones (two sets of the world's own ground);
+- ``seam``: the mean step between neighbouring pixels across the canvas's tile edges over
+  that inside tiles (1.0: edges do not show), and the same measure of the world's views at
+  the same rows and columns (``seam_world``).
+
+Writes ``prior_<worlds>.png`` under ``--out`` (default runs/quality): per world the world's
+ground through the tokenizer over the canvas, at 2, 5 and 10 s. A fast loop for the prior
+(minutes on one thread): ``bench.quality --canvas`` measures the whole served model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from worldserve.bench._realism_measures import blur4, c2st_accuracy, frechet_distance
+from worldserve.bench._scene_features import load_scene_net, scene_features
+from worldserve.model.default.canvas import TILE_UNITS
+from worldserve.model.default.ground import GroundPainter
+from worldserve.model.default.quilt import BANK, GroundBank
+from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+from worldserve.training.train import HELD_OUT_SEEDS
+from worldserve.world import World
+from worldserve.world.motion import expected_shift
+from worldserve.world.policy import mixed_policy
+from worldserve.world.scene import sample_scene
+
+FIRST_WORLD = 940
+BUCKET = 64
+FPS = 24
+STRIP_SECONDS = (2, 5, 10)
+
+
+def to_frames(x: torch.Tensor) -> np.ndarray:
+    """(N, 3, H, W) in [-1, 1] -> (N, H, W, 3) uint8."""
+    return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def tokens_view(painter: GroundPainter, ground: np.ndarray, scene: np.ndarray) -> np.ndarray:
+    """The world's ground view (H, W, 3) uint8 through the tokenizer, decoded under ``scene``."""
+    tok = painter.tokenizer
+    x = torch.from_numpy(ground).permute(2, 0, 1)[None].float() / 127.5 - 1
+    with torch.inference_mode():
+        ids = tok.encode(x)
+        return to_frames(tok.decode(ids, torch.from_numpy(scene)[None]).float())[0]
+
+
+def edge_ratio(frames: np.ndarray, rows: list[np.ndarray], cols: list[np.ndarray]) -> float:
+    """The mean luminance step across the given pixel edges (per frame, the edge between
+    pixel ``r - 1`` and ``r`` for each ``r`` in ``rows[i]``, likewise ``cols[i]``) over the
+    mean step across all edges."""
+    lum = frames.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    dy, dx = np.abs(np.diff(lum, axis=1)), np.abs(np.diff(lum, axis=2))  # (N, H-1, W), (N, H, W-1)
+    at = [dy[i, r - 1].mean() for i, rr in enumerate(rows) for r in rr if 0 < r < lum.shape[1]]
+    at += [dx[i, :, c - 1].mean() for i, cc in enumerate(cols) for c in cc if 0 < c < lum.shape[2]]
+    return float(np.mean(at) / ((dy.mean() + dx.mean()) / 2)) if at else float("nan")
+
+
+def tile_edges(top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The view's pixel rows and columns where a canvas tile begins (one pixel per unit)."""
+    first = np.ceil(top / TILE_UNITS) * TILE_UNITS - top
+    return (np.arange(first[0], BUCKET, TILE_UNITS).round().astype(int),
+            np.arange(first[1], BUCKET, TILE_UNITS).round().astype(int))
+
+
+def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tuple[dict[str, float], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    length = seconds * FPS + 1
+    truth, canvas, groups, odd, rows, cols = [], [], [], [], [], []
+    strip = []
+    for w_i, s in enumerate(HELD_OUT_SEEDS[FIRST_WORLD : FIRST_WORLD + worlds]):
+        world = World(s, sample_scene(rng), (BUCKET,))
+        world.reset(world.random_position(rng))
+        look, vec = world.scene, world.scene.to_vector().astype(np.float32)
+        g = painter.start(int(rng.integers(1 << 31)), look)
+        painter.observe(g, world.render_ground(BUCKET))
+        actions = mixed_policy(length, rng).astype(np.float32)
+        shown: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for t in range(1, length):
+            world.step(actions[t])
+            shift = np.asarray(expected_shift(actions[t], BUCKET), np.float32)[None, None]
+            ref = painter.references([g], shift, BUCKET)[0, 0, :3]
+            painter.moved(g)
+            if t % FPS == 0:
+                view = to_frames(ref[None])[0]
+                true = tokens_view(painter, world.render_ground(BUCKET), vec)
+                truth.append(true)
+                canvas.append(view)
+                groups.append(w_i)
+                odd.append((t // FPS) % 2 == 1)
+                r, c = tile_edges(g.position)
+                rows.append(r)
+                cols.append(c)
+                shown[t // FPS] = (true, view)
+        strip.append(np.concatenate([np.concatenate(shown[k], 0) for k in STRIP_SECONDS if k in shown], 1))
+    a, b, grp, odd_ = np.stack(truth), np.stack(canvas), np.asarray(groups), np.asarray(odd)
+    net = load_scene_net()
+    fa, fb = scene_features(net, a), scene_features(net, b)
+    res = {
+        "c2st_prior": c2st_accuracy(a, b, grp, grp),
+        "c2st_control": c2st_accuracy(a, blur4(a), grp, grp),
+        "fd_prior": frechet_distance(fa, fb),
+        "fd_floor": frechet_distance(fa[odd_], fa[~odd_]),
+        "seam": edge_ratio(b, rows, cols),
+        "seam_world": edge_ratio(a, rows, cols),
+        "views": float(len(a)),
+    }
+    return res, np.concatenate(strip, 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worlds", type=int, default=32)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--bank", type=Path, default=BANK, help="the prior's bank of code maps")
+    ap.add_argument("--tokenizer", type=Path, default=WEIGHTS, help="the tokenizer (no suffix)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("runs/quality"))
+    args = ap.parse_args(argv)
+    if args.worlds < 4 or FIRST_WORLD + args.worlds > len(HELD_OUT_SEEDS) or args.seconds < 2:
+        ap.error(f"--worlds must be 4 ... {len(HELD_OUT_SEEDS) - FIRST_WORLD}, --seconds >= 2")
+    torch.set_num_threads(args.threads)
+    painter = GroundPainter(load_tokenizer(args.tokenizer), GroundBank.load(args.bank), torch.device("cpu"), ahead=False)
+    t0 = time.perf_counter()
+    res, strip = measure(painter, args.worlds, args.seconds, args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"prior_{args.worlds}.png"
+    n = min(8, args.worlds)
+    img = strip[: n * 2 * BUCKET]
+    Image.fromarray(img).resize((img.shape[1] * 2, img.shape[0] * 2), Image.NEAREST).save(path)
+    print(f"strip (per world: the world's ground through the tokenizer over the canvas, at {STRIP_SECONDS} s): {path}")
+    print(f"{math.ceil(time.perf_counter() - t0)} s")
+    print("prior " + " ".join(f"{k}={v:.3f}" for k, v in res.items()))
+
+
+if __name__ == "__main__":
+    main()
