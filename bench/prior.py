@@ -39,6 +39,7 @@ from PIL import Image
 
 from worldserve.bench._realism_measures import blur4, c2st_accuracy, frechet_distance
 from worldserve.bench._scene_features import load_scene_net, scene_features
+from worldserve.bench.tokenizer import to_frames
 from worldserve.model.default.canvas import TILE_UNITS
 from worldserve.model.default.ground import GroundPainter
 from worldserve.model.default.quilt import BANK, GroundBank
@@ -53,11 +54,6 @@ FIRST_WORLD = 940
 BUCKET = 64
 FPS = 24
 STRIP_SECONDS = (2, 5, 10)
-
-
-def to_frames(x: torch.Tensor) -> np.ndarray:
-    """(N, 3, H, W) in [-1, 1] -> (N, H, W, 3) uint8."""
-    return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
 
 
 def tokens_view(painter: GroundPainter, ground: np.ndarray, scene: np.ndarray) -> np.ndarray:
