@@ -29,7 +29,7 @@ from worldserve.world.scene import SceneAttrs
 BANK = Path(__file__).resolve().parent / "weights" / "ground_bank.npz"
 RING = 2  # codes around a tile that a candidate must agree with
 CANDIDATES = 512  # windows drawn per tile
-KEEP = 3  # the drawn window is one of this many best
+KEEP = 32  # the drawn window is one of this many best (fewer: plain ground that agrees with anything wins)
 
 
 def look_key(scene: SceneAttrs) -> str:
