@@ -232,6 +232,7 @@ class WorldClient:
         if not isinstance(reply, Started):
             raise SessionEnded(f"start refused: {reply!r}")
         self.started = reply
+        self._connected.set()  # session messages may go now (not before: the server refuses them)
         if mode == "pull":
             self._requested = 0
         return reply
@@ -357,7 +358,6 @@ class WorldClient:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
         self._ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=0)
         self._decoder.reset()
-        self._connected.set()
         if self._reader is None:
             self._reader = asyncio.create_task(self._read_loop(), name="worldclient-reader")
 
@@ -398,7 +398,9 @@ class WorldClient:
         if self._ended is not None:
             raise SessionEnded(repr(self._ended))
         if wait_connected:
-            await asyncio.wait_for(self._connected.wait(), 60.0)
+            async with asyncio.timeout(60.0):
+                while not self._connected.is_set():  # woken, then cleared again before this ran: wait on
+                    await self._connected.wait()
         ws = self._ws
         if ws is None:
             raise SessionEnded("not connected")
@@ -473,6 +475,7 @@ class WorldClient:
                     self._seq += 1
                     keys, mouse = self._last_action
                     await self._send(Action(self._seq, keys, mouse), wait_connected=False)
+                self._connected.set()  # only now: an action sent before ``resume`` is refused
                 return True
             if isinstance(reply, Error) and reply.code in _FINAL:
                 self._ended = reply
@@ -548,6 +551,7 @@ class WorldClient:
             self._resolve(("pong", msg.id), msg)
         elif isinstance(msg, Migrate):
             self._migrate = msg  # followed once the socket closes
+            self._connected.clear()  # the source has let the session go: hold messages for the target
         elif isinstance(msg, Ended) and not (msg.reason == "migrated" and self._migrate):
             self._ended = msg
         elif isinstance(msg, Error) and msg.fatal and msg.code in _FINAL:

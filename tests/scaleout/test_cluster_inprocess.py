@@ -9,7 +9,7 @@ import pytest
 
 from tests.scaleout.harness import Cluster, cluster
 from tests.server.harness import frames, recv, recv_type, send, serve
-from worldserve.clients.sdk import SessionEnded, WorldClient
+from worldserve.clients.sdk import FrameEvent, SessionEnded, WorldClient
 from worldserve.protocol import Ended, Error, Frame, Migrate, Resume, Resumed, Start, Started
 from worldserve.server.cluster.directory import MemoryDirectory, SessionState, WorkerState
 from worldserve.server.keys import AGENT, SERVICE
@@ -106,6 +106,43 @@ async def test_drain_moves_sessions_with_no_block_lost_or_repeated(mode: str) ->
             assert [w.worker_id for w in await c.directory.list_workers()] == ["w1"]
             assert c.workers[0][SERVICE].readiness() == (False, "draining")
         finally:
+            for cl in clients:
+                await cl.close()
+
+
+async def test_controls_sent_all_through_a_migration_are_never_refused() -> None:
+    # A game sends its controls whenever it likes; once ``migrate`` arrives the client holds
+    # them for the target (the source no longer has the session: it would refuse them).
+    async with cluster(2) as c:
+        clients = [WorldClient(router=c.router_url, http=c.http) for _ in range(2)]
+        acting = True
+
+        async def keep_acting(cl: WorldClient) -> None:
+            while acting:
+                await cl.action(["forward"])
+                await asyncio.sleep(0.002)
+
+        async def events(cl: WorldClient, frames: int) -> list[object]:
+            got: list[object] = []
+            while sum(isinstance(ev, FrameEvent) for ev in got) < frames:
+                got.append(await cl.recv(10))
+            return got
+
+        try:
+            for cl in clients:
+                await cl.start(fps=30.0, codec="raw")
+            tasks = [asyncio.create_task(keep_acting(cl)) for cl in clients]
+            before = await asyncio.gather(*(events(cl, 4) for cl in clients))
+            src = await c.holder(clients[0].session_id or "")
+            await c.drain(src)
+            after = await asyncio.gather(*(events(cl, 12) for cl in clients))
+            acting = False
+            await asyncio.gather(*tasks)
+            assert sum(cl.migrations for cl in clients) >= 1
+            errors = [ev for got in (*before, *after) for ev in got if isinstance(ev, Error)]
+            assert not errors, errors
+        finally:
+            acting = False
             for cl in clients:
                 await cl.close()
 
