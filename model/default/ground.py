@@ -288,6 +288,18 @@ def _forget_pixels(g: SessionGround) -> None:
     g.ahead.clear()
 
 
+def _ramps() -> tuple[torch.Tensor, torch.Tensor]:
+    """``_blend``'s weights along an axis of the 2 x 2 raster (its margin included): the first
+    tile's, 1 then down to 0 across the band about the edge, and the second's, the rest."""
+    b, t = BLEND, TILE_UNITS
+    u = torch.arange(2 * t + 2 * b, dtype=torch.float32) - b + 0.5  # raster coordinates, margin included
+    first = ((t + b - u) / (2 * b)).clamp(0, 1)
+    return first, 1 - first
+
+
+_RAMPS = _ramps()  # made once: every frame of every session blends
+
+
 def _blend(tiles: list[list[torch.Tensor]]) -> torch.Tensor:
     """The 2 x 2 tiles' pixels (each with ``BLEND`` pixels of margin, ``TileDecoder.decode``)
     as one (3, 128, 128) raster, each tile fading into the next across a band of 2 ``BLEND``
@@ -295,10 +307,7 @@ def _blend(tiles: list[list[torch.Tensor]]) -> torch.Tensor:
     surroundings (the decoder's group norms), so two tiles' pixels at a shared edge differ
     even where the codes run on; the fade hides that step. The raster's outer edges lie
     on or outside the view, whose edges show no seam."""
-    b, t = BLEND, TILE_UNITS
-    u = torch.arange(2 * t + 2 * b, dtype=torch.float32) - b + 0.5  # raster coordinates, margin included
-    first = ((t + b - u) / (2 * b)).clamp(0, 1)
-    ramps = (first, 1 - first)
+    b, t, ramps = BLEND, TILE_UNITS, _RAMPS
     out = torch.zeros(3, 2 * t + 2 * b, 2 * t + 2 * b)
     for i in (0, 1):
         for j in (0, 1):

@@ -111,7 +111,6 @@ class ModelRunner:
         self.model = model.to(self.device, dtype).eval()
         self.model.shift_head.float()  # summed over many frames: the shift per action stays fp32
         self.scene_encoder = scene_encoder
-        self.start_frame = start_frame
         self.pools = {
             b: KVCachePool.create(self.cfg, b, max_sessions, model.rope, dtype, self.device)
             for b in self.cfg.buckets
@@ -124,7 +123,8 @@ class ModelRunner:
         self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes, trace=trace) if on else None
         self.trace_cache = trace_cache
         self.ground = ground
-        self.starts = None if start_views is None or ground is None else StartViews(start_views)
+        canvas_views = None if ground is None else start_views
+        self.starts = None if start_frame is None else StartViews(start_frame, canvas_views)
 
     @classmethod
     def from_pretrained(
@@ -211,9 +211,7 @@ class ModelRunner:
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         """``start_frame``'s view for a fresh session (None without one); thread-safe."""
         self.cfg.check_bucket(bucket)
-        if self.starts is not None:
-            return self.starts.frame(scene, seed, bucket)
-        return None if self.start_frame is None else self.start_frame(scene, seed, bucket)
+        return None if self.starts is None else self.starts.frame(scene, seed, bucket)
 
     def prepare_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
         """Before a warm-up of ``shapes`` ((bucket, steps, batch size)): with CPU traces, load
@@ -284,9 +282,7 @@ class ModelRunner:
             elif spec.observation is not None:  # a server's ``first_frame`` (its ground kept) or the client's
                 self._observe(s, spec.observation, self.starts and self.starts.ground(spec))
             elif self.starts is not None:
-                self._observe(s, *self.starts.views(spec.scene, spec.seed, spec.bucket))
-            elif self.start_frame is not None:
-                self._observe(s, self.start_frame(spec.scene, spec.seed, spec.bucket))
+                self._observe(s, *self.starts.open(spec.scene, spec.seed, spec.bucket))
         except Exception:
             self.free(spec.session_id)
             raise

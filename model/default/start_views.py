@@ -28,15 +28,26 @@ KEEP = 64  # grounds kept for frames handed out and not yet back (a refused star
 
 
 class StartViews:
-    def __init__(self, views: Views, keep: int = KEEP) -> None:
+    """``frame`` (a fresh session's first view) and, with a canvas, ``views`` (that view and
+    the ground under it, from one world)."""
+
+    def __init__(self, frame: Callable[[str, int, int], np.ndarray], views: Views | None = None,
+                 keep: int = KEEP) -> None:
+        self._frame = frame
         self.views = views
         self.keep = keep
         self._kept: OrderedDict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
 
+    def open(self, scene: str, seed: int, bucket: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The view a session the runner opens itself starts on, and its ground (None without a canvas)."""
+        return (self._frame(scene, seed, bucket), None) if self.views is None else self.views(scene, seed, bucket)
+
     def frame(self, scene: str, seed: int, bucket: int) -> np.ndarray:
         """The first frame (thread-safe), its ground kept for ``ground``."""
-        frame, ground = self.views(scene, seed, bucket)
+        frame, ground = self.open(scene, seed, bucket)
+        if ground is None:
+            return frame
         with self._lock:
             self._kept[(scene, seed, bucket)] = (frame, ground)
             self._kept.move_to_end((scene, seed, bucket))
