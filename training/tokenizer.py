@@ -217,9 +217,11 @@ def save_checkpoint(out: Path, model: GroundTokenizer, opt: torch.optim.Optimize
     (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
 
 
-def start(tc: TokenizerTrainConfig, resume: bool, init: Path | None) -> tuple[GroundTokenizer, torch.optim.Optimizer, dict]:
+def start(tc: TokenizerTrainConfig, resume: bool, init: Path | None,
+          upsample: str | None = None) -> tuple[GroundTokenizer, torch.optim.Optimizer, dict]:
     """The model, its optimizer and the run's bookkeeping: fresh, from ``--out``'s checkpoint,
-    or from the committed export ``init`` (weights only)."""
+    or from the committed export ``init`` (weights only; ``upsample`` sets its decoder's
+    upsampling, the weights unchanged)."""
     meta: dict = {"step": 0, "seconds": 0.0, "history": []}
     if resume and (tc.out / "ckpt.safetensors").exists():
         meta = json.loads((tc.out / "ckpt.json").read_text())
@@ -233,12 +235,16 @@ def start(tc: TokenizerTrainConfig, resume: bool, init: Path | None) -> tuple[Gr
         return model.train(), opt, meta
     if resume and init is not None and init.with_suffix(".json").exists():
         model = load_tokenizer(init)
+        if upsample is not None and upsample != model.cfg.upsample:
+            weights = model.state_dict()
+            model = GroundTokenizer(replace(model.cfg, upsample=upsample))
+            model.load_state_dict(weights)
         prior = json.loads(init.with_suffix(".json").read_text()).get("report", {})
         meta.update(step=int(prior.get("steps", 0)), seconds=float(prior.get("seconds", 0.0)))
         print(f"started from {init} (step {meta['step']}), a fresh optimizer", file=sys.stderr)
     else:
         torch.manual_seed(tc.seed)
-        model = GroundTokenizer(tc.model)
+        model = GroundTokenizer(tc.model if upsample is None else replace(tc.model, upsample=upsample))
     return model.train(), torch.optim.Adam(model.parameters(), lr=tc.lr), meta
 
 
@@ -260,9 +266,9 @@ def adaptive_weight(rec: torch.Tensor, adv: torch.Tensor, last: torch.Tensor) ->
 
 
 def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Path | None = COMMITTED,
-          argv: list[str] | None = None) -> dict:
+          argv: list[str] | None = None, upsample: str | None = None) -> dict:
     torch.set_num_threads(tc.threads)
-    model, opt, meta = start(tc, resume, init)
+    model, opt, meta = start(tc, resume, init, upsample)
     meta["model"] = asdict(model.cfg)
     if tc.decoder_only:  # Adam leaves parameters without a gradient alone
         model.encoder.requires_grad_(False)
@@ -337,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="continue --out's checkpoint; without one, start from --init's weights")
     ap.add_argument("--init", type=Path, default=COMMITTED, help="committed weights to start from (no suffix)")
     ap.add_argument("--export", type=Path, default=None, help="write half-precision weights there (no suffix)")
+    ap.add_argument("--upsample", choices=("nearest", "bilinear"), default=None,
+                    help="the decoder's upsampling (default: the weights' own); its weights carry over")
     ap.add_argument("--decoder-only", action="store_true",
                     help="train the decoder alone (the codes, and the bank built on them, stay valid)")
     names = ("minutes", "steps", "batch", "crop", "lr", "lr_end", "adv_weight", "adv_warmup", "adv_lr", "worlds",
@@ -346,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     args = ap.parse_args(argv)
     tc = TokenizerTrainConfig(out=args.out, decoder_only=args.decoder_only, **{k: getattr(args, k) for k in names})
-    train(tc, args.resume, args.export, args.init, argv if argv is not None else sys.argv[1:])
+    train(tc, args.resume, args.export, args.init, argv if argv is not None else sys.argv[1:], args.upsample)
 
 
 if __name__ == "__main__":

@@ -41,12 +41,15 @@ class TokenizerConfig:
     widths: tuple[int, int, int] = (32, 64, 96)  # channels at full, half and quarter resolution
     scene_dim: int = SCENE_DIM  # the scene vector the decoder is conditioned on
     groups: int = 8  # group norm groups in every res block
+    upsample: str = "nearest"  # the decoder's 2x steps: "nearest" or "bilinear" (no 4-px grid)
 
     def __post_init__(self) -> None:
         if self.codes < 2 or self.code_dim < 1:
             raise ValueError(f"codes {self.codes} and code_dim {self.code_dim} must be at least 2 and 1")
         if len(self.widths) != 3 or any(w % self.groups for w in self.widths):
             raise ValueError(f"widths {self.widths} must be three multiples of groups={self.groups}")
+        if self.upsample not in ("nearest", "bilinear"):
+            raise ValueError(f"upsample {self.upsample!r} must be 'nearest' or 'bilinear'")
 
     @property
     def down(self) -> int:
@@ -104,13 +107,20 @@ class Decoder(nn.Module):
         self.up0 = nn.Conv2d(w1, w0, 3, padding=1)
         self.res0 = ResBlock(w0, cfg.groups, cfg.scene_dim)
         self.norm, self.out = nn.GroupNorm(cfg.groups, w0), nn.Conv2d(w0, 3, 3, padding=1)
+        self.mode = cfg.upsample
 
     def forward(self, z: torch.Tensor, scene: torch.Tensor) -> torch.Tensor:
         """(B, D, h, w) code vectors and (B, scene_dim) scenes -> (B, 3, 4h, 4w) in about [-1, 1]."""
         h = self.res2(self.inp(z), scene)
-        h = self.res1(self.up1(F.interpolate(h, scale_factor=2, mode="nearest")), scene)  # (B, w1, 2h, 2w)
-        h = self.res0(self.up0(F.interpolate(h, scale_factor=2, mode="nearest")), scene)  # (B, w0, 4h, 4w)
+        h = self.res1(self.up1(self.up(h)), scene)  # (B, w1, 2h, 2w)
+        h = self.res0(self.up0(self.up(h)), scene)  # (B, w0, 4h, 4w)
         return self.out(F.silu(self.norm(h)))
+
+
+    def up(self, h: torch.Tensor) -> torch.Tensor:
+        if self.mode == "nearest":
+            return F.interpolate(h, scale_factor=2, mode="nearest")
+        return F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=False)
 
 
 class VectorQuantizer(nn.Module):

@@ -5,9 +5,11 @@ committed export."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -82,3 +84,34 @@ def test_the_sharpening_stage_moves_the_decoder_alone_and_resumes_its_critic(tmp
     tensors = load_file(str(tmp_path / "sharp" / "ckpt.safetensors"))
     assert any(k.startswith("critic.") for k in tensors) and any(k.startswith("copt.") for k in tensors)
     assert train(tc, resume=True, export=None)["steps"] == report["steps"] + 4
+
+
+def test_a_switch_to_bilinear_upsampling_keeps_the_codes_and_travels_with_the_weights(tmp_path: Path) -> None:
+    """``--upsample bilinear`` from an export trained with nearest upsampling: the same weights
+    (so the same codes, and the bank stays valid), a decoder that draws no 4-px grid, and the
+    choice kept by the checkpoint and the export."""
+    base = TokenizerTrainConfig(out=tmp_path / "base", minutes=10, steps=1, batch=4, crop=16, worlds=2,
+                                map_size=256, eval_every=1000, model=TINY)
+    train(base, resume=False, export=tmp_path / "w" / "tokenizer")
+    before = load_tokenizer(tmp_path / "w" / "tokenizer")
+    assert before.cfg.upsample == "nearest"
+    tc = TokenizerTrainConfig(**{**base.__dict__, "out": tmp_path / "smooth", "decoder_only": True, "steps": 2})
+    train(tc, resume=True, export=tmp_path / "s" / "tokenizer", init=tmp_path / "w" / "tokenizer", upsample="bilinear")
+    after = load_tokenizer(tmp_path / "s" / "tokenizer")
+    assert after.cfg.upsample == "bilinear"
+    frames = torch.rand(2, 3, 32, 32) * 2 - 1
+    assert torch.equal(after.encode(frames), before.encode(frames))
+    assert train(tc, resume=True, export=None)["steps"] == 5  # resumed, still bilinear
+    assert json.loads((tmp_path / "smooth" / "ckpt.json").read_text())["model"]["upsample"] == "bilinear"
+
+
+def test_bilinear_upsampling_changes_the_decode_not_its_shape() -> None:
+    nearest = GroundTokenizer(TINY).eval()
+    smooth = GroundTokenizer(replace(TINY, upsample="bilinear")).eval()
+    smooth.load_state_dict(nearest.state_dict())
+    ids = torch.randint(0, TINY.codes, (1, 8, 8))
+    scene = torch.zeros(1, TINY.scene_dim)
+    a, b = nearest.decode(ids, scene), smooth.decode(ids, scene)
+    assert a.shape == b.shape == (1, 3, 32, 32) and not torch.allclose(a, b)
+    with pytest.raises(ValueError, match="upsample"):
+        TokenizerConfig(upsample="cubic")
