@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -310,14 +311,19 @@ def with_oracles(runners: dict[str, ModelRunner], weights: Path, oracles: list[O
     return {o.label: o for o in oracles}
 
 
-def with_canvas(runners: dict[str, ModelRunner], paths: list[Path], on: bool, **kw: object) -> None:
+def with_canvas(runners: dict[str, ModelRunner], paths: list[Path], on: bool, tokenizers: Sequence[Path] = (),
+                **kw: object) -> None:
     """Add each of ``paths`` served with the world canvas (``--canvas``) to ``runners``: the
     first as "canvas", the ones beside it as "canvas <label>" (``label_weights``), so a
-    compositor trained on canvas references meets the committed one on the same canvas."""
+    compositor trained on canvas references meets the committed one on the same canvas; then
+    the first on the canvas of each of ``tokenizers`` (``--tokenizers``), as "canvas tok:<label>"."""
     if on:
         for i, (label, p) in enumerate(zip(label_weights(paths), paths, strict=True)):
             runners[CANVAS if i == 0 else f"{CANVAS} {label}"] = ModelRunner.from_pretrained(
                 p, canvas=True, **kw)  # type: ignore[arg-type]
+        for label, t in zip(label_weights([t.parent for t in tokenizers]), tokenizers, strict=True):
+            runners[f"{CANVAS} tok:{label}"] = ModelRunner.from_pretrained(
+                paths[0], canvas=True, tokenizer=t, **kw)  # type: ignore[arg-type]
 
 
 def oracle_lines(res: dict[str, dict[str, float]], oracles: dict[str, Oracle]) -> list[str]:
@@ -384,6 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     add_oracle_args(ap)
     ap.add_argument("--canvas-only", action="store_true",
                     help="measure the weights on the world canvas alone (with --canvas's labels); no anchor runs")
+    ap.add_argument("--tokenizers", type=Path, nargs="*", default=[], metavar="TOKENIZER",
+                    help="ground tokenizers (no suffix) to serve the canvas with beside the committed one "
+                         "(a decoder trained on: the codes, and so the bank, must be the committed one's)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     paths = [args.weights, *beside_weights(args.weights, args.beside)]
@@ -391,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     runners = {} if args.canvas_only else {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                                            for label, p in zip(label_weights(paths), paths, strict=True)}
     oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
-    with_canvas(runners, paths, args.canvas or args.canvas_only, **kw)
+    with_canvas(runners, paths, args.canvas or args.canvas_only or bool(args.tokenizers), args.tokenizers, **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
                   replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)

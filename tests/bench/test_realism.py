@@ -45,6 +45,7 @@ from worldserve.bench.realism import (
     steer_worlds,
     summary_fields,
     window,
+    with_canvas,
 )
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.world import World
@@ -246,3 +247,28 @@ def test_strips_go_to_runs_unless_the_docs_are_asked_for() -> None:
     assert out_dir(ap.parse_args(["--out", "x"])) == Path("x")
     with pytest.raises(SystemExit):
         out_dir(ap.parse_args(["--out", "x", "--update-docs"]))
+
+
+def test_tokenizers_beside_serve_the_same_weights_on_a_canvas_drawn_by_each(tmp_path: Path) -> None:
+    """``--tokenizers``: a decoder trained on is measured beside the committed one, on the same
+    compositor and bank, each under its own label."""
+    from worldserve.model.default.tokenizer import (
+        WEIGHTS,
+        GroundTokenizer,
+        load_tokenizer,
+        save_tokenizer,
+    )
+
+    committed = load_tokenizer(WEIGHTS)
+    smooth = GroundTokenizer(replace(committed.cfg, upsample="bilinear"))
+    smooth.load_state_dict(committed.state_dict())
+    save_tokenizer(smooth, tmp_path / "smooth" / "export" / "tokenizer")
+    runners: dict = {}
+    with_canvas(runners, [DEFAULT_WEIGHTS], True, [tmp_path / "smooth" / "export" / "tokenizer"], max_sessions=2)
+    try:
+        assert list(runners) == ["canvas", "canvas tok:export"]
+        assert runners["canvas"].ground.tokenizer.cfg.upsample == "nearest"
+        assert runners["canvas tok:export"].ground.tokenizer.cfg.upsample == "bilinear"
+    finally:
+        for r in runners.values():
+            r.ground.close()
