@@ -56,6 +56,7 @@ from worldserve.world.scene import ATTRIBUTES, SceneAttrs
 BUCKET = 64  # one code per 4x4 world units
 EVAL_SEEDS = tuple(HELD_OUT_SEEDS[900:908])  # held out, and used by no bench
 EVAL_VIEWS = 8  # per eval seed
+KEPT = 64  # view pairs a training world keeps for ``--reuse``
 REVIVE_EVERY = 200  # steps: a code unused for this long moves to an encoder output
 COMMITTED = WEIGHTS
 
@@ -74,6 +75,7 @@ class TokenizerTrainConfig:
     adv_warmup: int = 100  # steps the critic trains alone, then as many ramping its term in
     adv_lr: float = 2e-4
     worlds: int = 8  # training worlds in the pool; one is replaced every 50 steps
+    reuse: int = 1  # > 1: a world renders 1/reuse of its views a step and draws the rest from its last 64
     same_share: float = 0.5  # share of items decoded under the scene they were encoded from
     seed: int = 0
     threads: int = 1
@@ -103,12 +105,23 @@ class PairedWorld:
     def __init__(self, seed: int, rng: np.random.Generator, map_size: int):
         self.a = World(seed, None, (BUCKET,), map_size=map_size)
         self.b = World(seed, None, (BUCKET,), map_size=map_size, layout=self.a.layout)
+        self.kept: list[tuple[np.ndarray, np.ndarray]] = []  # recent view pairs under the current scenes
         self.rescene(rng, 0.0)
 
     def rescene(self, rng: np.random.Generator, same_share: float) -> None:
         scene = sample_scene(rng)
         self.a.set_scene(scene)
         self.b.set_scene(scene if rng.random() < same_share else relit(scene, rng))
+        self.kept.clear()
+
+    def recent_views(self, n: int, reuse: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` view pairs, ``n // reuse`` (at least one) of them rendered now and the rest drawn
+        from the last ``KEPT`` rendered under the same scenes (rendering is most of a step's time)."""
+        fresh = n if len(self.kept) < n else max(1, n // reuse)
+        a, b = self.views(fresh, rng)
+        self.kept = (self.kept + list(zip(a, b, strict=True)))[-KEPT:]
+        pick = rng.choice(len(self.kept), n, replace=False)
+        return np.stack([self.kept[i][0] for i in pick]), np.stack([self.kept[i][1] for i in pick])
 
     def views(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` places: the ground under scene a and under scene b, each (n, 64, 64, 3)."""
@@ -144,7 +157,7 @@ class GroundBatches:
         per = tc.batch // len(self.pool)
         src, dst, scenes = [], [], []
         for pw in self.pool:
-            a, b = pw.views(per, rng)
+            a, b = pw.views(per, rng) if tc.reuse <= 1 else pw.recent_views(per, tc.reuse, rng)
             y, x = rng.integers(0, BUCKET - tc.crop + 1, 2)
             src.append(a[:, y : y + tc.crop, x : x + tc.crop])
             dst.append(b[:, y : y + tc.crop, x : x + tc.crop])
@@ -347,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="the decoder's upsampling (default: the weights' own); its weights carry over")
     ap.add_argument("--decoder-only", action="store_true",
                     help="train the decoder alone (the codes, and the bank built on them, stay valid)")
-    names = ("minutes", "steps", "batch", "crop", "lr", "lr_end", "adv_weight", "adv_warmup", "adv_lr", "worlds",
+    names = ("minutes", "steps", "batch", "crop", "lr", "lr_end", "adv_weight", "adv_warmup", "adv_lr", "worlds", "reuse",
              "same_share", "seed", "threads", "eval_every", "checkpoint_minutes", "map_size")
     for name in names:
         default = getattr(TokenizerTrainConfig, name)

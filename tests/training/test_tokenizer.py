@@ -19,7 +19,8 @@ from worldserve.model.default.tokenizer import (
     load_tokenizer,
     save_tokenizer,
 )
-from worldserve.training.tokenizer import TokenizerTrainConfig, relit, train
+from worldserve.training.data import TRAIN_SEED_BASE
+from worldserve.training.tokenizer import PairedWorld, TokenizerTrainConfig, relit, train
 from worldserve.world import sample_scene
 
 TINY = TokenizerConfig(codes=16, code_dim=4, widths=(8, 8, 8), groups=4)
@@ -115,3 +116,22 @@ def test_bilinear_upsampling_changes_the_decode_not_its_shape() -> None:
     assert a.shape == b.shape == (1, 3, 32, 32) and not torch.allclose(a, b)
     with pytest.raises(ValueError, match="upsample"):
         TokenizerConfig(upsample="cubic")
+
+
+def test_reused_views_are_the_world_s_under_its_current_scenes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--reuse``: a world renders a share of its views a step and draws the rest from those it
+    rendered under the same pair of scenes; a scene change forgets them."""
+    rng = np.random.default_rng(3)
+    world = PairedWorld(TRAIN_SEED_BASE + 5, rng, 256)
+    rendered: list[int] = []
+    views = PairedWorld.views
+    monkeypatch.setattr(PairedWorld, "views", lambda self, n, r: (rendered.append(n), views(self, n, r))[1])
+    first = world.recent_views(8, 4, rng)
+    second = world.recent_views(8, 4, rng)
+    assert rendered == [8, 2] and first[0].shape == second[0].shape == (8, 64, 64, 3)
+    kept_a = {a.tobytes() for a, _ in world.kept}
+    assert all(a.tobytes() in kept_a for a in second[0]) and len(world.kept) == 10
+    world.rescene(rng, 0.5)
+    assert world.kept == []
+    world.recent_views(8, 4, rng)
+    assert rendered == [8, 2, 8]
