@@ -138,7 +138,7 @@ def route(args: argparse.Namespace) -> None:
 _DELEGATED = {"train": "worldserve.training.train", "soak": "worldserve.clients.soak",
               "drill": "worldserve.bench.drill", "replay": "worldserve.model.replay"}
 # ``worldserve train STAGE``: the default world's other training stages (docs/training.md)
-_STAGES = {"tokenizer": "worldserve.training.tokenizer"}
+_STAGES = {"tokenizer": "worldserve.training.tokenizer", "observer": "worldserve.training.observer"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,7 +178,7 @@ def _run(argv: list[str]) -> None:
     conv.add_argument("--recipe", help="the checkpoint's recipe: its state dict (EMA or not)")
     conv.add_argument("--lora", type=Path, help="a LoRA to merge in (LongLive's lora.pt)")
     sub.add_parser("train", help="train the world model (training.train's options follow; "
-                                 "'train tokenizer ...': the ground tokenizer's stage)",
+                                 "'train tokenizer|observer ...': the ground tokenizer's stages)",
                    add_help=False)
     sub.add_parser("soak", help="N sessions for a while: latency, drops, RSS (clients.soak)",
                    add_help=False)

@@ -26,8 +26,9 @@ and migrated sessions see the same ground.
 A prompt that changes the look codes carry (biome, vegetation or weather) starts the canvas
 anew (``rescene``).
 
-An observation (the start frame's ground, or a client's ``observation``) is encoded by the
-tokenizer and written where it lies, over the prior's codes. Tiles farther than ``RADIUS``
+An observation (the start frame's ground, or a client's ``observation``) is encoded (a seen
+frame by the observation encoder, ``observer.py``, where one ships; the ground alone by the
+tokenizer's) and written where it lies, over the prior's codes. Tiles farther than ``RADIUS``
 from the camera are evicted: a session holds at most ``Canvas.max_tiles`` tiles of codes
 (49 tiles, 25 KB) and the pixels of the 16 tiles around the view (768 KB in fp32).
 """
@@ -44,10 +45,11 @@ import torch
 import torch.nn.functional as F
 
 from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
+from worldserve.model.default.observer import OBSERVER, load_observer, observed_codes
 from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key, similarity
 from worldserve.model.default.tile_decode import BLEND, MARGIN, Job, TileDecoder
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
-from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
+from worldserve.model.default.tokenizer import Encoder, GroundTokenizer, load_tokenizer
 from worldserve.session.plan import CanvasState
 from worldserve.world.scene import SceneAttrs
 
@@ -92,12 +94,14 @@ class SessionGround:
 
 class GroundPainter:
     def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device, ahead: bool = True,
-                 dtype: torch.dtype = torch.float32, beside_chunks: bool = False):
+                 dtype: torch.dtype = torch.float32, beside_chunks: bool = False, observer: Encoder | None = None):
         """``ahead``: decode tiles ahead of the camera on the decoder's own thread (False:
         every decode inline, on the thread that needs it). ``dtype``: the decodes' (the
         runner's); the tokenizer's encoder, which picks codes, always runs in float32.
-        ``beside_chunks``: the decoder's thread works during chunks too (``TileDecoder``)."""
+        ``beside_chunks``: the decoder's thread works during chunks too (``TileDecoder``).
+        ``observer``: the observation encoder (``observer.py``; None: the tokenizer's encoder)."""
         self.tokenizer = tokenizer.to(device).float().eval()
+        self.observer = observer.to(device).float().eval() if observer is not None else None
         self.bank = bank
         self.device = device
         self.table = tokenizer.quantizer.table().detach().float().cpu().numpy()  # (K, D)
@@ -106,9 +110,13 @@ class GroundPainter:
 
     @classmethod
     def load(cls, device: torch.device, tokenizer: Path = TOKENIZER, bank: Path = BANK,
-             ahead: bool = True, dtype: torch.dtype = torch.float32, beside_chunks: bool = False) -> GroundPainter:
-        """The shipped ground tokenizer and bank (``model/default/weights/``)."""
-        return cls(load_tokenizer(tokenizer), GroundBank.load(bank), device, ahead, dtype, beside_chunks)
+             ahead: bool = True, dtype: torch.dtype = torch.float32, beside_chunks: bool = False,
+             observer: Path | None = OBSERVER) -> GroundPainter:
+        """The shipped ground tokenizer, bank and observation encoder (``model/default/weights/``;
+        the last where there is one that learnt this tokenizer's codes; ``observer=None``: none)."""
+        tok = load_tokenizer(tokenizer)
+        obs = load_observer(observer, tok) if observer is not None else None
+        return cls(tok, GroundBank.load(bank), device, ahead, dtype, beside_chunks, obs)
 
     def busy(self) -> AbstractContextManager[None]:
         """Around a chunk: the decoder's thread starts no work inside it (``TileDecoder.busy``)."""
@@ -134,9 +142,11 @@ class GroundPainter:
     # --- writes ---
 
     @torch.inference_mode()
-    def observe(self, g: SessionGround, frame: np.ndarray) -> None:
+    def observe(self, g: SessionGround, frame: np.ndarray, seen: bool = True) -> None:
         """Write what ``frame`` ((H, W, 3) uint8, the view at the session's place) shows into the
-        canvas: its codes on the code grid, over what the prior drew there."""
+        canvas: its codes on the code grid, over what the prior drew there. ``seen``: the frame
+        as seen (actors and weather on the ground: the observation encoder's), else the
+        ground alone (the tokenizer's own encoder)."""
         g.settle()
         x = torch.from_numpy(np.ascontiguousarray(frame)).permute(2, 0, 1)[None].float().to(self.device) / 127.5 - 1
         if x.shape[-1] != VIEW_UNITS:
@@ -146,7 +156,7 @@ class GroundPainter:
         shift = first - g.position  # [0, CODE_UNITS) units
         if shift.any():
             x = _sample(x, float(shift[0]), float(shift[1]), VIEW_UNITS, VIEW_UNITS, 1.0)
-        codes = self.tokenizer.encode(x)[0].cpu().numpy().astype(np.int64)
+        codes = observed_codes(self.tokenizer, self.observer if seen else None, x)[0].cpu().numpy().astype(np.int64)
         if shift[0]:
             codes[-1] = MISSING  # reaches past the view
         if shift[1]:

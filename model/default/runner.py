@@ -132,13 +132,12 @@ class ModelRunner:
         dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, canvas: bool = False,
         canvas_decode: str = "between", tokenizer: Path | None = None, **kw: object,
     ) -> ModelRunner:
-        """Load weights; the default model (trained on ``world/``) starts sessions
-        from its world's view unless ``start_frame`` is given (``None`` turns that off).
-        ``dtype`` may be a name for ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a
-        CPU with bf16 matrix instructions). ``sampler`` overrides the sampler's settings that
-        the weights' config holds (``ModelConfig.with_sampler``). ``canvas``: the world canvas (``ground.py``),
-        its tiles decoded ahead ``canvas_decode`` chunks (``tile_decode.beside_chunks``), its
-        ground tokenizer ``tokenizer`` (no suffix; default the committed one)."""
+        """Load weights; the default model (trained on ``world/``) starts sessions from its world's
+        view unless ``start_frame`` is given (``None`` turns that off). ``dtype`` may be a name for
+        ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a CPU with bf16 matrix
+        instructions). ``sampler`` overrides the weights' sampler settings (``ModelConfig.with_sampler``).
+        ``canvas``: the world canvas (``ground.py``), its tiles decoded ahead ``canvas_decode``
+        chunks (``tile_decode.beside_chunks``), its ground ``tokenizer`` (default the committed one)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -395,7 +394,7 @@ class ModelRunner:
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
             raise ValueError(f"observation must be (H, W, 3) uint8, got {frame.shape} {frame.dtype}")
         if self.ground is not None:
-            self.ground.observe(self._ground(s), frame if ground is None else ground)
+            self.ground.observe(self._ground(s), frame if ground is None else ground, seen=ground is None)
         if frame.shape[:2] != (s.bucket, s.bucket):
             frame = resize_frames(frame[None], s.bucket)[0]
         fc = self.cfg.frames_per_chunk

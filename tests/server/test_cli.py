@@ -118,11 +118,13 @@ def test_soak_and_drill_delegate_their_options(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_train_names_a_stage_or_trains_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldserve.training import tokenizer, train
+    from worldserve.training import observer, tokenizer, train
 
     seen: list[tuple[str, list[str]]] = []
     monkeypatch.setattr(tokenizer, "main", lambda argv=None: seen.append(("tokenizer", argv)))
+    monkeypatch.setattr(observer, "main", lambda argv=None: seen.append(("observer", argv)))
     monkeypatch.setattr(train, "main", lambda argv=None: seen.append(("train", argv)))
     cli.main(["train", "tokenizer", "--minutes", "1"])
+    cli.main(["train", "observer", "--steps", "2"])
     cli.main(["train", "--minutes", "1"])
-    assert seen == [("tokenizer", ["--minutes", "1"]), ("train", ["--minutes", "1"])]
+    assert seen == [("tokenizer", ["--minutes", "1"]), ("observer", ["--steps", "2"]), ("train", ["--minutes", "1"])]
