@@ -6,10 +6,12 @@
 Data: training worlds under random scenes; the camera at a random place after the world has
 moved for a random number of frames (animals and boats walk, clouds and rain move), the frame
 as it is seen (``World.render``) beside the ground alone under it (``World.render_ground``).
-The target is the ground tokenizer's codes of the ground (``--tokenizer``, frozen); the
-observation encoder, started from the tokenizer's encoder, learns to give them from the seen
-frame: cross-entropy over the codebook, the logits the cosines to the codes over
-``TEMPERATURE``. The codebook does not move, so its codes are the canvas's and the bank's.
+The target is what the ground tokenizer's encoder (``--tokenizer``, frozen) gives the ground:
+the observation encoder, started from that encoder, learns to give the same vectors from the
+seen frame (one minus their cosine, the quantizer's own measure), so that the nearest code
+is the ground's. The codebook does not move, so its codes are the canvas's and the bank's.
+(Cross-entropy over the 1,024 codes instead, the logits the cosines over a temperature of
+0.05, lost to the untrained encoder: held-out ``psnr`` 20.8 -> 19.9 dB in 200 steps.)
 
 Every ``--eval-every`` steps and at the end, on held-out worlds (``EVAL_SEEDS``): ``agree``,
 the share of codes the encoder gives a seen frame that are the ground's own codes, beside
@@ -43,7 +45,6 @@ from worldserve.training.tokenizer import BUCKET, scene_vector, to_input
 from worldserve.training.train import HELD_OUT_SEEDS
 from worldserve.world import DEFAULT_MAP_SIZE, World, sample_scene
 
-TEMPERATURE = 0.05  # the cosines' scale in the logits
 EVAL_SEEDS = tuple(HELD_OUT_SEEDS[908:912])  # held out, and used by no bench
 EVAL_VIEWS = 16  # per eval seed
 SEED_OFFSET = 3_000_000  # training worlds apart from the other stages'
@@ -162,16 +163,13 @@ def train(tc: ObserverTrainConfig, resume: bool, export: Path | None, tokenizer:
     rng = np.random.default_rng([tc.seed, meta["step"]])
     data = ViewPool(tc, rng)
     views = held_out(tc.map_size)
-    table = tok.quantizer.table()  # (K, D), frozen
     t0 = last_ckpt = time.perf_counter()
     seconds0, first, losses = meta["seconds"], meta["step"], []
     while time.perf_counter() - t0 < tc.minutes * 60 and not (tc.steps and meta["step"] - first >= tc.steps):
         seen, ground, _ = data.batch()
         with torch.no_grad():
-            target = tok.encode(ground)  # (B, h, w)
-        z = F.normalize(observer(seen), dim=1)  # (B, D, h, w)
-        logits = torch.einsum("bdhw,kd->bkhw", z, table) / TEMPERATURE
-        loss = F.cross_entropy(logits, target)
+            target = F.normalize(tok.encoder(ground), dim=1)  # (B, D, h, w)
+        loss = 1 - (F.normalize(observer(seen), dim=1) * target).sum(1).mean()
         for g in opt.param_groups:
             g["lr"] = tc.lr * min(1.0, (meta["step"] - first + 1) / 50)
         opt.zero_grad(set_to_none=True)

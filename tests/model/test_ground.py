@@ -92,7 +92,7 @@ def test_the_view_shows_the_observed_place_and_the_same_place_on_return() -> Non
     world.reset((300.0, 300.0))
     painter = _painter()
     g = painter.start(1, world.scene)
-    painter.observe(g, world.render_ground(BUCKET))
+    painter.observe(g, world.render_ground(BUCKET), seen=False)
     first = painter.reference(g, g.position[None], BUCKET)
     # the tokenizer's round trip of the observed ground, not another place
     img = ((first[0, :3].permute(1, 2, 0).numpy() + 1) * 127.5).clip(0, 255).astype(np.uint8)
@@ -138,7 +138,7 @@ def test_tiles_are_decoded_ahead_of_the_camera_to_the_pixels_an_inline_decode_gi
     views = []
     for painter in (ahead, inline):
         g = painter.start(4, world.scene)
-        painter.observe(g, world.render_ground(BUCKET))
+        painter.observe(g, world.render_ground(BUCKET), seen=False)
         g.settle()  # the fills ahead are done, the decodes queued
         # the view's tiles and the ring around them are being decoded before any frame needs them
         assert len(g.ahead) + len(g.pixels) == 16 and all(painter._decodable(g, k) for k in g.ahead)
