@@ -187,6 +187,8 @@ class Connection:
         self.metrics.connections.inc()
         try:
             async for msg in self.ws:
+                if self._closing is not None:  # its session ended (a hand-off, a delete) or it was
+                    break  # refused: what crossed that on the wire is not read (nor refused as not_started)
                 if msg.type is WSMsgType.BINARY:
                     await self._on_bytes(msg.data)
                 elif msg.type is WSMsgType.TEXT:

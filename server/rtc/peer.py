@@ -239,6 +239,8 @@ class RtcPeer:
             return None
 
     async def _dispatch(self, msg: ClientMessage) -> None:
+        if self._closing is not None:  # the session ended: controls that crossed that are not read
+            return
         try:
             if isinstance(msg, Start | Resume):
                 raise ProtocolError(

@@ -30,6 +30,7 @@ from worldserve.protocol import (
     Start,
     Started,
     Status,
+    decode_server,
 )
 from worldserve.session.fake_runner import decode_frame, session_tag
 
@@ -395,6 +396,25 @@ async def test_http_delete_ends_a_session_and_needs_the_key() -> None:
             assert resp.status == 200
         ended = await recv_type(ws, Ended)
         assert isinstance(ended, Ended) and ended.reason == "deleted"
+
+
+async def test_controls_in_flight_when_the_server_ends_a_session_are_not_refused() -> None:
+    # A game sends controls whenever it likes; those that cross the server's Ended (a
+    # migration's hand-off, a delete) on the wire meet a connection that is closing. They are
+    # not read: an error for each would say "send start first" to a client that did.
+    async with serve() as s:
+        ws = await s.connect()
+        st = await start(ws)
+        await asyncio.gather(*(send(ws, Action(seq, ("forward",))) for seq in range(1, 40)))
+        assert s.service.close(st.session_id, "deleted")  # before the server has read them all
+        got = []
+        while True:
+            msg = await ws.receive(timeout=10)
+            if msg.type is not aiohttp.WSMsgType.BINARY:
+                break
+            got.append(decode_server(msg.data))
+        assert any(isinstance(m, Ended) and m.reason == "deleted" for m in got)
+        assert not [m for m in got if isinstance(m, Error)], [m for m in got if isinstance(m, Error)]
 
 
 async def test_health_ready_load_and_metrics_endpoints() -> None:
