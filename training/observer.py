@@ -34,14 +34,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from worldserve.model.default.observer import OBSERVER, load_observer, observer_from, save_observer
 from worldserve.model.default.tokenizer import WEIGHTS, Encoder, GroundTokenizer, load_tokenizer
 from worldserve.protocol.vocab import ACTION_DIM
 from worldserve.training.data import TRAIN_SEED_BASE
-from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
-from worldserve.training.tokenizer import BUCKET, scene_vector, to_input
+from worldserve.training.optim_state import load_optimizer_tensors
+from worldserve.training.tokenizer import BUCKET, psnr_db, save_checkpoint, scene_vector, to_input
 from worldserve.training.train import HELD_OUT_SEEDS
 from worldserve.world import DEFAULT_MAP_SIZE, World, sample_scene
 
@@ -128,38 +128,41 @@ def evaluate(tok: GroundTokenizer, observer: Encoder, views: list) -> dict[str, 
         err.append(float(((tok.decode(ids, scenes).clamp(-1, 1) - ground) ** 2).mean()))
         err_base.append(float(((tok.decode(base, scenes).clamp(-1, 1) - ground) ** 2).mean()))
     observer.train()
-    db = lambda errs: float(10 * np.log10(4.0 / max(float(np.mean(errs)), 1e-12)))  # noqa: E731  (range 2)
     return {"agree": float(np.mean(agree)), "agree_base": float(np.mean(agree_base)),
-            "psnr": db(err), "psnr_base": db(err_base)}
+            "psnr": psnr_db(err), "psnr_base": psnr_db(err_base)}
 
 
-def start(tc: ObserverTrainConfig, tok: GroundTokenizer, resume: bool, init: Path) -> tuple[Encoder, dict]:
+def start(tc: ObserverTrainConfig, tok: GroundTokenizer, resume: bool,
+          init: Path) -> tuple[Encoder, torch.optim.Optimizer, dict]:
+    """The encoder, its optimizer and the run's bookkeeping: from ``--out``'s checkpoint, the
+    committed export ``init`` (weights and step count, a fresh Adam), or the tokenizer's encoder."""
     meta: dict = {"step": 0, "seconds": 0.0, "history": []}
     ckpt = tc.out / "ckpt.safetensors"
     if resume and ckpt.exists():
         meta = json.loads((tc.out / "ckpt.json").read_text())
+        tensors = load_file(str(ckpt))
         enc = Encoder(tok.cfg)
-        enc.load_state_dict({k[6:]: v for k, v in load_file(str(ckpt)).items() if k.startswith("model.")})
+        enc.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        opt = torch.optim.Adam(enc.parameters(), lr=tc.lr)
+        load_optimizer_tensors(opt, enc, tensors, "opt.")
         print(f"resumed {tc.out} at step {meta['step']}", file=sys.stderr)
-        return enc, meta
-    committed = load_observer(init, tok) if resume else None
-    if committed is not None:
+        return enc, opt, meta
+    enc = load_observer(init, tok) if resume else None
+    if enc is not None:
         report = json.loads(init.with_suffix(".json").read_text()).get("report", {})
         meta.update(step=int(report.get("steps", 0)), seconds=float(report.get("seconds", 0.0)))
         print(f"started from {init} (step {meta['step']})", file=sys.stderr)
-        return committed, meta
-    return observer_from(tok), meta
+    else:
+        enc = observer_from(tok)
+    return enc, torch.optim.Adam(enc.parameters(), lr=tc.lr), meta
 
 
 def train(tc: ObserverTrainConfig, resume: bool, export: Path | None, tokenizer: Path = WEIGHTS,
           init: Path = OBSERVER, argv: list[str] | None = None) -> dict:
     torch.set_num_threads(tc.threads)
     tok = load_tokenizer(tokenizer).requires_grad_(False)
-    observer, meta = start(tc, tok, resume, init)
+    observer, opt, meta = start(tc, tok, resume, init)
     observer.train()
-    opt = torch.optim.Adam(observer.parameters(), lr=tc.lr)
-    if resume and (tc.out / "ckpt.safetensors").exists():
-        load_optimizer_tensors(opt, observer, load_file(str(tc.out / "ckpt.safetensors")), "opt.")
     rng = np.random.default_rng([tc.seed, meta["step"]])
     data = ViewPool(tc, rng)
     views = held_out(tc.map_size)
@@ -197,16 +200,6 @@ def train(tc: ObserverTrainConfig, resume: bool, export: Path | None, tokenizer:
         save_observer(observer, tok, export, report)
     print(json.dumps(report))
     return report
-
-
-def save_checkpoint(out: Path, observer: Encoder, opt: torch.optim.Optimizer, meta: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in observer.state_dict().items()}
-    tensors |= optimizer_tensors(opt, observer, "opt.")
-    tmp = out / "ckpt.tmp.safetensors"
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
-    tmp.replace(out / "ckpt.safetensors")
-    (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
 
 
 def main(argv: list[str] | None = None) -> None:

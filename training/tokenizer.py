@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from worldserve.model.default.tokenizer import (
+    UPSAMPLING,
     WEIGHTS,
     GroundTokenizer,
     TokenizerConfig,
@@ -195,9 +196,13 @@ def evaluate(model: GroundTokenizer, views: list) -> dict[str, float]:
         sharp.append(float(detail(rec).mean() / detail(xa).mean().clamp_min(1e-6)))
         reskin.append(float(((model.decode(ids, torch.from_numpy(sb)[None].expand(len(a), -1)).clamp(-1, 1) - xb) ** 2).mean()))
     model.train()
-    db = lambda errs: float(10 * np.log10(4.0 / max(float(np.mean(errs)), 1e-12)))  # noqa: E731  (range 2)
-    return {"psnr": db(same), "psnr_reskin": db(reskin), "codes_used": float(len(used)),
+    return {"psnr": psnr_db(same), "psnr_reskin": psnr_db(reskin), "codes_used": float(len(used)),
             "sharpness": float(np.mean(sharp))}
+
+
+def psnr_db(errs: list[float]) -> float:
+    """PSNR of frames in [-1, 1] (a range of 2) from their mean squared errors."""
+    return float(10 * np.log10(4.0 / max(float(np.mean(errs)), 1e-12)))
 
 
 def detail(x: torch.Tensor) -> torch.Tensor:
@@ -218,8 +223,9 @@ def revive(model: GroundTokenizer, usage: torch.Tensor, z: torch.Tensor, gen: to
     return len(dead)
 
 
-def save_checkpoint(out: Path, model: GroundTokenizer, opt: torch.optim.Optimizer, meta: dict,
+def save_checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict,
                     adversary: Adversary | None = None) -> None:
+    """``out``/ckpt.safetensors (the model, Adam's moments, the critic's) and ckpt.json (``meta``)."""
     out.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()} | optimizer_tensors(opt, model, "opt.")
     if adversary is not None:
@@ -356,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="continue --out's checkpoint; without one, start from --init's weights")
     ap.add_argument("--init", type=Path, default=COMMITTED, help="committed weights to start from (no suffix)")
     ap.add_argument("--export", type=Path, default=None, help="write half-precision weights there (no suffix)")
-    ap.add_argument("--upsample", choices=("nearest", "bilinear"), default=None,
+    ap.add_argument("--upsample", choices=UPSAMPLING, default=None,
                     help="the decoder's upsampling (default: the weights' own); its weights carry over")
     ap.add_argument("--decoder-only", action="store_true",
                     help="train the decoder alone (the codes, and the bank built on them, stay valid)")

@@ -31,6 +31,7 @@ from torch import nn
 
 from worldserve.world.scene import SCENE_DIM
 
+UPSAMPLING = ("nearest", "bilinear")  # the decoder's choices of 2x step
 WEIGHTS = Path(__file__).resolve().parent / "weights" / "tokenizer"  # the committed export (no suffix)
 
 
@@ -48,8 +49,8 @@ class TokenizerConfig:
             raise ValueError(f"codes {self.codes} and code_dim {self.code_dim} must be at least 2 and 1")
         if len(self.widths) != 3 or any(w % self.groups for w in self.widths):
             raise ValueError(f"widths {self.widths} must be three multiples of groups={self.groups}")
-        if self.upsample not in ("nearest", "bilinear"):
-            raise ValueError(f"upsample {self.upsample!r} must be 'nearest' or 'bilinear'")
+        if self.upsample not in UPSAMPLING:
+            raise ValueError(f"upsample {self.upsample!r} must be one of {UPSAMPLING}")
 
     @property
     def down(self) -> int:
@@ -116,11 +117,9 @@ class Decoder(nn.Module):
         h = self.res0(self.up0(self.up(h)), scene)  # (B, w0, 4h, 4w)
         return self.out(F.silu(self.norm(h)))
 
-
     def up(self, h: torch.Tensor) -> torch.Tensor:
-        if self.mode == "nearest":
-            return F.interpolate(h, scale_factor=2, mode="nearest")
-        return F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=False)
+        """2x, by ``TokenizerConfig.upsample``."""
+        return F.interpolate(h, scale_factor=2, mode=self.mode, align_corners=None if self.mode == "nearest" else False)
 
 
 class VectorQuantizer(nn.Module):
