@@ -73,8 +73,9 @@ class TokenizerTrainConfig:
     lr_end: float = 0.0  # > 0: cosine decay from ``lr`` to this over the run's minutes (0: constant)
     decoder_only: bool = False  # train the decoder alone: the codes (and the bank built on them) stay valid
     adv_weight: float = 0.0  # the critic's term, scaled to the squared error's gradient (0: no critic)
-    adv_warmup: int = 100  # steps the critic trains alone, then as many ramping its term in
+    adv_warmup: int = 100  # steps the critic trains alone (the model holds still), then as many ramping its term in
     adv_lr: float = 2e-4
+    critic_width: int = 16  # the critic's first convolution's channels (doubled twice deeper)
     worlds: int = 8  # training worlds in the pool; one is replaced every 50 steps
     reuse: int = 1  # > 1: a world renders 1/reuse of its views a step and draws the rest from its last 64
     same_share: float = 0.5  # share of items decoded under the scene they were encoded from
@@ -292,7 +293,7 @@ def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Pat
     if tc.decoder_only:  # Adam leaves parameters without a gradient alone
         model.encoder.requires_grad_(False)
         model.quantizer.requires_grad_(False)
-    adversary = Adversary(3, model.cfg.scene_dim, tc.adv_lr) if tc.adv_weight > 0 else None
+    adversary = Adversary(3, model.cfg.scene_dim, tc.adv_lr, width=tc.critic_width) if tc.adv_weight > 0 else None
     if adversary is not None and resume and (tc.out / "ckpt.safetensors").exists():
         adversary.load(load_file(str(tc.out / "ckpt.safetensors")))
     rng = np.random.default_rng([tc.seed, meta["step"]])
@@ -311,20 +312,25 @@ def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Pat
         progress = max((time.perf_counter() - t0) / budget, run_step / tc.steps if tc.steps else 0.0)
         for g in opt.param_groups:
             g["lr"] = lr_at(tc, run_step, progress)
-        with torch.set_grad_enabled(not tc.decoder_only):
+        ramp = adv_ramp(run_step, tc)
+        # a fresh critic learns the views alone first: stepped on squared error alone meanwhile,
+        # a sharpened decoder would drift back toward the blur the critic was brought in against
+        hold = adversary is not None and ramp == 0
+        with torch.set_grad_enabled(not tc.decoder_only and not hold):
             z = model.encoder(src)
             q, ids, vq_loss = model.quantizer(z)
-        pred = model.decoder(q, scene)
+        with torch.set_grad_enabled(not hold):
+            pred = model.decoder(q, scene)
         rec = F.mse_loss(pred, dst)
         loss = rec + vq_loss if not tc.decoder_only else rec
-        ramp = adv_ramp(run_step, tc)
         if adversary is not None:
             adv = adversary.generator_loss(pred[:, None], dst[:, None], scene[:, None], gen)
             if ramp > 0:
                 loss = loss + tc.adv_weight * ramp * adaptive_weight(rec, adv, model.decoder.out.weight) * adv
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if not hold:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
         if adversary is not None:
             adversary.critic_step()
         usage += torch.bincount(ids.flatten(), minlength=model.cfg.codes)
@@ -366,8 +372,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="the decoder's upsampling (default: the weights' own); its weights carry over")
     ap.add_argument("--decoder-only", action="store_true",
                     help="train the decoder alone (the codes, and the bank built on them, stay valid)")
-    names = ("minutes", "steps", "batch", "crop", "lr", "lr_end", "adv_weight", "adv_warmup", "adv_lr", "worlds", "reuse",
-             "same_share", "seed", "threads", "eval_every", "checkpoint_minutes", "map_size")
+    names = ("minutes", "steps", "batch", "crop", "lr", "lr_end", "adv_weight", "adv_warmup", "adv_lr", "critic_width",
+             "worlds", "reuse", "same_share", "seed", "threads", "eval_every", "checkpoint_minutes", "map_size")
     for name in names:
         default = getattr(TokenizerTrainConfig, name)
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)

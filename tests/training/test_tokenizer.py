@@ -87,6 +87,23 @@ def test_the_sharpening_stage_moves_the_decoder_alone_and_resumes_its_critic(tmp
     assert train(tc, resume=True, export=None)["steps"] == report["steps"] + 4
 
 
+def test_the_decoder_holds_still_while_a_fresh_critic_learns_the_views_alone(tmp_path: Path) -> None:
+    """``--adv-warmup``: a sharpened decoder stepped on squared error alone while a new critic
+    warms up would drift back toward blur, so for those steps only the critic (of the width
+    asked) moves."""
+    base = TokenizerTrainConfig(out=tmp_path / "base", minutes=10, steps=1, batch=4, crop=16, worlds=2,
+                                map_size=256, eval_every=1000, model=TINY)
+    train(base, resume=False, export=tmp_path / "w" / "tokenizer")
+    tc = TokenizerTrainConfig(**{**base.__dict__, "out": tmp_path / "warm", "decoder_only": True,
+                                 "adv_weight": 0.5, "adv_warmup": 10, "critic_width": 8, "steps": 3})
+    train(tc, resume=True, export=tmp_path / "s" / "tokenizer", init=tmp_path / "w" / "tokenizer")
+    before, after = load_tokenizer(tmp_path / "w" / "tokenizer"), load_tokenizer(tmp_path / "s" / "tokenizer")
+    assert all(torch.equal(v, after.state_dict()[k]) for k, v in before.state_dict().items())
+    tensors = load_file(str(tmp_path / "warm" / "ckpt.safetensors"))
+    assert tensors["critic.convs.0.parametrizations.weight.original"].shape[0] == 8
+    assert any(k.startswith("copt.") for k in tensors)
+
+
 def test_a_switch_to_bilinear_upsampling_keeps_the_codes_and_travels_with_the_weights(tmp_path: Path) -> None:
     """``--upsample bilinear`` from an export trained with nearest upsampling: the same weights
     (so the same codes, and the bank stays valid), a decoder that draws no 4-px grid, and the
