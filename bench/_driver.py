@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from worldserve.model.default.runner import ModelRunner
@@ -53,3 +55,30 @@ def make_worlds(n: int, bucket: int, rng: np.random.Generator, first_seed: int) 
     for w in worlds:
         w.reset(w.random_position(rng))
     return worlds
+
+
+@dataclass
+class Rollouts:
+    truth: np.ndarray  # (E, T, H, W, 3)
+    model: np.ndarray  # (E, T, H, W, 3); frame 0 is the anchor
+    actions: np.ndarray  # (E, T, A)
+    scenes: list[str] | None = None  # each episode's scene prompt
+
+
+def rollouts(runner: ModelRunner, bucket: int, worlds: list[World], actions: np.ndarray, seed: int) -> Rollouts:
+    """Renderer and model driven by the same ``actions`` (E, T, A), the model anchored on
+    the renderer's first frame."""
+    episodes, length = actions.shape[:2]
+    truth = np.zeros((episodes, length, bucket, bucket, 3), np.uint8)
+    for i, w in enumerate(worlds):
+        truth[i, 0] = w.render(bucket)
+        for t in range(1, length):
+            w.step(actions[i, t])
+            truth[i, t] = w.render(bucket)
+    drv = Driver(runner, bucket)
+    drv.open(truth[:, 0], [w.scene.to_prompt() for w in worlds], seed=seed)
+    model = truth.copy()
+    for t in range(1, length):
+        model[:, t] = drv.step(actions[:, t])
+    drv.close()
+    return Rollouts(truth, model, actions, [w.scene.to_prompt() for w in worlds])

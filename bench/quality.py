@@ -57,7 +57,8 @@ distance in a scene-attribute network's features (``fd_<moment>``) beside the re
 (``fd_floor``), and patch realism (``patch_ratio_<moment>``, 1.0: made of the world's
 materials). ``--weights`` other than the committed ones are measured there beside the
 committed weights (``--beside``), on the same worlds. ``--canvas`` adds the weights served on the world canvas (realism, and its revisit on its own
-line, ``canvas revisit_psnr=..``), and each of the weights beside them on it (``canvas <name>``). ``--oracle frame|ground|tokens`` measures the
+line, ``canvas revisit_psnr=..``, and its steering, ``canvas control_acc=.. scene_ok=..``, on the worlds and
+scripts of the weights' own), and each of the weights beside them on it (``canvas <name>``). ``--oracle frame|ground|tokens`` measures the
 weights there once more with their anchor reference taken from the renderer
 (``bench._oracle``; ``ground:1``: the ground view every frame, as a canvas would give it), each on a line ``oracle ... go_on=0|1`` above the summary.
 
@@ -76,7 +77,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +84,8 @@ import torch
 from PIL import Image
 
 from worldserve.bench import realism
-from worldserve.bench._driver import Driver, make_worlds
+from worldserve.bench._control import CONTROL_EPISODES, control_steps, steering, steering_line
+from worldserve.bench._driver import Driver, Rollouts, make_worlds, rollouts
 from worldserve.bench._frame_measures import (
     COLOUR_BINS,
     anisotropy,
@@ -104,47 +105,12 @@ from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
 from worldserve.session.plan import ACTION_DIM
-from worldserve.world import World, expected_shift, global_shift, mixed_policy, sample_scene
+from worldserve.world import expected_shift, mixed_policy
 
 HORIZONS = (1, 8, 32)
 
 
-CONTROL_EPISODES = 24  # --quick too: a score from a handful of episodes hangs on whether one is in snow
-DESPECKLE = 5  # median window (px at 64): removes snowflakes and most of a rain streak
-BAND = 0.15  # cycles per pixel: the Gaussian weight on the whitened cross-spectrum
 
-
-def motion_ok(prev: np.ndarray, cur: np.ndarray, action: np.ndarray, bucket: int, filtered: bool = True) -> bool | None:
-    """Does the ground's shift prev -> cur match the action's? None when the action is still.
-
-    The frames are median-filtered and the phase correlation band-limited first: falling
-    snow and rain move on their own, and unfiltered (``filtered=False``) they outvote a dim
-    or bare ground; ``control_acc_renderer_plain`` is the renderer's score that way."""
-    want = np.round(np.asarray(expected_shift(action, bucket), dtype=np.float64))
-    if not np.any(want):
-        return None
-    scale = bucket // 64 or 1
-    kw = {"despeckle": DESPECKLE * scale | 1, "band": BAND / scale} if filtered else {}
-    got = global_shift(prev, cur, **kw)
-    return bool(np.all(np.abs(np.asarray(got, dtype=np.float64) - want) <= 1.0))
-
-
-def control_steps(roll: Rollouts, filtered: bool = True) -> tuple[list[list[bool]], list[list[bool]]]:
-    """Per episode, ``motion_ok`` of the model's and of the renderer's frames at every step
-    whose action moves the camera."""
-    bucket = roll.truth.shape[2]
-    model_ok: list[list[bool]] = []
-    truth_ok: list[list[bool]] = []
-    for i in range(roll.truth.shape[0]):
-        model_ok.append([])
-        truth_ok.append([])
-        for t in range(1, roll.truth.shape[1]):
-            m = motion_ok(roll.model[i, t - 1], roll.model[i, t], roll.actions[i, t], bucket, filtered)
-            r = motion_ok(roll.truth[i, t - 1], roll.truth[i, t], roll.actions[i, t], bucket, filtered)
-            if m is not None:
-                model_ok[-1].append(m)
-                truth_ok[-1].append(bool(r))
-    return model_ok, truth_ok
 
 
 def shifted(frame: np.ndarray, dy: float, dx: float) -> np.ndarray:
@@ -231,14 +197,6 @@ def shift_oracle(truth: np.ndarray, actions: np.ndarray, horizon: int, bucket: i
     return np.stack(out)
 
 
-@dataclass
-class Rollouts:
-    truth: np.ndarray  # (E, T, H, W, 3)
-    model: np.ndarray  # (E, T, H, W, 3); frame 0 is the anchor
-    actions: np.ndarray  # (E, T, A)
-    scenes: list[str] | None = None  # each episode's scene prompt
-
-
 def _db(err: float) -> str:
     return f"{psnr_of_mse(err):5.1f}" if err > 0 else "  inf"
 
@@ -263,53 +221,10 @@ def episode_lines(
     return lines
 
 
-def rollouts(runner: ModelRunner, bucket: int, worlds: list[World], actions: np.ndarray, seed: int) -> Rollouts:
-    """Renderer and model driven by the same ``actions`` (E, T, A), the model anchored on
-    the renderer's first frame."""
-    episodes, length = actions.shape[:2]
-    truth = np.zeros((episodes, length, bucket, bucket, 3), np.uint8)
-    for i, w in enumerate(worlds):
-        truth[i, 0] = w.render(bucket)
-        for t in range(1, length):
-            w.step(actions[i, t])
-            truth[i, t] = w.render(bucket)
-    drv = Driver(runner, bucket)
-    drv.open(truth[:, 0], [w.scene.to_prompt() for w in worlds], seed=seed)
-    model = truth.copy()
-    for t in range(1, length):
-        model[:, t] = drv.step(actions[:, t])
-    drv.close()
-    return Rollouts(truth, model, actions, [w.scene.to_prompt() for w in worlds])
-
-
 def short_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
     worlds = make_worlds(episodes, bucket, rng, 0)
     actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
     return rollouts(runner, bucket, worlds, actions, seed=1)
-
-
-def control_rollouts(
-    runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator,
-) -> tuple[Rollouts, list[str]]:
-    """Rollouts for action control only, on worlds of their own (``CONTROL_EPISODES``, more
-    than the PSNR episodes: one snowfall episode more or less moves a 12-episode score by
-    several points). Returns them with each episode's weather."""
-    worlds = make_worlds(episodes, bucket, rng, 400)
-    actions = np.stack([mixed_policy(length, rng) for _ in worlds]).astype(np.float32)
-    return rollouts(runner, bucket, worlds, actions, seed=7), [w.scene.weather for w in worlds]
-
-
-def control_by_weather(
-    model_ok: list[list[bool]], truth_ok: list[list[bool]], weather: list[str],
-) -> dict[str, tuple[float, float, int]]:
-    """{weather: (model share, renderer share, steps)} over the episodes of each weather."""
-    out = {}
-    for w in sorted(set(weather)):
-        m = [ok for oks, ww in zip(model_ok, weather, strict=True) if ww == w for ok in oks]
-        r = [ok for oks, ww in zip(truth_ok, weather, strict=True) if ww == w for ok in oks]
-        if m:
-            out[w] = (float(np.mean(m)), float(np.mean(r)), len(m))
-    return out
 
 
 def still_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int, rng: np.random.Generator) -> Rollouts:
@@ -317,41 +232,6 @@ def still_rollouts(runner: ModelRunner, bucket: int, episodes: int, length: int,
     frame is nearly right here, so this shows a model that drifts when nothing is asked."""
     worlds = make_worlds(episodes, bucket, rng, 300)
     return rollouts(runner, bucket, worlds, np.zeros((episodes, length, ACTION_DIM), np.float32), seed=4)
-
-
-def scene_switch(runner: ModelRunner, bucket: int, episodes: int, rng: np.random.Generator) -> bool:
-    """Switch every session's prompt after 12 frames; within 4 frames the model's mean colour
-    must be nearer the renderer's new-scene frames than its old-scene frames."""
-    worlds = make_worlds(episodes, bucket, rng, 100)
-    drv = Driver(runner, bucket)
-    old = [w.scene for w in worlds]
-    new = [sample_scene(rng) for _ in worlds]
-    for i in range(episodes):  # make sure the look really changes
-        while new[i].to_prompt() == old[i].to_prompt():
-            new[i] = sample_scene(rng)
-    drv.open(np.stack([w.render(bucket) for w in worlds]), [s.to_prompt() for s in old], seed=2)
-    actions = np.zeros((episodes, ACTION_DIM), np.float32)
-    actions[:, 3] = 1.0  # move right the whole time
-    for _ in range(12):
-        drv.step(actions)
-        for w in worlds:
-            w.step(actions[0])
-    drv.scene([s.to_prompt() for s in new])
-    ok = []
-    for _ in range(4):
-        frames = drv.step(actions)
-        for w in worlds:
-            w.step(actions[0])
-        old_look, new_look = [], []
-        for i, w in enumerate(worlds):
-            w.set_scene(old[i])
-            old_look.append(w.render(bucket).reshape(-1, 3).mean(0))
-            w.set_scene(new[i])
-            new_look.append(w.render(bucket).reshape(-1, 3).mean(0))
-        got = frames.reshape(episodes, -1, 3).mean(1)
-        ok = [np.linalg.norm(got[i] - new_look[i]) < np.linalg.norm(got[i] - old_look[i]) for i in range(episodes)]
-    drv.close()
-    return float(np.mean(ok)) >= 0.75
 
 
 def long_rollout(
@@ -511,23 +391,12 @@ def main(argv: list[str] | None = None) -> None:
             if h > 1:
                 res.update(region_psnr(roll, h, bucket))
         per_model, _ = control_steps(roll)
-        ctl, ctl_weather = control_rollouts(runner, bucket, CONTROL_EPISODES, max(HORIZONS) + 1,
-                                            np.random.default_rng([args.seed, bucket, 2]))
-        model_ok, truth_ok = control_steps(ctl)
-        by_weather = control_by_weather(model_ok, truth_ok, ctl_weather)
-        plain = [ok for e in control_steps(ctl, filtered=False)[1] for ok in e]
-        model_ok, truth_ok = [ok for e in model_ok for ok in e], [ok for e in truth_ok for ok in e]
+        steer, by_weather = steering(runner, bucket, episodes, max(HORIZONS) + 1, args.seed)
         still = still_rollouts(runner, bucket, episodes, max(HORIZONS) + 1, np.random.default_rng([args.seed, bucket, 1]))
         for h in HORIZONS[1:]:
             res[f"still_psnr_h{h}"] = pooled_psnr(still.model[:, h], still.truth[:, h])
             res[f"still_psnr_h{h}_repeat"] = pooled_psnr(still.truth[:, 0], still.truth[:, h])
-        res["control_acc"] = float(np.mean(model_ok)) if model_ok else float("nan")
-        res["control_acc_renderer"] = float(np.mean(truth_ok)) if truth_ok else float("nan")
-        res["control_acc_renderer_plain"] = float(np.mean(plain))
-        # the steps where the measurement itself works on the renderer's own frames
-        judged = [m for m, r in zip(model_ok, truth_ok, strict=True) if r]
-        res["control_acc_judged"] = float(np.mean(judged)) if judged else float("nan")
-        res["scene_ok"] = float(scene_switch(runner, bucket, episodes, rng))
+        res.update(steer)
         rv = revisit(runner, bucket, episodes, np.random.default_rng([args.seed, bucket, 3]))
         save_revisit_strip(rv, out, bucket)
         res["revisit_psnr"] = pooled_psnr(rv.back[:, 1], rv.left[:, 1])
@@ -571,6 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(realism.oracle_lines(real, oracles)))
     if args.canvas:  # the canvas's own revisit, on the same script as the weights' above
         print(revisit_line(realism.CANVAS, runners[realism.CANVAS], asked[0], episodes, args.seed, out))
+        print(steering_line(realism.CANVAS, runners[realism.CANVAS], asked[0], episodes, max(HORIZONS) + 1, args.seed))
     s, r = summary, real[labels[0]]
     print(
         f"quality psnr_h8={s['psnr_h8']:.2f} psnr_h8_repeat={s['psnr_h8_repeat']:.2f} "

@@ -1,11 +1,10 @@
 import numpy as np
 
+from worldserve.bench._control import control_by_weather, control_steps
+from worldserve.bench._driver import Rollouts
 from worldserve.bench._frame_measures import pooled_psnr, psnr
 from worldserve.bench.quality import (
-    Rollouts,
     best_aligned,
-    control_by_weather,
-    control_steps,
     episode_lines,
     region_psnr,
     shift_oracle,
