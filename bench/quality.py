@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> None:
     real = realism.measure(runners, asked[0], realism.worlds_for(args.quick), args.seed, out, lines=lines,
                            oracles=oracles)
     print("\n".join(lines))
-    print("\n".join(realism.oracle_lines(real, oracles)))
+    print("\n".join(realism.oracle_lines(real, oracles) + realism.canvas_lines(real)))
     if args.canvas:  # the canvas's own revisit, on the same script as the weights' above
         print(revisit_line(realism.CANVAS, runners[realism.CANVAS], asked[0], episodes, args.seed, out))
         print(steering_line(realism.CANVAS, runners[realism.CANVAS], asked[0], episodes, max(HORIZONS) + 1, args.seed))

@@ -46,7 +46,8 @@ Writes ``realism_<moment>_<bucket>.png`` under ``--out`` (default ``runs/quality
 the first 8 worlds, the renderer's row above each model's row. Prints a table; the last line
 is ``realism c2st_2s=.. c2st_10s=.. c2st_60s=.. c2st_control=.. c2st_blocks=.. fd_60s=..
 fd_floor=.. patch_ratio_60s=.. c2st_null=..`` for ``--weights`` (with ``VOID`` at the end when the control
-failed). ``--weights`` other than the committed ones are measured with the committed weights
+failed); above it, ``realism canvas c2st_2s=.. ..`` for each runner on the world canvas (the served model
+with ``--canvas``). ``--weights`` other than the committed ones are measured with the committed weights
 beside them (``--beside``), on the same worlds and scripts.
 """
 
@@ -296,6 +297,13 @@ def summary_fields(r: dict[str, float]) -> str:
             f"patch_ratio_60s={r['patch_ratio_60s']:.3f}")
 
 
+def canvas_lines(res: dict[str, dict[str, float]]) -> list[str]:
+    """``realism <label> c2st_2s=.. ..`` for each runner on the world canvas (the served model,
+    and any weights or tokenizers measured on it), beside the summary line of ``--weights``."""
+    return [f"realism {label} {summary_fields(r)}" + (" VOID" if r["void"] else "")
+            for label, r in res.items() if label == CANVAS or label.startswith(f"{CANVAS} ")]
+
+
 def label_weights(paths: list[Path]) -> list[str]:
     """Short names for weight files: the file name, or the path where two share a name."""
     names = [p.name for p in paths]
@@ -405,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
                   replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)
     print("\n".join(lines))
-    print("\n".join(oracle_lines(res, oracles)))
+    print("\n".join(oracle_lines(res, oracles) + canvas_lines(res)))
     r = res[next(iter(runners))]
     print(f"realism {summary_fields(r)} c2st_null={r['c2st_null']:.3f}" + (" VOID" if r["void"] else ""))
 

@@ -38,6 +38,7 @@ from worldserve.bench.realism import (
     Moment,
     add_out_args,
     beside_weights,
+    canvas_lines,
     measure,
     oracle_lines,
     out_dir,
@@ -225,6 +226,15 @@ def test_a_tiny_run_measures_every_runner_and_writes_a_strip_per_moment(tmp_path
     assert any("c2st_control" in line for line in lines)
     verdict = oracle_lines(res, oracles)
     assert len(verdict) == 1 and verdict[0].startswith("oracle o ") and verdict[0][-1] in "01"
+
+
+def test_every_runner_on_the_canvas_gets_a_realism_line_of_its_own() -> None:
+    figures = {"c2st_2s": 0.7, "c2st_10s": 0.75, "c2st_60s": 0.8, "c2st_control": 0.98, "c2st_blocks": 1.0,
+               "fd_60s": 77.1, "fd_floor": 50.7, "patch_ratio_60s": 1.7, "void": 0.0}
+    res = {"default.safetensors": figures, "canvas": figures, "canvas tok:a": {**figures, "void": 1.0}}
+    lines = canvas_lines(res)
+    assert lines == [f"realism canvas {summary_fields(figures)}", f"realism canvas tok:a {summary_fields(figures)} VOID"]
+    assert canvas_lines({"default.safetensors": figures}) == []
 
 
 def test_an_oracle_is_given_the_renderers_view_at_each_refresh() -> None:
