@@ -110,9 +110,6 @@ from worldserve.world import expected_shift, mixed_policy
 HORIZONS = (1, 8, 32)
 
 
-
-
-
 def shifted(frame: np.ndarray, dy: float, dx: float) -> np.ndarray:
     """``frame`` (H, W, 3) moved by (dy, dx) pixels, bilinear, as float; NaN where the
     source lies outside the frame (content the first frame never showed)."""

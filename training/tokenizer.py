@@ -336,7 +336,7 @@ def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Pat
         usage += torch.bincount(ids.flatten(), minlength=model.cfg.codes)
         meta["step"] += 1
         losses.append(float(rec.detach()))
-        if meta["step"] % REVIVE_EVERY == 0 and not tc.decoder_only:
+        if meta["step"] % REVIVE_EVERY == 0 and not tc.decoder_only and not hold:  # a hold moves no code either
             n = revive(model, usage, z, gen)
             print(f"step {meta['step']}: {n} unused codes revived", file=sys.stderr)
         if meta["step"] % tc.eval_every == 0:
