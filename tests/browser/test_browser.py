@@ -48,6 +48,14 @@ async def stats(page: Any) -> dict[str, str]:
     return {k: await page.inner_text(f"#stat-{k}") for k in keys}
 
 
+async def overlay_counts_frames(page: Any) -> None:
+    """The overlay (refreshed every 250 ms) shows the frames of the last second. On a loaded
+    machine the model can take longer than a second for one frame, so the test waits for a
+    count above zero instead of reading it once."""
+    await page.wait_for_function(
+        "/^[1-9][0-9]*$/.test(document.getElementById('stat-fps').textContent)", timeout=20000)
+
+
 async def steer(page: Any, app: Any, element: str) -> tuple[np.ndarray, np.ndarray]:
     """Hold D (right) until the server has applied it and the page measured its latency;
     returns the pictures before and after."""
@@ -82,9 +90,8 @@ async def test_webrtc_video_plays_a_key_steers_it_and_the_stats_are_live(model_w
             "document.getElementById('video').getVideoPlaybackQuality().totalVideoFrames") > decoded
         before, after = await steer(page, app, "video")
         assert np.abs(before - after).mean() > 1.0
-        await page.wait_for_timeout(600)  # the overlay refreshes every 250 ms
+        await overlay_counts_frames(page)
         s = await stats(page)
-        assert int(s["fps"]) > 0
         assert re.fullmatch(r"\d+ ms", s["latency"]), s
         assert s["level"].isdigit() and s["size"] == f"{bucket}×{bucket}"
         assert s["transport"] == "WebRTC H264" and s["session"] == state["session"]["id"]
@@ -103,9 +110,9 @@ async def test_without_webrtc_the_page_falls_back_to_websocket_jpeg() -> None:
         assert await page.is_hidden("#video") and await page.is_visible("#canvas")
         before, after = await steer(page, app, "canvas")  # fake frames: a colour per frame
         assert np.abs(before - after).mean() > 0
-        await page.wait_for_timeout(600)
+        await overlay_counts_frames(page)
         s = await stats(page)
-        assert s["transport"] == "WebSocket JPEG" and int(s["fps"]) > 0
+        assert s["transport"] == "WebSocket JPEG"
         assert re.fullmatch(r"\d+ ms", s["latency"]), s
 
 
