@@ -19,7 +19,11 @@ between its tiles, repetition. Printed, over all views:
   against those at the odd ones (two sets of the world's own ground);
 - ``seam``: the mean step between neighbouring pixels across the canvas's tile edges over
   that inside tiles (1.0: edges do not show), and the same measure of the world's views at
-  the same rows and columns (``seam_world``).
+  the same rows and columns (``seam_world``);
+- ``built``: how much of the canvas's ground is built (roads, bridges, fields, roofs, lamps),
+  beside ``built_world``, the world's: each code's chance of lying on built ground is counted
+  on the world's own codes against its layout, then averaged over each side's codes (a prior
+  that drops villages and roads reads below the world).
 
 Writes ``prior_<worlds>.png`` under ``--out`` (default runs/quality): per world the world's
 ground through the tokenizer over the canvas, at 2, 5 and 10 s. A fast loop for the prior
@@ -40,12 +44,13 @@ from PIL import Image
 from worldserve.bench._realism_measures import blur4, c2st_accuracy, frechet_distance
 from worldserve.bench._scene_features import load_scene_net, scene_features
 from worldserve.bench.tokenizer import to_frames
-from worldserve.model.default.canvas import TILE_UNITS
+from worldserve.model.default.canvas import CODE_UNITS, MISSING, TILE_UNITS
 from worldserve.model.default.ground import GroundPainter
 from worldserve.model.default.quilt import BANK, GroundBank
 from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.training.train import HELD_OUT_SEEDS
 from worldserve.world import World
+from worldserve.world.layers import BRIDGE, FIELD, LAMP, ROAD, ROOF
 from worldserve.world.motion import expected_shift
 from worldserve.world.policy import mixed_policy
 from worldserve.world.scene import sample_scene
@@ -54,15 +59,41 @@ FIRST_WORLD = 940
 BUCKET = 64
 FPS = 24
 STRIP_SECONDS = (2, 5, 10)
+BUILT = (ROAD, BRIDGE, FIELD, ROOF, LAMP)  # the layout's materials people made
 
 
-def tokens_view(painter: GroundPainter, ground: np.ndarray, scene: np.ndarray) -> np.ndarray:
-    """The world's ground view (H, W, 3) uint8 through the tokenizer, decoded under ``scene``."""
+def tokens_view(painter: GroundPainter, ground: np.ndarray, scene: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The world's ground view (H, W, 3) uint8 through the tokenizer, decoded under ``scene``,
+    and its codes (H/4, W/4)."""
     tok = painter.tokenizer
     x = torch.from_numpy(ground).permute(2, 0, 1)[None].float() / 127.5 - 1
     with torch.inference_mode():
         ids = tok.encode(x)
-        return to_frames(tok.decode(ids, torch.from_numpy(scene)[None]).float())[0]
+        return to_frames(tok.decode(ids, torch.from_numpy(scene)[None]).float())[0], ids[0].numpy()
+
+
+def built_cells(world: World) -> np.ndarray:
+    """(16, 16) bool: the view's 4x4-unit cells (one code each) of which a quarter or more is
+    built ground (roads, bridges, fields, roofs, lamps), from the world's layout."""
+    lay = world.layout
+    d, n = lay.density, lay.base.mat.shape[0]
+    top = np.floor((np.asarray(world.position) - BUCKET / 2) * d).astype(int)
+    idx = [(top[i] + np.arange(BUCKET * d)) % n for i in range(2)]
+    mat = lay.base.mat[np.ix_(idx[0], idx[1])]
+    cell = CODE_UNITS * d
+    built = np.isin(mat, BUILT).reshape(BUCKET // CODE_UNITS, cell, BUCKET // CODE_UNITS, cell)
+    return built.mean((1, 3)) >= 0.25
+
+
+def built_share(world_ids: np.ndarray, built: np.ndarray, canvas_ids: np.ndarray, codes: int) -> tuple[float, float]:
+    """The share of built ground in the world's views and in the canvas's, both read through
+    the codes: each code's chance of lying on built ground, counted on the world's own codes
+    (``world_ids`` and ``built`` (N, 16, 16)), averaged over each side's codes."""
+    hits = np.bincount(world_ids.ravel(), built.ravel().astype(np.float64), codes)
+    seen = np.bincount(world_ids.ravel(), minlength=codes)
+    p = np.divide(hits, seen, out=np.zeros(codes), where=seen > 0)
+    held = canvas_ids[canvas_ids != MISSING]
+    return float(p[world_ids].mean()), float(p[held].mean())
 
 
 def edge_ratio(frames: np.ndarray, rows: list[np.ndarray], cols: list[np.ndarray]) -> float:
@@ -87,6 +118,7 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
     rng = np.random.default_rng(seed)
     length = seconds * FPS + 1
     truth, canvas, groups, odd, rows, cols = [], [], [], [], [], []
+    world_ids, built, canvas_ids = [], [], []
     strip = []
     for w_i, s in enumerate(HELD_OUT_SEEDS[FIRST_WORLD : FIRST_WORLD + worlds]):
         world = World(s, sample_scene(rng), (BUCKET,))
@@ -103,7 +135,10 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
             painter.moved(g)
             if t % FPS == 0:
                 view = to_frames(ref[None])[0]
-                true = tokens_view(painter, world.render_ground(BUCKET), vec)
+                true, ids = tokens_view(painter, world.render_ground(BUCKET), vec)
+                world_ids.append(ids)
+                built.append(built_cells(world))
+                canvas_ids.append(g.canvas.crop(tuple(g.position), BUCKET))
                 truth.append(true)
                 canvas.append(view)
                 groups.append(w_i)
@@ -114,6 +149,8 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
                 shown[t // FPS] = (true, view)
         strip.append(np.concatenate([np.concatenate(shown[k], 0) for k in STRIP_SECONDS if k in shown], 1))
     a, b, grp, odd_ = np.stack(truth), np.stack(canvas), np.asarray(groups), np.asarray(odd)
+    share_world, share = built_share(np.stack(world_ids), np.stack(built), np.stack(canvas_ids),
+                                     painter.tokenizer.cfg.codes)
     net = load_scene_net()
     fa, fb = scene_features(net, a), scene_features(net, b)
     res = {
@@ -123,6 +160,8 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
         "fd_floor": frechet_distance(fa[odd_], fa[~odd_]),
         "seam": edge_ratio(b, rows, cols),
         "seam_world": edge_ratio(a, rows, cols),
+        "built": share,
+        "built_world": share_world,
         "views": float(len(a)),
     }
     return res, np.concatenate(strip, 0)
