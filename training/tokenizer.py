@@ -84,7 +84,7 @@ class TokenizerTrainConfig:
     eval_every: int = 200
     checkpoint_minutes: float = 10.0
     map_size: int = DEFAULT_MAP_SIZE
-    model: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(norm_window=32))  # a fresh model's; a resumed or --init one keeps its own
 
 
 def scene_vector(scene: SceneAttrs) -> np.ndarray:

@@ -43,6 +43,7 @@ class TokenizerConfig:
     scene_dim: int = SCENE_DIM  # the scene vector the decoder is conditioned on
     groups: int = 8  # group norm groups in every res block
     upsample: str = "nearest"  # the decoder's 2x steps: "nearest" or "bilinear" (no 4-px grid)
+    norm_window: int = 0  # > 0: the decoder's norms take their statistics over this many pixels around each pixel (``LocalGroupNorm``)
 
     def __post_init__(self) -> None:
         if self.codes < 2 or self.code_dim < 1:
@@ -51,6 +52,8 @@ class TokenizerConfig:
             raise ValueError(f"widths {self.widths} must be three multiples of groups={self.groups}")
         if self.upsample not in UPSAMPLING:
             raise ValueError(f"upsample {self.upsample!r} must be one of {UPSAMPLING}")
+        if self.norm_window < 0 or self.norm_window % self.down:
+            raise ValueError(f"norm_window {self.norm_window} must be 0 or a positive multiple of {self.down}")
 
     @property
     def down(self) -> int:
@@ -58,13 +61,63 @@ class TokenizerConfig:
         return 2 ** (len(self.widths) - 1)
 
 
+class LocalGroupNorm(nn.GroupNorm):
+    """Group norm whose mean and variance are those of a ``window`` x ``window`` square around
+    each pixel (cut at the input's edges), not of the whole input. The same weights as
+    ``nn.GroupNorm``.
+
+    The decoder learnt on 32-px crops, so its norms met the statistics of 32 px of ground. Served,
+    it decodes a canvas tile with its neighbours' codes around it (88 px), and with whole-input
+    statistics every pixel's colour then depends on everything in that crop: the same codes
+    decode paler or redder as the prior's tiles around them change, and two tiles decoded apart
+    meet with a step. With a window, a pixel depends only on the ground near it."""
+
+    def __init__(self, groups: int, ch: int, window: int):
+        super().__init__(groups, ch)
+        if window < 1:
+            raise ValueError(f"window {window} must be at least one pixel")
+        self.window = window | 1  # odd: centred on the pixel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        g, pad = self.num_groups, self.window // 2
+        xg = x.float().view(b, g, c // g, h, w)
+        moments = torch.cat((xg.mean(2), xg.square().mean(2)), 1)  # (B, 2G, H, W)
+        mean, sq = box_mean(moments, pad).chunk(2, 1)
+        std = torch.sqrt((sq - mean.square()).clamp_min(0) + self.eps)
+        y = ((xg - mean[:, :, None]) / std[:, :, None]).view(b, c, h, w).to(x.dtype)
+        return y * self.weight[:, None, None] + self.bias[:, None, None]
+
+
+def box_mean(x: torch.Tensor, r: int) -> torch.Tensor:
+    """The mean of (B, C, H, W) ``x`` over the (2r + 1)² square around each pixel, the square
+    cut at the edges: running sums along each axis in turn, so the cost does not grow with r
+    (``F.avg_pool2d`` without padding counted is several times slower on CPUs) and each sum
+    runs over one row or column, not the whole input (no far-away rounding)."""
+    k = 2 * r + 1
+    for dim in (-1, -2):
+        n = x.shape[dim]
+        cs = F.pad(x, (r + 1, r) if dim == -1 else (0, 0, r + 1, r)).cumsum(dim)
+        sums = cs.narrow(dim, k, n) - cs.narrow(dim, 0, n)
+        i = torch.arange(n, device=x.device)
+        count = ((i + r + 1).clamp(max=n) - (i - r).clamp(min=0)).to(x.dtype)
+        x = sums / (count if dim == -1 else count[:, None])
+    return x
+
+
+def group_norm(groups: int, ch: int, window: int = 0) -> nn.GroupNorm:
+    """``nn.GroupNorm``, or with ``window`` > 0 its local form (``LocalGroupNorm``)."""
+    return LocalGroupNorm(groups, ch, window) if window else nn.GroupNorm(groups, ch)
+
+
 class ResBlock(nn.Module):
     """Two 3x3 convolutions around a skip; with ``scene_dim``, each norm's output is scaled and
-    shifted per channel from the scene (FiLM), starting at identity."""
+    shifted per channel from the scene (FiLM), starting at identity. ``window``: the norms'
+    (``group_norm``)."""
 
-    def __init__(self, ch: int, groups: int, scene_dim: int = 0):
+    def __init__(self, ch: int, groups: int, scene_dim: int = 0, window: int = 0):
         super().__init__()
-        self.norm1, self.norm2 = nn.GroupNorm(groups, ch), nn.GroupNorm(groups, ch)
+        self.norm1, self.norm2 = group_norm(groups, ch, window), group_norm(groups, ch, window)
         self.conv1, self.conv2 = nn.Conv2d(ch, ch, 3, padding=1), nn.Conv2d(ch, ch, 3, padding=1)
         self.film = nn.Linear(scene_dim, 4 * ch) if scene_dim else None
         if self.film is not None:
@@ -101,13 +154,14 @@ class Decoder(nn.Module):
     def __init__(self, cfg: TokenizerConfig):
         super().__init__()
         w0, w1, w2 = cfg.widths
+        win = cfg.norm_window  # full-resolution pixels; halved at each coarser level
         self.inp = nn.Conv2d(cfg.code_dim, w2, 1)
-        self.res2 = ResBlock(w2, cfg.groups, cfg.scene_dim)
+        self.res2 = ResBlock(w2, cfg.groups, cfg.scene_dim, win // 4)
         self.up1 = nn.Conv2d(w2, w1, 3, padding=1)
-        self.res1 = ResBlock(w1, cfg.groups, cfg.scene_dim)
+        self.res1 = ResBlock(w1, cfg.groups, cfg.scene_dim, win // 2)
         self.up0 = nn.Conv2d(w1, w0, 3, padding=1)
-        self.res0 = ResBlock(w0, cfg.groups, cfg.scene_dim)
-        self.norm, self.out = nn.GroupNorm(cfg.groups, w0), nn.Conv2d(w0, 3, 3, padding=1)
+        self.res0 = ResBlock(w0, cfg.groups, cfg.scene_dim, win)
+        self.norm, self.out = group_norm(cfg.groups, w0, win), nn.Conv2d(w0, 3, 3, padding=1)
         self.mode = cfg.upsample
 
     def forward(self, z: torch.Tensor, scene: torch.Tensor) -> torch.Tensor:

@@ -276,3 +276,29 @@ def test_the_world_s_own_codes_decoded_tile_by_tile_show_no_seams() -> None:
     # the step between neighbouring pixels across tile edges over that everywhere: with the
     # tiles abutting, 1.22 / 1.25 / 1.34 in these three worlds; faded, 1.11 / 0.75 / 1.15
     assert edge_ratio(np.stack(views), rows, cols) < 1.15
+
+
+def test_a_place_keeps_its_colours_whatever_the_prior_drew_around_it() -> None:
+    """The decoder's norms take their statistics near each pixel (``LocalGroupNorm``): the same
+    codes decode to the same colours beside any neighbours. With statistics over the whole
+    decoded crop (tile and margin) a village under a desert sky came out 17 grey levels redder
+    in green beside the prior's red ground than decoded alone."""
+    from worldserve.training.ground_bank import code_map
+
+    painter = _painter()
+    look = SceneAttrs(biome="desert", vegetation="dense")
+    world = World(3, look, (BUCKET,), map_size=256)
+    place = code_map(painter.tokenizer, world, 256)[:TILE, :TILE].astype(np.uint16)
+    means = []
+    for other in ("snow", "desert", "tropical"):  # the ground around it, from three looks of the bank
+        maps = painter.bank.for_scene(SceneAttrs(biome=other, vegetation="sparse", weather="fog"))
+        g = painter.start(1, look)
+        side = g.canvas.side
+        for i in (-1, 0, 1):
+            for j in (-1, 0, 1):
+                key = (i % side, j % side)
+                g.canvas.write(key, place if key == (0, 0) else maps[0, 40 + 16 * i : 56 + 16 * i, 40 + 16 * j : 56 + 16 * j])
+        ref = painter.reference(g, np.zeros((1, 2)), BUCKET)[0, :3, 16:48, 16:48]  # the tile's middle
+        means.append((ref.mean((1, 2)) + 1) * 127.5)
+    spread = torch.stack(means).amax(0) - torch.stack(means).amin(0)  # per colour channel, grey levels
+    assert spread.max() < 2.0, spread

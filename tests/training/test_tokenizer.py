@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from worldserve.model.default.tokenizer import (
     GroundTokenizer,
+    LocalGroupNorm,
     TokenizerConfig,
     load_tokenizer,
     save_tokenizer,
@@ -44,6 +45,33 @@ def test_the_shipped_weights_are_half_precision_small_and_load_to_the_same_codes
     model.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
     frames = torch.rand(2, 3, 32, 32) * 2 - 1
     assert torch.equal(back.encode(frames), model.eval().encode(frames))
+
+
+def test_a_local_norm_whose_window_covers_the_input_is_the_group_norm() -> None:
+    local, plain = LocalGroupNorm(4, 8, window=33), torch.nn.GroupNorm(4, 8)
+    with torch.no_grad():
+        for p in (local.weight, local.bias):
+            p.normal_()
+    plain.load_state_dict(local.state_dict())  # the same parameters: the weights load either way
+    x = torch.randn(2, 8, 16, 16) * 3 + 1
+    assert torch.allclose(local(x), plain(x), atol=1e-4)
+    assert not torch.allclose(LocalGroupNorm(4, 8, window=5)(x), torch.nn.GroupNorm(4, 8)(x), atol=1e-2)
+
+
+@pytest.mark.parametrize("window", [0, 8])
+def test_with_a_norm_window_a_pixel_decodes_the_same_whatever_lies_far_from_it(window: int) -> None:
+    torch.manual_seed(0)
+    model = GroundTokenizer(replace(TINY, norm_window=window)).eval()
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, TINY.codes, (1, 40, 40), generator=gen)
+    far = ids.clone()
+    far[:, :8, :8] = torch.randint(0, TINY.codes, (1, 8, 8), generator=gen)  # other ground in one corner
+    scene = torch.randn(1, TINY.scene_dim, generator=gen)
+    with torch.no_grad():
+        a, b = model.decode(ids, scene)[..., -32:, -32:], model.decode(far, scene)[..., -32:, -32:]
+    # 96 px away or more: with whole-input statistics the far corner's codes move every pixel
+    # (by hundredths); with a window, only the rounding of the summed-area table's sums
+    assert ((a - b).abs().max() < 1e-4) == bool(window)
 
 
 def test_a_re_skin_keeps_biome_vegetation_and_weather() -> None:
@@ -121,6 +149,11 @@ def test_a_switch_to_bilinear_upsampling_keeps_the_codes_and_travels_with_the_we
     assert torch.equal(after.encode(frames), before.encode(frames))
     assert train(tc, resume=True, export=None)["steps"] == 5  # resumed, still bilinear
     assert json.loads((tmp_path / "smooth" / "ckpt.json").read_text())["model"]["upsample"] == "bilinear"
+
+
+def test_a_norm_window_must_fall_on_the_code_grid() -> None:
+    with pytest.raises(ValueError, match="norm_window"):
+        TokenizerConfig(norm_window=6)
 
 
 def test_bilinear_upsampling_changes_the_decode_not_its_shape() -> None:
