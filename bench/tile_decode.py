@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
                     out.append(time.perf_counter() - t0)
         med = [sorted(t)[len(t) // 2] * 1000 for t in times]
         for p, ms in zip(paths, med, strict=True):
-            print(f"{str(p):40s} {str(dtype).removeprefix('torch.'):>9s} {ms:8.2f} {ms / med[0]:6.2f}")
+            print(f"{p!s:40s} {str(dtype).removeprefix('torch.'):>9s} {ms:8.2f} {ms / med[0]:6.2f}")
 
 
 if __name__ == "__main__":
