@@ -45,7 +45,7 @@ from worldserve.bench._realism_measures import blur4, c2st_accuracy, frechet_dis
 from worldserve.bench._scene_features import load_scene_net, scene_features
 from worldserve.bench.tokenizer import to_frames
 from worldserve.model.default.canvas import CODE_UNITS, MISSING, TILE_UNITS
-from worldserve.model.default.ground import GroundPainter
+from worldserve.model.default.ground import VIEW_UNITS, GroundPainter
 from worldserve.model.default.quilt import BANK, GroundBank
 from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.training.train import HELD_OUT_SEEDS
@@ -88,12 +88,13 @@ def built_cells(world: World) -> np.ndarray:
 def built_share(world_ids: np.ndarray, built: np.ndarray, canvas_ids: np.ndarray, codes: int) -> tuple[float, float]:
     """The share of built ground in the world's views and in the canvas's, both read through
     the codes: each code's chance of lying on built ground, counted on the world's own codes
-    (``world_ids`` and ``built`` (N, 16, 16)), averaged over each side's codes."""
+    (``world_ids`` and ``built`` (N, 16, 16)), averaged over each side's codes. Averaged over
+    the world's own codes those chances give back the world's built share itself."""
     hits = np.bincount(world_ids.ravel(), built.ravel().astype(np.float64), codes)
     seen = np.bincount(world_ids.ravel(), minlength=codes)
     p = np.divide(hits, seen, out=np.zeros(codes), where=seen > 0)
     held = canvas_ids[canvas_ids != MISSING]
-    return float(p[world_ids].mean()), float(p[held].mean())
+    return float(built.mean()), float(p[held].mean())
 
 
 def edge_ratio(frames: np.ndarray, rows: list[np.ndarray], cols: list[np.ndarray]) -> float:
@@ -138,7 +139,7 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
                 true, ids = tokens_view(painter, world.render_ground(BUCKET), vec)
                 world_ids.append(ids)
                 built.append(built_cells(world))
-                canvas_ids.append(g.canvas.crop(tuple(g.position), BUCKET))
+                canvas_ids.append(g.canvas.crop(tuple(g.position), VIEW_UNITS))
                 truth.append(true)
                 canvas.append(view)
                 groups.append(w_i)
