@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 # settings of the sampler alone: a runner may override them on trained weights
-SAMPLER_FIELDS = ("denoising_steps", "sampler_eta")
+SAMPLER_FIELDS = ("denoising_steps", "sampler_eta", "reference_trust")
 
 # switches of trials that were not adopted, removed from the model (docs/long_rollout.md), and
 # the value at which each was off: a config written before their removal loads where it holds
@@ -52,6 +52,7 @@ class ModelConfig:
     scene_dim: int = 18  # scene conditioning vector length (world.scene.SCENE_DIM)
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
+    reference_trust: float = 0.0  # logits added to the head's reference mix (serving; ``WorldModel._head``)
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -83,6 +84,8 @@ class ModelConfig:
             )
         if not 0.0 <= self.sampler_eta <= 1.0:
             raise ValueError(f"sampler_eta must lie in [0, 1], got {self.sampler_eta}")
+        if not 0.0 <= self.reference_trust < float("inf"):
+            raise ValueError(f"reference_trust must be a finite number >= 0, got {self.reference_trust}")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 

@@ -85,6 +85,22 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, frames: 
     return x.view(b, n, w)
 
 
+def trusted_mix(
+    logit: torch.Tensor, mask: torch.Tensor, resid: torch.Tensor, trust: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's reference mix with ``trust`` logits added, and its residual (B, F, C, H, W)
+    shrunk by the share of each pixel that the added trust takes from it: where the head
+    now copies the reference whole, it adds nothing of its own on top. ``logit`` (B*F, 1,
+    H, W) is the head's mix logit, ``mask`` the reference's coverage. Serving only: the
+    weights learnt with no trust; a world canvas is a whole, written reference, which the
+    compositor trained on the anchor's partial one distrusts (``ModelConfig.reference_trust``)."""
+    own = logit.sigmoid() * mask
+    mix = (logit + trust).sigmoid() * mask
+    keep = (1 - mix) / (1 - own).clamp_min(1e-6)  # 1 at no trust, 0 where the reference is copied whole
+    b, f = resid.shape[:2]
+    return mix, resid * keep.view(b, f, *keep.shape[1:]).to(resid.dtype)
+
+
 def gated_residual(x: torch.Tensor, h: torch.Tensor, gate: torch.Tensor, frames: int) -> torch.Tensor:
     """x + gate * h, per-frame gate (B, F, W)."""
     b, n, w = x.shape
@@ -345,7 +361,10 @@ class WorldModel(nn.Module):
         # copy from the anchor where the head trusts it and it shows anything
         ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
         logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
-        moved = torch.lerp(moved, ref[:, :ch], logit.sigmoid() * ref[:, ch:])
+        mix = logit.sigmoid() * ref[:, ch:]
+        if cfg.reference_trust:
+            mix, resid = trusted_mix(logit, ref[:, ch:], resid, cfg.reference_trust)
+        moved = torch.lerp(moved, ref[:, :ch], mix)
         return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
 
     # --- cached, chunk-by-chunk steps ---
