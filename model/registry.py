@@ -56,6 +56,7 @@ class LoadOptions:
     cpu_trace: bool = True  # on the CPU, chunks as TorchScript traces (model/default/chunk_graph.py)
     canvas: bool = False  # the default model's world canvas (model/default/ground.py)
     canvas_decode: str = "auto"  # where its tiles decode ahead: auto, between or beside chunks (tile_decode.py)
+    canvas_trust: float = 0.0  # on the canvas, the model's reference_trust (model/default/config.py)
     trace_cache: bool = False  # keep recorded traces between starts (model/default/trace_cache.py)
     trace_cache_dir: Path | None = None  # where; None: $XDG_CACHE_HOME/worldserve/traces
     sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
@@ -84,6 +85,7 @@ def _load_default(o: LoadOptions) -> Any:
         o.weights or DEFAULT_WEIGHTS, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype,
         device=o.device, graphs=o.cuda_graphs and o.device.startswith("cuda"),
         trace=o.cpu_trace and o.device == "cpu", trace_cache=cache, canvas=o.canvas, canvas_decode=o.canvas_decode,
+        canvas_trust=o.canvas_trust,
     )
 
 

@@ -139,6 +139,9 @@ class Settings:
                                          "model's chunks, beside them (on the core the model thread leaves "
                                          "free), or auto: beside where a start-up probe finds the cores "
                                          "computing side by side (CPU only)")
+    canvas_trust: float = setting(0.0, "the default model on its canvas: logits added to its head's reference "
+                                       "mix, so it copies more of the canvas's ground and draws less of its own "
+                                       "(0: as the weights learnt; docs/model.md)")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
     warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at; "
@@ -218,6 +221,7 @@ class Settings:
         need(0 <= self.port <= 65535, f"port {self.port!r} must be in [0, 65535]")
         need(self.threads is None or self.threads >= 1, f"threads {self.threads!r} must be >= 1")
         need(self.dtype in DTYPES, f"dtype {self.dtype!r} must be one of {DTYPES}")
+        need(0 <= self.canvas_trust < float("inf"), f"canvas_trust {self.canvas_trust} must be a finite number >= 0")
         need(self.canvas_decode in CANVAS_DECODE, f"canvas_decode {self.canvas_decode!r} must be one of {CANVAS_DECODE}")
         need(re.fullmatch(r"cpu|cuda(:\d+)?", self.device) is not None,
              f"device {self.device!r} must be cpu, cuda or cuda:N")

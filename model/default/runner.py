@@ -130,14 +130,15 @@ class ModelRunner:
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
         dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, canvas: bool = False,
-        canvas_decode: str = "between", tokenizer: Path | None = None, **kw: object,
+        canvas_decode: str = "between", tokenizer: Path | None = None, canvas_trust: float = 0.0, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``world/``) starts sessions from its world's
         view unless ``start_frame`` is given (``None`` turns that off). ``dtype`` may be a name for
         ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a CPU with bf16 matrix
         instructions). ``sampler`` overrides the weights' sampler settings (``ModelConfig.with_sampler``).
         ``canvas``: the world canvas (``ground.py``), its tiles decoded ahead ``canvas_decode``
-        chunks (``tile_decode.beside_chunks``), its ground ``tokenizer`` (default the committed one)."""
+        chunks (``tile_decode.beside_chunks``), its ground ``tokenizer`` (default the committed one),
+        its ``canvas_trust`` the weights' ``reference_trust`` (unless ``sampler`` sets that)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -157,6 +158,8 @@ class ModelRunner:
             paint = {"tokenizer": tokenizer} if tokenizer is not None else {}
             kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside, **paint)
         model = load_model(path)
+        if canvas and canvas_trust:
+            sampler = {"reference_trust": canvas_trust, **(sampler or {})}
         model.cfg = model.cfg.with_sampler(sampler)
         return cls(model, **kw)  # type: ignore[arg-type]
 

@@ -3,13 +3,17 @@ that makes the head copy more of its reference (a world canvas) and add less of 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
-from tests.model.conftest import make_runner, tiny_config
+from tests.model.conftest import make_runner, randomized, scene_encoder_for, tiny_config
 from tests.model.test_ground import BUCKET, SCENE, _painter, _psnr, _run
 from worldserve.model.default.dit import trusted_mix
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.weights import save_model
 from worldserve.session.plan import ACTION_DIM, SessionSpec, StepPlan
 
 
@@ -61,3 +65,13 @@ def test_a_trusting_compositor_shows_the_canvas_under_it() -> None:
     assert _psnr(frame, ground) < 20
     frame, ground = last_frame_and_ground(30.0)
     assert _psnr(frame, ground) > 40
+
+
+def test_the_server_s_canvas_trust_reaches_the_canvas_runner_alone(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    path = save_model(randomized(cfg), tmp_path / "w.safetensors")
+    kw = {"scene_encoder": scene_encoder_for(cfg), "max_sessions": 1}
+    assert ModelRunner.from_pretrained(path, canvas=True, canvas_trust=4.0, **kw).cfg.reference_trust == 4.0
+    assert ModelRunner.from_pretrained(path, canvas_trust=4.0, **kw).cfg.reference_trust == 0.0  # the anchor: as trained
+    with pytest.raises(ValueError, match="reference_trust"):
+        ModelRunner.from_pretrained(path, canvas=True, canvas_trust=-1.0, **kw)
