@@ -266,12 +266,13 @@ class GroundPainter:
 
     def _fill_around(self, g: SessionGround, top: np.ndarray, rings: int = 1) -> None:
         """Fill what is empty in ``_around``'s tiles, row by row from the top left."""
-        maps = None
+        maps = index = None
         for key in self._around(g, top, rings):
             tile = g._canvas.tiles.get(key)
             if tile is None or (tile == EMPTY).any():
-                maps = self.bank.for_scene(g.look) if maps is None else maps
-                g._canvas.write(key, fill_tile(g._canvas, key, maps, self.sim, g.seed))
+                if maps is None:
+                    maps, index = self.bank.for_scene(g.look), self.bank.sources(g.look)
+                g._canvas.write(key, fill_tile(g._canvas, key, maps, self.sim, g.seed, index))
 
     def _tile_codes(self, g: SessionGround, key: tuple[int, int]) -> np.ndarray:
         size = TILE + 2 * MARGIN
