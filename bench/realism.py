@@ -75,6 +75,7 @@ from worldserve.bench._realism_measures import (
 )
 from worldserve.bench._scene_features import DEFAULT_PATH as SCENE_NET_PATH
 from worldserve.bench._scene_features import load_scene_net, scene_features
+from worldserve.model.default.ground import TRUST
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
@@ -320,23 +321,24 @@ def with_oracles(runners: dict[str, ModelRunner], weights: Path, oracles: list[O
 
 
 def with_canvas(runners: dict[str, ModelRunner], paths: list[Path], on: bool, tokenizers: Sequence[Path] = (),
-                trusts: Sequence[float] = (0.0,), **kw: object) -> None:
+                trusts: Sequence[float] = (TRUST,), **kw: object) -> None:
     """Add each of ``paths`` served with the world canvas (``--canvas``) to ``runners``: the
     first as "canvas", the ones beside it as "canvas <label>" (``label_weights``), so a
     compositor trained on canvas references meets the committed one on the same canvas; the
     first again at each other reference trust of ``trusts`` (``--trust``; ``ModelConfig.
-    reference_trust``), as "canvas trust:<t>" (without 0 in ``trusts``: those alone); then the
+    reference_trust``; the served one is ``ground.TRUST``), as "canvas trust:<t>" (without the
+    served trust in ``trusts``: those alone); then the
     first on the canvas of each of ``tokenizers`` (``--tokenizers``), as "canvas tok:<label>"."""
     if on:
         for i, (label, p) in enumerate(zip(label_weights(paths), paths, strict=True)):
-            if i == 0 and 0.0 not in trusts:
+            if i == 0 and TRUST not in trusts:
                 continue
             runners[CANVAS if i == 0 else f"{CANVAS} {label}"] = ModelRunner.from_pretrained(
                 p, canvas=True, **kw)  # type: ignore[arg-type]
         for t in dict.fromkeys(trusts):
-            if t:
+            if t != TRUST:
                 runners[f"{CANVAS} trust:{t:g}"] = ModelRunner.from_pretrained(
-                    paths[0], canvas=True, sampler={"reference_trust": t}, **kw)  # type: ignore[arg-type]
+                    paths[0], canvas=True, canvas_trust=t, **kw)  # type: ignore[arg-type]
         for label, t in zip(label_weights([t.parent for t in tokenizers]), tokenizers, strict=True):
             runners[f"{CANVAS} tok:{label}"] = ModelRunner.from_pretrained(
                 paths[0], canvas=True, tokenizer=t, **kw)  # type: ignore[arg-type]
@@ -409,10 +411,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokenizers", type=Path, nargs="*", default=[], metavar="TOKENIZER",
                     help="ground tokenizers (no suffix) to serve the canvas with beside the committed one "
                          "(a decoder trained on: the codes, and so the bank, must be the committed one's)")
-    ap.add_argument("--trust", type=float, nargs="+", default=[0.0], metavar="T",
-                    help="the canvas served at each reference trust T (ModelConfig.reference_trust: logits added "
-                         "to the head's reference mix); 0, as the weights serve, is labelled canvas, others "
-                         "'canvas trust:T' (default: 0 alone)")
+    ap.add_argument("--trust", type=float, nargs="+", default=[TRUST], metavar="T",
+                    help="the canvas at each reference trust T (ModelConfig.reference_trust: logits added to the "
+                         f"head's reference mix; 0: as the weights learnt); the served {TRUST:g} is labelled canvas, "
+                         "others 'canvas trust:T' (default: the served one alone)")
     args = ap.parse_args(argv)
     if any(not 0 <= t < float("inf") for t in args.trust):
         ap.error(f"--trust takes finite numbers >= 0, got {args.trust}")
@@ -422,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     runners = {} if args.canvas_only else {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                                            for label, p in zip(label_weights(paths), paths, strict=True)}
     oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
-    canvas = args.canvas or args.canvas_only or bool(args.tokenizers) or args.trust != [0.0]
+    canvas = args.canvas or args.canvas_only or bool(args.tokenizers) or args.trust != [TRUST]
     with_canvas(runners, paths, canvas, args.tokenizers, args.trust, **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),

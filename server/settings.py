@@ -139,7 +139,7 @@ class Settings:
                                          "model's chunks, beside them (on the core the model thread leaves "
                                          "free), or auto: beside where a start-up probe finds the cores "
                                          "computing side by side (CPU only)")
-    canvas_trust: float = setting(0.0, "the default model on its canvas: logits added to its head's reference "
+    canvas_trust: float = setting(4.0, "the default model on its canvas: logits added to its head's reference "
                                        "mix, so it copies more of the canvas's ground and draws less of its own "
                                        "(0: as the weights learnt; docs/model.md)")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "

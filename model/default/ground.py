@@ -57,6 +57,7 @@ VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket
 MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds' size)
 RADIUS = 192.0  # tiles whose centre lies farther from the camera (on an axis) are evicted
 AHEAD = 1  # rings of tiles around the view's decoded before the view reaches them
+TRUST = 4.0  # the served canvas's reference trust (``ModelConfig.reference_trust``; docs/model.md)
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.frames import resize_frames
-from worldserve.model.default.ground import GroundPainter, SessionGround
+from worldserve.model.default.ground import TRUST, GroundPainter, SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.slot import (
     SessionSlot,
@@ -130,7 +130,7 @@ class ModelRunner:
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
         dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, canvas: bool = False,
-        canvas_decode: str = "between", tokenizer: Path | None = None, canvas_trust: float = 0.0, **kw: object,
+        canvas_decode: str = "between", tokenizer: Path | None = None, canvas_trust: float = TRUST, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``world/``) starts sessions from its world's
         view unless ``start_frame`` is given (``None`` turns that off). ``dtype`` may be a name for
@@ -138,7 +138,8 @@ class ModelRunner:
         instructions). ``sampler`` overrides the weights' sampler settings (``ModelConfig.with_sampler``).
         ``canvas``: the world canvas (``ground.py``), its tiles decoded ahead ``canvas_decode``
         chunks (``tile_decode.beside_chunks``), its ground ``tokenizer`` (default the committed one),
-        its ``canvas_trust`` the weights' ``reference_trust`` (unless ``sampler`` sets that)."""
+        its ``canvas_trust`` the weights' ``reference_trust`` (``ground.TRUST`` served; 0: as the
+        weights learnt; ``sampler`` may set it instead)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")

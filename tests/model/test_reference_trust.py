@@ -12,8 +12,11 @@ import torch
 from tests.model.conftest import make_runner, randomized, scene_encoder_for, tiny_config
 from tests.model.test_ground import BUCKET, SCENE, _painter, _psnr, _run
 from worldserve.model.default.dit import trusted_mix
+from worldserve.model.default.ground import TRUST
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import save_model
+from worldserve.model.registry import LoadOptions
+from worldserve.server.settings import Settings
 from worldserve.session.plan import ACTION_DIM, SessionSpec, StepPlan
 
 
@@ -71,7 +74,10 @@ def test_the_server_s_canvas_trust_reaches_the_canvas_runner_alone(tmp_path: Pat
     cfg = tiny_config()
     path = save_model(randomized(cfg), tmp_path / "w.safetensors")
     kw = {"scene_encoder": scene_encoder_for(cfg), "max_sessions": 1}
-    assert ModelRunner.from_pretrained(path, canvas=True, canvas_trust=4.0, **kw).cfg.reference_trust == 4.0
-    assert ModelRunner.from_pretrained(path, canvas_trust=4.0, **kw).cfg.reference_trust == 0.0  # the anchor: as trained
+    assert ModelRunner.from_pretrained(path, canvas=True, canvas_trust=2.0, **kw).cfg.reference_trust == 2.0
+    assert ModelRunner.from_pretrained(path, canvas=True, **kw).cfg.reference_trust == TRUST  # served
+    assert ModelRunner.from_pretrained(path, canvas_trust=2.0, **kw).cfg.reference_trust == 0.0  # the anchor: as trained
+    # the server's setting and the registry's option default to the served trust
+    assert Settings().canvas_trust == LoadOptions().canvas_trust == TRUST > 0
     with pytest.raises(ValueError, match="reference_trust"):
         ModelRunner.from_pretrained(path, canvas=True, canvas_trust=-1.0, **kw)
