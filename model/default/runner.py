@@ -136,10 +136,8 @@ class ModelRunner:
         view unless ``start_frame`` is given (``None`` turns that off). ``dtype`` may be a name for
         ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a CPU with bf16 matrix
         instructions). ``sampler`` overrides the weights' sampler settings (``ModelConfig.with_sampler``).
-        ``canvas``: the world canvas (``ground.py``), its tiles decoded ahead ``canvas_decode``
-        chunks (``tile_decode.beside_chunks``), its ground ``tokenizer`` (default the committed one),
-        its ``canvas_trust`` the weights' ``reference_trust`` (``ground.TRUST`` served; 0: as the
-        weights learnt; ``sampler`` may set it instead)."""
+        ``canvas``: the world canvas (``ground.py``), tiles decoded ahead ``canvas_decode`` chunks (``tile_decode``),
+        its ground ``tokenizer`` (default: committed), ``canvas_trust`` the ``reference_trust`` (0: as learnt)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -159,9 +157,7 @@ class ModelRunner:
             paint = {"tokenizer": tokenizer} if tokenizer is not None else {}
             kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside, **paint)
         model = load_model(path)
-        if canvas and canvas_trust:
-            sampler = {"reference_trust": canvas_trust, **(sampler or {})}
-        model.cfg = model.cfg.with_sampler(sampler)
+        model.cfg = model.cfg.with_sampler({**({"reference_trust": canvas_trust} if canvas else {}), **(sampler or {})})
         return cls(model, **kw)  # type: ignore[arg-type]
 
     # --- the Runner protocol ---
