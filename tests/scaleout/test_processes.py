@@ -46,7 +46,7 @@ async def test_a_drained_worker_hands_its_sessions_over_with_continuous_frames(
             assert moving
             cluster.procs[victim].signal(signal.SIGTERM)  # drain, under load (the drill uses /admin/drain)
             await until(lambda: all(p.migrates and p.frames[-1].t > p.migrates[0][0] + 1.0
-                                    for p in moving), 40)
+                                    for p in moving), 90)  # a restore under a full suite's load
             await until(lambda: all(len(p.frames) >= 10 for p in probes), 40)
         finally:
             stop = True
