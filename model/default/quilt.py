@@ -44,7 +44,7 @@ def look_key(scene: SceneAttrs) -> str:
 @dataclass(frozen=True)
 class GroundBank:
     maps: dict[str, np.ndarray]  # look key -> (M, side, side) uint16 code maps, each a torus
-    _sources: dict[str, SourceIndex] = field(default_factory=dict, compare=False, repr=False)
+    _sources: dict[int, SourceIndex] = field(default_factory=dict, compare=False, repr=False)  # by id of maps
 
     def __post_init__(self) -> None:
         if not self.maps:
@@ -64,10 +64,9 @@ class GroundBank:
     def sources(self, scene: SceneAttrs) -> SourceIndex:
         """Where in ``for_scene``'s maps each tile-sized window lies (made once per look)."""
         maps = self.for_scene(scene)
-        key = f"{id(maps)}"
-        if key not in self._sources:
-            self._sources[key] = SourceIndex.of(maps)
-        return self._sources[key]
+        if id(maps) not in self._sources:  # looks that share maps share their index
+            self._sources[id(maps)] = SourceIndex.of(maps)
+        return self._sources[id(maps)]
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
