@@ -77,6 +77,7 @@ from worldserve.bench._scene_features import DEFAULT_PATH as SCENE_NET_PATH
 from worldserve.bench._scene_features import load_scene_net, scene_features
 from worldserve.model.default.ground import TRUST
 from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.tile_decode import SHARPEN
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
 from worldserve.world import mixed_policy
@@ -321,17 +322,18 @@ def with_oracles(runners: dict[str, ModelRunner], weights: Path, oracles: list[O
 
 
 def with_canvas(runners: dict[str, ModelRunner], paths: list[Path], on: bool, tokenizers: Sequence[Path] = (),
-                trusts: Sequence[float] = (TRUST,), **kw: object) -> None:
+                trusts: Sequence[float] = (TRUST,), sharpens: Sequence[float] = (SHARPEN,), **kw: object) -> None:
     """Add each of ``paths`` served with the world canvas (``--canvas``) to ``runners``: the
     first as "canvas", the ones beside it as "canvas <label>" (``label_weights``), so a
     compositor trained on canvas references meets the committed one on the same canvas; the
     first again at each other reference trust of ``trusts`` (``--trust``; ``ModelConfig.
     reference_trust``; the served one is ``ground.TRUST``), as "canvas trust:<t>" (without the
-    served trust in ``trusts``: those alone); then the
+    served trust in ``trusts``: those alone); likewise at each other unsharp amount of ``sharpens``
+    (``--sharpen``; ``tile_decode.SHARPEN`` served), as "canvas sharpen:<s>"; then the
     first on the canvas of each of ``tokenizers`` (``--tokenizers``), as "canvas tok:<label>"."""
     if on:
         for i, (label, p) in enumerate(zip(label_weights(paths), paths, strict=True)):
-            if i == 0 and TRUST not in trusts:
+            if i == 0 and (TRUST not in trusts or SHARPEN not in sharpens):
                 continue
             runners[CANVAS if i == 0 else f"{CANVAS} {label}"] = ModelRunner.from_pretrained(
                 p, canvas=True, **kw)  # type: ignore[arg-type]
@@ -339,6 +341,10 @@ def with_canvas(runners: dict[str, ModelRunner], paths: list[Path], on: bool, to
             if t != TRUST:
                 runners[f"{CANVAS} trust:{t:g}"] = ModelRunner.from_pretrained(
                     paths[0], canvas=True, canvas_trust=t, **kw)  # type: ignore[arg-type]
+        for s in dict.fromkeys(sharpens):
+            if s != SHARPEN:
+                runners[f"{CANVAS} sharpen:{s:g}"] = ModelRunner.from_pretrained(
+                    paths[0], canvas=True, canvas_sharpen=s, **kw)  # type: ignore[arg-type]
         for label, t in zip(label_weights([t.parent for t in tokenizers]), tokenizers, strict=True):
             runners[f"{CANVAS} tok:{label}"] = ModelRunner.from_pretrained(
                 paths[0], canvas=True, tokenizer=t, **kw)  # type: ignore[arg-type]
@@ -415,17 +421,21 @@ def main(argv: list[str] | None = None) -> None:
                     help="the canvas at each reference trust T (ModelConfig.reference_trust: logits added to the "
                          f"head's reference mix; 0: as the weights learnt); the served {TRUST:g} is labelled canvas, "
                          "others 'canvas trust:T' (default: the served one alone)")
+    ap.add_argument("--sharpen", type=float, nargs="+", default=[SHARPEN], metavar="S",
+                    help="the canvas with each unsharp amount S on its decoded tiles (tile_decode.sharpen; 0: as "
+                         f"the decoder draws); the served {SHARPEN:g} is labelled canvas, others 'canvas sharpen:S'")
     args = ap.parse_args(argv)
-    if any(not 0 <= t < float("inf") for t in args.trust):
-        ap.error(f"--trust takes finite numbers >= 0, got {args.trust}")
+    for name, vals in (("trust", args.trust), ("sharpen", args.sharpen)):
+        if any(not 0 <= v < float("inf") for v in vals):
+            ap.error(f"--{name} takes finite numbers >= 0, got {vals}")
     torch.set_num_threads(args.threads)
     paths = [args.weights, *beside_weights(args.weights, args.beside)]
     kw = {"max_sessions": worlds_for(args.quick), "dtype": pick_dtype(args.dtype)}
     runners = {} if args.canvas_only else {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                                            for label, p in zip(label_weights(paths), paths, strict=True)}
     oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
-    canvas = args.canvas or args.canvas_only or bool(args.tokenizers) or args.trust != [TRUST]
-    with_canvas(runners, paths, canvas, args.tokenizers, args.trust, **kw)
+    canvas = args.canvas or args.canvas_only or bool(args.tokenizers) or args.trust != [TRUST] or args.sharpen != [SHARPEN]
+    with_canvas(runners, paths, canvas, args.tokenizers, args.trust, args.sharpen, **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
                   replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)

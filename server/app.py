@@ -68,6 +68,7 @@ def load_model_runner(settings: Settings) -> Runner:
         trace_cache=settings.trace_cache, trace_cache_dir=settings.trace_cache_dir,
         sizes=settings.sizes, recipe=settings.recipe, vae=settings.vae, canvas=settings.canvas,
         canvas_decode=settings.canvas_decode, canvas_trust=settings.canvas_trust,
+        canvas_sharpen=settings.canvas_sharpen,
     )
     runner: Runner = registry.load(settings.model, options)
     log.info("model %s from %s, %s on %s, %s thread(s)", settings.model, settings.weights or "the shipped weights",

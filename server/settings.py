@@ -142,6 +142,9 @@ class Settings:
     canvas_trust: float = setting(4.0, "the default model on its canvas: logits added to its head's reference "
                                        "mix, so it copies more of the canvas's ground and draws less of its own "
                                        "(0: as the weights learnt; docs/model.md)")
+    canvas_sharpen: float = setting(0.5, "the default model on its canvas: the unsharp mask's amount on each "
+                                         "decoded tile, which the decoder draws softer than the world's ground "
+                                         "(0: as drawn; docs/model.md)")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
     warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at; "
@@ -222,6 +225,8 @@ class Settings:
         need(self.threads is None or self.threads >= 1, f"threads {self.threads!r} must be >= 1")
         need(self.dtype in DTYPES, f"dtype {self.dtype!r} must be one of {DTYPES}")
         need(0 <= self.canvas_trust < float("inf"), f"canvas_trust {self.canvas_trust} must be a finite number >= 0")
+        need(0 <= self.canvas_sharpen < float("inf"),
+             f"canvas_sharpen {self.canvas_sharpen} must be a finite number >= 0")
         need(self.canvas_decode in CANVAS_DECODE, f"canvas_decode {self.canvas_decode!r} must be one of {CANVAS_DECODE}")
         need(re.fullmatch(r"cpu|cuda(:\d+)?", self.device) is not None,
              f"device {self.device!r} must be cpu, cuda or cuda:N")

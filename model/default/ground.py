@@ -12,7 +12,8 @@ under the camera as the reference (``anchor_reference``'s layout: colours and a 
 2. each tile the view overlaps is decoded once (``GroundTokenizer.decode``, with ``MARGIN``
    codes of its neighbours around it so that tiles meet without seams) and kept; a prompt
    change re-decodes under the new scene: the same place, re-skinned;
-3. the view is sampled from those pixels, bilinear, at the frame's bucket.
+3. the view is sampled from those pixels (sharpened once decoded: ``tile_decode.sharpen``),
+   bilinear, at the frame's bucket, as the renderer samples its ground.
 
 Ahead of the camera: once a chunk is made (``moved``), and after an observation, a prompt
 change or a restore, the painter queues on its ``TileDecoder``'s thread the fills of ``AHEAD +
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
 from worldserve.model.default.observer import OBSERVER, load_observer, observed_codes
 from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key, similarity
-from worldserve.model.default.tile_decode import BLEND, MARGIN, Job, TileDecoder
+from worldserve.model.default.tile_decode import BLEND, MARGIN, SHARPEN, Job, TileDecoder
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
 from worldserve.model.default.tokenizer import Encoder, GroundTokenizer, load_tokenizer
 from worldserve.session.plan import CanvasState
@@ -95,29 +96,32 @@ class SessionGround:
 
 class GroundPainter:
     def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device, ahead: bool = True,
-                 dtype: torch.dtype = torch.float32, beside_chunks: bool = False, observer: Encoder | None = None):
+                 dtype: torch.dtype = torch.float32, beside_chunks: bool = False, observer: Encoder | None = None,
+                 sharpen: float = SHARPEN):
         """``ahead``: decode tiles ahead of the camera on the decoder's own thread (False:
         every decode inline, on the thread that needs it). ``dtype``: the decodes' (the
         runner's); the tokenizer's encoder, which picks codes, always runs in float32.
         ``beside_chunks``: the decoder's thread works during chunks too (``TileDecoder``).
-        ``observer``: the observation encoder (``observer.py``; None: the tokenizer's encoder)."""
+        ``observer``: the observation encoder (``observer.py``; None: the tokenizer's encoder).
+        ``sharpen``: the unsharp mask on every decoded tile (``tile_decode.sharpen``)."""
         self.tokenizer = tokenizer.to(device).float().eval()
         self.observer = observer.to(device).float().eval() if observer is not None else None
         self.bank = bank
         self.device = device
         self.table = tokenizer.quantizer.table().detach().float().cpu().numpy()  # (K, D)
         self.sim = similarity(self.table)  # (K, K): the prior's agreement lookups
-        self.decoder = TileDecoder(self.tokenizer, device, background=ahead, dtype=dtype, beside_chunks=beside_chunks)
+        self.decoder = TileDecoder(self.tokenizer, device, background=ahead, dtype=dtype, beside_chunks=beside_chunks,
+                                   sharpen=sharpen)
 
     @classmethod
     def load(cls, device: torch.device, tokenizer: Path = TOKENIZER, bank: Path = BANK,
              ahead: bool = True, dtype: torch.dtype = torch.float32, beside_chunks: bool = False,
-             observer: Path | None = OBSERVER) -> GroundPainter:
+             observer: Path | None = OBSERVER, sharpen: float = SHARPEN) -> GroundPainter:
         """The shipped ground tokenizer, bank and observation encoder (``model/default/weights/``;
         the last where there is one that learnt this tokenizer's codes; ``observer=None``: none)."""
         tok = load_tokenizer(tokenizer)
         obs = load_observer(observer, tok) if observer is not None else None
-        return cls(tok, GroundBank.load(bank), device, ahead, dtype, beside_chunks, obs)
+        return cls(tok, GroundBank.load(bank), device, ahead, dtype, beside_chunks, obs, sharpen)
 
     def busy(self) -> AbstractContextManager[None]:
         """Around a chunk: the decoder's thread starts no work inside it (``TileDecoder.busy``)."""

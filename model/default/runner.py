@@ -44,7 +44,7 @@ from worldserve.model.default.slot import (
     reseed,
 )
 from worldserve.model.default.start_views import StartViews, Views
-from worldserve.model.default.tile_decode import beside_chunks
+from worldserve.model.default.tile_decode import SHARPEN, beside_chunks
 from worldserve.model.default.trace_cache import TraceCache
 from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
@@ -128,16 +128,17 @@ class ModelRunner:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
-        dtype: torch.dtype | str = torch.float32, sampler: dict[str, float] | None = None, canvas: bool = False,
-        canvas_decode: str = "between", tokenizer: Path | None = None, canvas_trust: float = TRUST, **kw: object,
+        cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None, dtype: torch.dtype | str = torch.float32,
+        sampler: dict[str, float] | None = None, canvas: bool = False, canvas_decode: str = "between",
+        tokenizer: Path | None = None, canvas_trust: float = TRUST, canvas_sharpen: float = SHARPEN, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``world/``) starts sessions from its world's
         view unless ``start_frame`` is given (``None`` turns that off). ``dtype`` may be a name for
         ``model.dtype.pick_dtype`` ("auto": bf16 on a GPU, and on a CPU with bf16 matrix
         instructions). ``sampler`` overrides the weights' sampler settings (``ModelConfig.with_sampler``).
         ``canvas``: the world canvas (``ground.py``), tiles decoded ahead ``canvas_decode`` chunks (``tile_decode``),
-        its ground ``tokenizer`` (default: committed), ``canvas_trust`` the ``reference_trust`` (0: as learnt)."""
+        its ground ``tokenizer`` (default: committed), ``canvas_trust`` the ``reference_trust`` (0: as learnt),
+        ``canvas_sharpen`` the unsharp mask on its tiles (``tile_decode.sharpen``; 0: none)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -154,7 +155,7 @@ class ModelRunner:
                 kw.setdefault("start_views", start_views)
         if canvas:
             beside = beside_chunks(canvas_decode, torch.device(device), kw["dtype"])  # type: ignore[arg-type]
-            paint = {"tokenizer": tokenizer} if tokenizer is not None else {}
+            paint = {"sharpen": canvas_sharpen, **({"tokenizer": tokenizer} if tokenizer is not None else {})}
             kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside, **paint)
         model = load_model(path)
         model.cfg = model.cfg.with_sampler({**({"reference_trust": canvas_trust} if canvas else {}), **(sampler or {})})
@@ -188,9 +189,8 @@ class ModelRunner:
         return out
 
     def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
-        """The batch size a steady-state batch of ``size`` chunks runs as: where chunks run as
-        graphs or traces, the smallest recorded for its bucket and step count that holds it
-        (``model/default/chunk_graph.py``)."""
+        """The batch size a steady-state batch of ``size`` chunks runs as: where chunks run as graphs
+        or traces, the smallest recorded for its bucket and step count that holds it (``chunk_graph.py``)."""
         return size if self.graphs is None else self.graphs.run_as(bucket, steps, size)
 
     def export_state(self, session_id: str) -> ModelState:

@@ -108,5 +108,8 @@ def test_a_value_the_settings_refuse_says_where_it_came_from() -> None:
     with pytest.raises(ValueError, match=r"canvas_trust -1.0 must be .*\(set by --canvas-trust\)"):
         build(Settings, serve_args("--canvas-trust", "-1"), {})
     assert build(Settings, serve_args("--canvas-trust", "2"), {}).canvas_trust == 2.0
+    with pytest.raises(ValueError, match=r"canvas_sharpen -0.5 must be .*\(set by --canvas-sharpen\)"):
+        build(Settings, serve_args("--canvas-sharpen", "-0.5"), {})
+    assert build(Settings, serve_args("--canvas-sharpen", "0"), {}).canvas_sharpen == 0.0
     with pytest.raises(SystemExit, match=r"worldserve serve: bad setting: capacity 0"):
         cli.main(["serve", "--capacity", "0"])
