@@ -142,11 +142,10 @@ def sharpen(img: torch.Tensor, amount: float) -> torch.Tensor:
     9.4 once both are sampled at half a pixel (16 held-out worlds; docs/model.md)."""
     if amount == 0:
         return img
-    c = img.shape[0]
-    k = _GAUSS.to(img.device, img.dtype)
-    pad = F.pad(img[None], (2, 2, 2, 2), mode="replicate")
-    blur = F.conv2d(F.conv2d(pad, k.view(1, 1, 1, 5).expand(c, 1, 1, 5), groups=c),
-                    k.view(1, 1, 5, 1).expand(c, 1, 5, 1), groups=c)[0]
+    _, h, w = img.shape
+    pad = F.pad(img[None], (2, 2, 2, 2), mode="replicate")[0]
+    rows = sum(float(k) * pad[:, :, i : i + w] for i, k in enumerate(_GAUSS))  # taps as slices: faster
+    blur = sum(float(k) * rows[:, i : i + h] for i, k in enumerate(_GAUSS))  # than a grouped conv here
     return img + amount * (img - blur)
 
 
