@@ -29,9 +29,11 @@ anew (``rescene``).
 
 An observation (the start frame's ground, or a client's ``observation``) is encoded (a seen
 frame by the observation encoder, ``observer.py``, where one ships; the ground alone by the
-tokenizer's) and written where it lies, over the prior's codes. Tiles farther than ``RADIUS``
-from the camera are evicted: a session holds at most ``Canvas.max_tiles`` tiles of codes
-(49 tiles, 25 KB) and the pixels of the 16 tiles around the view (768 KB in fp32).
+tokenizer's) and written where it lies, over the prior's codes. ``RADIUS`` is half the torus,
+so nothing a session has seen is evicted: its canvas holds at most the torus's 256 tiles of
+codes (128 KB), and the pixels of the 16 tiles around the view (768 KB in fp32). A nearer
+radius lost places a camera comes back to: 3 s away with a key held and the mouse drifting
+goes past 192 units on an axis (5 of the 12 revisits of ``bench.quality``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from worldserve.world.scene import SceneAttrs
 
 VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket
 MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds' size)
-RADIUS = 192.0  # tiles whose centre lies farther from the camera (on an axis) are evicted
+RADIUS = MAP_SIZE / 2  # tiles whose centre lies farther from the camera (on an axis) are evicted: none
 AHEAD = 1  # rings of tiles around the view's decoded before the view reaches them
 TRUST = 4.0  # the served canvas's reference trust (``ModelConfig.reference_trust``; docs/model.md)
 
