@@ -47,6 +47,7 @@ from worldserve.bench.tokenizer import to_frames
 from worldserve.model.default.canvas import CODE_UNITS, MISSING, TILE_UNITS
 from worldserve.model.default.ground import VIEW_UNITS, GroundPainter
 from worldserve.model.default.quilt import BANK, GroundBank
+from worldserve.model.default.tile_decode import sharpen
 from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.training.train import HELD_OUT_SEEDS
 from worldserve.world import World
@@ -63,13 +64,14 @@ BUILT = (ROAD, BRIDGE, FIELD, ROOF, LAMP)  # the layout's materials people made
 
 
 def tokens_view(painter: GroundPainter, ground: np.ndarray, scene: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The world's ground view (H, W, 3) uint8 through the tokenizer, decoded under ``scene``,
-    and its codes (H/4, W/4)."""
+    """The world's ground view (H, W, 3) uint8 through the tokenizer, decoded under ``scene``
+    and sharpened as the canvas's tiles are (``tile_decode.sharpen``), and its codes (H/4, W/4)."""
     tok = painter.tokenizer
     x = torch.from_numpy(ground).permute(2, 0, 1)[None].float() / 127.5 - 1
     with torch.inference_mode():
         ids = tok.encode(x)
-        return to_frames(tok.decode(ids, torch.from_numpy(scene)[None]).float())[0], ids[0].numpy()
+        img = sharpen(tok.decode(ids, torch.from_numpy(scene)[None])[0].float(), painter.decoder.sharpen)
+        return to_frames(img[None])[0], ids[0].numpy()
 
 
 def built_cells(world: World) -> np.ndarray:
