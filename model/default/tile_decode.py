@@ -23,8 +23,8 @@ costs the model nothing either way. Work the model thread needs while it is stil
 look-ahead, and a saturated model, which leaves no gaps, does all of it inline.
 
 A tile's pixels are sharpened once decoded (``sharpen``, ``SHARPEN``): the decoder learnt views
-rendered at any sub-pixel offset and draws their mean, as soft as a view at half a pixel,
-where the world's ground is sharp at whole pixels; the view is then sampled from the tile at
+rendered at any sub-pixel offset and draws their mean, as soft at whole pixels as the world's
+ground a quarter of a pixel off; the view is then sampled from the tile at
 the camera's own offset, bilinear, as the renderer samples its ground (docs/model.md, "The
 canvas drawn as sharp as the world").
 
@@ -144,8 +144,9 @@ def sharpen(img: torch.Tensor, amount: float) -> torch.Tensor:
         return img
     _, h, w = img.shape
     pad = F.pad(img[None], (2, 2, 2, 2), mode="replicate")[0]
-    rows = sum(float(k) * pad[:, :, i : i + w] for i, k in enumerate(_GAUSS))  # taps as slices: faster
-    blur = sum(float(k) * rows[:, i : i + h] for i, k in enumerate(_GAUSS))  # than a grouped conv here
+    # the taps as shifted slices: 1.5 ms a tile, where grouped convolutions took 2.2-2.7
+    rows = sum(float(k) * pad[:, :, i : i + w] for i, k in enumerate(_GAUSS))
+    blur = sum(float(k) * rows[:, i : i + h] for i, k in enumerate(_GAUSS))
     return img + amount * (img - blur)
 
 
