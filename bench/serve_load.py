@@ -64,7 +64,7 @@ import torch
 
 from worldserve.bench._steer import steer
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import DECODE_MODES, DecodeCounts
+from worldserve.model.default.tile_decode import DECODE_MODES, SHARPEN, DecodeCounts
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES
 from worldserve.server.engine import Engine, model_executor
@@ -394,7 +394,8 @@ async def main_async(args: argparse.Namespace) -> None:
     sizes = tuple(args.batch_sizes)
     runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(64, 2 * args.limit + 2),
                                          dtype=args.dtype, device=args.device, graphs=args.cuda_graphs,
-                                         trace=args.cpu_trace, canvas=args.canvas, canvas_decode=args.canvas_decode)
+                                         trace=args.cpu_trace, canvas=args.canvas, canvas_decode=args.canvas_decode,
+                                         canvas_sharpen=args.canvas_sharpen)
     steps = tuple(range(2, runner.max_steps + 1))
     timings = warm_up(runner, runner.buckets[:1], steps, sizes)  # the bench may block
     seconds = args.seconds
@@ -478,6 +479,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="the default model with its world canvas (the server's --canvas)")
     ap.add_argument("--canvas-decode", default="auto", choices=DECODE_MODES,
                     help="where the canvas's tiles decode ahead (the server's --canvas-decode)")
+    ap.add_argument("--canvas-sharpen", type=float, default=SHARPEN,
+                    help="the unsharp mask on the canvas's decoded tiles (the server's --canvas-sharpen; 0: none)")
     args = ap.parse_args(argv)
     if args.cuda_graphs and not args.device.startswith("cuda"):
         ap.error("--cuda-graphs needs --device cuda")
