@@ -120,7 +120,10 @@ class Canvas:
 
     def evict(self, center: tuple[float, float]) -> int:
         """Drop the tiles whose centre lies farther than ``radius`` from ``center`` (y, x) on
-        either axis (torus distance); returns how many."""
+        either axis (torus distance); returns how many. None can be, where ``radius`` reaches
+        half the torus: then this costs nothing (it runs after every chunk)."""
+        if self.radius >= self.map_size / 2:
+            return 0
         far = [k for k in self.tiles if max(self._distance(k, center)) > self.radius]
         for k in far:
             del self.tiles[k]

@@ -155,8 +155,8 @@ class ModelRunner:
                 kw.setdefault("start_views", start_views)
         if canvas:
             beside = beside_chunks(canvas_decode, torch.device(device), kw["dtype"])  # type: ignore[arg-type]
-            paint = {"sharpen": canvas_sharpen, **({"tokenizer": tokenizer} if tokenizer is not None else {})}
-            kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside, **paint)
+            paint = {"tokenizer": tokenizer} if tokenizer is not None else {}
+            kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside, sharpen=canvas_sharpen, **paint)
         model = load_model(path)
         model.cfg = model.cfg.with_sampler({**({"reference_trust": canvas_trust} if canvas else {}), **(sampler or {})})
         return cls(model, **kw)  # type: ignore[arg-type]

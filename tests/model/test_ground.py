@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.model.conftest import make_runner, tiny_config
-from worldserve.model.default.canvas import TILE, Canvas
+from worldserve.model.default.canvas import TILE, TILE_UNITS, Canvas
 from worldserve.model.default.ground import MAP_SIZE, RADIUS, GroundPainter
 from worldserve.model.default.quilt import GroundBank, fill_tile, look_key
 from worldserve.model.default.runner import ModelRunner
@@ -129,7 +129,7 @@ def test_memory_stays_bounded_however_far_the_session_goes() -> None:
     _run(runner, 0, [_key(2)] * 150)  # 2 units a frame: 300 units
     g = runner.sessions["s"].ground
     # codes: at most the torus's 256 tiles (128 KB), whatever the session saw is kept
-    assert g is not None and 0 < len(g.canvas.tiles) <= g.canvas.max_tiles == (MAP_SIZE // (TILE * 4)) ** 2 == 256
+    assert g is not None and 0 < len(g.canvas.tiles) <= g.canvas.max_tiles == (MAP_SIZE // TILE_UNITS) ** 2 == 256
     g.settle()
     assert len(g.pixels) + len(g.ahead) <= 16  # the view's 2 x 2 tiles and the ring around them
 
