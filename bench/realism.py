@@ -13,7 +13,9 @@ world, the renderer's and each model's, are compared three ways:
 - ``c2st``: a classifier two-sample test (``bench._realism_measures``): small convolutional
   networks trained afresh (fixed seed) to tell the model's frames from the renderer's frames of
   the same places and prompts, their accuracy on worlds they did not train on (four folds of
-  worlds, each judged by a network trained on the other three: no place is on both sides).
+  worlds, each judged by a network trained on the other three: no place is on both sides;
+  ``--c2st-repeats`` networks a fold from consecutive seeds, default 3, their accuracies
+  averaged: one network's reading moves by up to 0.07 with its seed on the same frames).
   0.5: indistinguishable; 1.0: always told apart. Beside it,
   the same recipe on the same counts of frames: ``c2st_control``, the renderer's frames at
   60 s against a 4x-blurred copy of them (4x4 averages, bilinearly enlarged), and
@@ -409,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--dtype", default="float32", choices=DTYPES, help="the models' float type")
     ap.add_argument("--epochs", type=int, default=C2STConfig.epochs, help="two-sample classifier training passes")
+    ap.add_argument("--c2st-repeats", type=int, default=C2STConfig.repeats,
+                    help="two-sample classifiers per fold (consecutive seeds), their accuracies averaged")
     ap.add_argument("--scene-net", type=Path, default=SCENE_NET_PATH,
                     help="the cached scene-feature network (trained and written there when missing)")
     add_oracle_args(ap)
@@ -425,6 +429,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="the canvas with each unsharp amount S on its decoded tiles (tile_decode.sharpen; 0: as "
                          f"the decoder draws); the served {SHARPEN:g} is labelled canvas, others 'canvas sharpen:S'")
     args = ap.parse_args(argv)
+    if args.c2st_repeats < 1:
+        ap.error(f"--c2st-repeats takes a count >= 1, got {args.c2st_repeats}")
     for name, vals in (("trust", args.trust), ("sharpen", args.sharpen)):
         if any(not 0 <= v < float("inf") for v in vals):
             ap.error(f"--{name} takes finite numbers >= 0, got {vals}")
@@ -438,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     with_canvas(runners, paths, canvas, args.tokenizers, args.trust, args.sharpen, **kw)
     lines: list[str] = []
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
-                  replace(C2STConfig(), epochs=args.epochs), args.scene_net, lines, oracles=oracles)
+                  replace(C2STConfig(), epochs=args.epochs, repeats=args.c2st_repeats), args.scene_net, lines, oracles=oracles)
     print("\n".join(lines))
     print("\n".join(oracle_lines(res, oracles) + canvas_lines(res)))
     r = res[next(iter(runners))]

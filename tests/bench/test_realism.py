@@ -52,7 +52,7 @@ from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.world import World
 from worldserve.world.scene import ATTRIBUTES, SceneAttrs
 
-TINY = C2STConfig(widths=(8, 16), crop=24, epochs=6, batch=16)
+TINY = C2STConfig(widths=(8, 16), crop=24, epochs=6, batch=16, repeats=1)
 
 
 def textures(
@@ -89,6 +89,27 @@ def test_c2st_judges_every_world_with_a_classifier_that_never_saw_it(monkeypatch
     a, groups = textures(np.random.default_rng(9), 6, 4)
     c2st_accuracy(a, blur4(a), groups, groups, replace(TINY, epochs=1), folds=3)
     assert seen == [32, 32, 32]  # 4 of the 6 worlds, both sets, for each of 3 folds
+
+
+def test_c2st_averages_its_repeats_over_consecutive_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    seeds: list[int] = []
+    real = bench_measures.train_classifier
+
+    def spy(x, y, cfg):
+        seeds.append(cfg.seed)
+        return real(x, y, cfg)
+
+    colours = np.random.default_rng(0).integers(60, 196, (6, 3))
+    a, groups = textures(np.random.default_rng(1), 6, 4, base=colours)
+    b, _ = textures(np.random.default_rng(2), 6, 4, base=colours)
+    cfg = replace(TINY, epochs=1, seed=5)
+    one = [c2st_accuracy(a, b, groups, groups, replace(cfg, seed=s), folds=3) for s in (5, 6)]
+    monkeypatch.setattr(bench_measures, "train_classifier", spy)
+    both = c2st_accuracy(a, b, groups, groups, replace(cfg, repeats=2), folds=3)
+    assert seeds == [5, 6] * 3  # two classifiers a fold
+    assert both == pytest.approx(np.mean(one))
+    with pytest.raises(ValueError, match="repeats"):
+        C2STConfig(repeats=0)
 
 
 def test_c2st_cannot_tell_a_distribution_from_itself() -> None:
@@ -212,7 +233,7 @@ def test_a_tiny_run_measures_every_runner_and_writes_a_strip_per_moment(tmp_path
     lines: list[str] = []
     moments = (("2s", 4), ("10s", 8), ("60s", 12))
     oracles = {"o": Oracle("ground", 2)}
-    res = measure(runners, 32, 4, seed=0, out=tmp_path, c2st=C2STConfig(widths=(4,), crop=16, epochs=1),
+    res = measure(runners, 32, 4, seed=0, out=tmp_path, c2st=C2STConfig(widths=(4,), crop=16, epochs=1, repeats=1),
                   lines=lines, moments=moments, size=4, oracles=oracles)
     assert set(res) == {"a", "b", "o"}
     for r in res.values():
