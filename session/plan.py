@@ -55,12 +55,16 @@ from worldserve.protocol.vocab import encode_action as encode_action
 class CanvasState:
     """A session's world canvas (model/default/canvas.py): ``keys`` (N, 2) int32 tile keys,
     ``codes`` (N, TILE, TILE) uint16 ground codes (0xFFFF where none is written yet),
-    ``position`` (2,) float64 the view's top-left in world units, ``seed`` the prior's."""
+    ``position`` (2,) float64 the view's top-left in world units, ``seed`` the prior's;
+    ``seen_keys`` (M, 2) int32 and ``seen`` (M, 4, 64, 64) uint8: the pixels observations
+    showed, per tile (colours, then a weight in 255ths; model/default/seen.py), or None."""
 
     keys: np.ndarray
     codes: np.ndarray
     position: np.ndarray
     seed: int
+    seen_keys: np.ndarray | None = None
+    seen: np.ndarray | None = None
 
 
 @dataclass(slots=True)

@@ -20,8 +20,10 @@ family exports one) is nil or a map::
      anchor_offset: float32 (2,) or nil, anchor_wait: int, anchor_age: int, canvas}
 
 ``canvas`` (optional: nil or absent where the runner keeps no world canvas) is a map
-``{keys: int32 (N, 2), codes: uint16 (N, 16, 16), position: float64 (2,), seed: int}``, at most
-``MAX_CANVAS_TILES`` tiles.
+``{keys: int32 (N, 2), codes: uint16 (N, 16, 16), position: float64 (2,), seed: int, seen}``, at
+most ``MAX_CANVAS_TILES`` tiles; ``seen`` (optional: nil or absent where no observation was
+kept) is ``{keys: int32 (M, 2), pixels: uint8 (M, 4, 64, 64)}``, the pixels observations
+showed per tile (model/default/seen.py).
 
 with N the number of frames (or latents) the state holds. Restored from it the session
 makes exactly the frames it would have made on the old worker. ``actions`` (an
@@ -200,11 +202,15 @@ def _pack_continuation(c: Continuation) -> dict[str, object]:
 
 
 def _pack_canvas(c: CanvasState) -> dict[str, object]:
+    seen = None
+    if c.seen is not None and c.seen_keys is not None and len(c.seen):
+        seen = {"keys": pack_array(np.asarray(c.seen_keys, np.int32)), "pixels": pack_array(np.asarray(c.seen, np.uint8))}
     return {
         "keys": pack_array(np.asarray(c.keys, np.int32)),
         "codes": pack_array(np.asarray(c.codes, np.uint16)),
         "position": pack_array(np.asarray(c.position, np.float64)),
         "seed": int(c.seed),
+        "seen": seen,
     }
 
 
@@ -256,7 +262,10 @@ _MODEL_OPTIONAL = frozenset({"latents", "continuation", "actions"})
 _CONTINUATION_KEYS = {"kv", "prev", "anchor", "anchor_offset", "anchor_wait", "anchor_age"}
 _CONTINUATION_OPTIONAL = frozenset({"canvas"})
 _CANVAS_KEYS = {"keys", "codes", "position", "seed"}
-MAX_CANVAS_TILES = 1024  # far more than a canvas keeps (model/default/canvas.py: 49 at its radius)
+_CANVAS_OPTIONAL = frozenset({"seen"})
+_SEEN_KEYS = {"keys", "pixels"}
+MAX_CANVAS_TILES = 1024  # more than a canvas keeps (model/default/canvas.py: the torus's 256 tiles)
+SEEN_SIDE = 64  # a seen tile's pixels per side (model/default/seen.py: a tile's world units)
 _ACTION_KEYS = {"keyboard", "mouse", "first", "anchor_frame"}
 _EVENT_KEYS = {
     "action": {"kind", "block", "seq", "action"},
@@ -460,7 +469,7 @@ def _restore_continuation(m: Fields, frames: int) -> Continuation:
         anchor_offset=offset,
         anchor_wait=m.get_int("anchor_wait", 0, MAX_INT),
         anchor_age=m.get_int("anchor_age", 0, MAX_INT),
-        canvas=_restore_canvas(m.get_map("canvas", _CANVAS_KEYS)) if m.present("canvas") else None,
+        canvas=_restore_canvas(m.get_map("canvas", _CANVAS_KEYS, _CANVAS_OPTIONAL)) if m.present("canvas") else None,
     )
 
 
@@ -475,4 +484,15 @@ def _restore_canvas(m: Fields) -> CanvasState:
     position = m.get_array("position", "float64", 1)
     if position.shape != (2,) or not np.isfinite(position).all():
         raise SnapshotError(f"{m.path}.position: expected two finite numbers, got {position}")
-    return CanvasState(keys=keys, codes=codes, position=position, seed=m.get_int("seed", 0, MAX_INT))
+    seen_keys = seen = None
+    if m.present("seen"):
+        sm = m.get_map("seen", _SEEN_KEYS)
+        seen_keys, seen = sm.get_array("keys", "int32", 2), sm.get_array("pixels", "uint8", 4)
+        k = seen_keys.shape[0]
+        if seen_keys.shape != (k, 2) or seen.shape != (k, 4, SEEN_SIDE, SEEN_SIDE) or k > MAX_CANVAS_TILES:
+            raise SnapshotError(f"{sm.path}: keys {seen_keys.shape} and pixels {seen.shape} are not M tiles of "
+                                f"(4, {SEEN_SIDE}, {SEEN_SIDE}) (M <= {MAX_CANVAS_TILES})")
+        if len({(int(a), int(b)) for a, b in seen_keys}) != k:
+            raise SnapshotError(f"{sm.path}.keys: a tile is listed twice")
+    return CanvasState(keys=keys, codes=codes, position=position, seed=m.get_int("seed", 0, MAX_INT),
+                       seen_keys=seen_keys, seen=seen)

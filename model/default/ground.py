@@ -29,7 +29,9 @@ anew (``rescene``).
 
 An observation (the start frame's ground, or a client's ``observation``) is encoded (a seen
 frame by the observation encoder, ``observer.py``, where one ships; the ground alone by the
-tokenizer's) and written where it lies, over the prior's codes. ``RADIUS`` is half the torus,
+tokenizer's) and written where it lies, over the prior's codes; its pixels are kept there too
+(``seen.py``) and laid over the decode, so a session starts on the very frame it was given
+and comes back to it, where the codes alone draw it softer and lose what they cannot spell. ``RADIUS`` is half the torus,
 so nothing a session has seen is evicted: its canvas holds at most the torus's 256 tiles of
 codes (128 KB), and the pixels of the 16 tiles around the view (768 KB in fp32). A nearer
 radius lost places a camera comes back to: 3 s away with a key held and the mouse drifting
@@ -47,6 +49,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from worldserve.model.default import seen as seen_px
 from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
 from worldserve.model.default.observer import OBSERVER, load_observer, observed_codes
 from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key, similarity
@@ -73,6 +76,7 @@ class SessionGround:
     ahead: dict[tuple[int, int], Job[torch.Tensor]] = field(default_factory=dict)  # tile -> its decode
     pending: np.ndarray | None = None  # the position after the chunk being made
     filling: Job[None] | None = None  # ``GroundPainter.prepare``'s fills, queued or under way on the decoder's thread
+    seen: seen_px.Seen = field(default_factory=dict)  # tile -> the observed pixels laid over its decode (``seen.py``)
 
     @property
     def canvas(self) -> Canvas:
@@ -93,19 +97,24 @@ class SessionGround:
 
     def to_state(self) -> CanvasState:
         keys, codes = self.canvas.to_arrays()
-        return CanvasState(keys=keys, codes=codes, position=self.position.copy(), seed=self.seed)
+        seen_keys, seen = seen_px.to_arrays(self.seen)
+        return CanvasState(keys=keys, codes=codes, position=self.position.copy(), seed=self.seed,
+                           seen_keys=seen_keys, seen=seen)
 
 
 class GroundPainter:
     def __init__(self, tokenizer: GroundTokenizer, bank: GroundBank, device: torch.device, ahead: bool = True,
                  dtype: torch.dtype = torch.float32, beside_chunks: bool = False, observer: Encoder | None = None,
-                 sharpen: float = SHARPEN):
+                 sharpen: float = SHARPEN, keep_seen: bool = True):
         """``ahead``: decode tiles ahead of the camera on the decoder's own thread (False:
         every decode inline, on the thread that needs it). ``dtype``: the decodes' (the
         runner's); the tokenizer's encoder, which picks codes, always runs in float32.
         ``beside_chunks``: the decoder's thread works during chunks too (``TileDecoder``).
         ``observer``: the observation encoder (``observer.py``; None: the tokenizer's encoder).
-        ``sharpen``: the unsharp mask on every decoded tile (``tile_decode.sharpen``)."""
+        ``sharpen``: the unsharp mask on every decoded tile (``tile_decode.sharpen``).
+        ``keep_seen``: an observation's pixels are kept and laid over the decode where they
+        lie (``seen.py``; False: its codes alone)."""
+        self.keep_seen = keep_seen
         self.tokenizer = tokenizer.to(device).float().eval()
         self.observer = observer.to(device).float().eval() if observer is not None else None
         self.bank = bank
@@ -143,6 +152,8 @@ class GroundPainter:
             raise ValueError(f"canvas codes reach past the tokenizer's {len(self.table)}")
         canvas = Canvas.from_arrays(MAP_SIZE, RADIUS, st.keys, st.codes)
         g = SessionGround(canvas, st.seed, np.asarray(st.position, np.float64) % MAP_SIZE, look)
+        if st.seen is not None and st.seen_keys is not None:
+            g.seen = seen_px.from_arrays(st.seen_keys, st.seen, canvas.side)
         self.prepare(g)
         return g
 
@@ -158,6 +169,7 @@ class GroundPainter:
         x = torch.from_numpy(np.ascontiguousarray(frame)).permute(2, 0, 1)[None].float().to(self.device) / 127.5 - 1
         if x.shape[-1] != VIEW_UNITS:
             x = F.interpolate(x, size=(VIEW_UNITS, VIEW_UNITS), mode="area" if x.shape[-1] > VIEW_UNITS else "bilinear")
+        view = x
         # move the view onto the code grid: the first whole code at or after its corner
         first = np.ceil(g.position / CODE_UNITS) * CODE_UNITS
         shift = first - g.position  # [0, CODE_UNITS) units
@@ -169,8 +181,22 @@ class GroundPainter:
         if shift[1]:
             codes[:, -1] = MISSING
         g.canvas.paste((float(first[0]), float(first[1])), codes)
+        if self.keep_seen:
+            self._keep_seen(g, view)
         _forget_pixels(g)  # tiles near it were decoded with the old codes
         self.prepare(g)
+
+    def _keep_seen(self, g: SessionGround, view: torch.Tensor) -> None:
+        """Keep ``view`` ((1, 3, VIEW_UNITS, VIEW_UNITS) in [-1, 1], at the session's place)
+        on the canvas's pixel grid (``seen.py``): moved onto the first whole unit at or after
+        its corner, its last row or column dropped where that moved it."""
+        first = np.ceil(g.position)
+        shift = first - g.position  # [0, 1) units
+        if shift.any():
+            view = _sample(view, float(shift[0]), float(shift[1]), VIEW_UNITS, VIEW_UNITS, 1.0)
+        h, w = VIEW_UNITS - int(shift[0] > 0), VIEW_UNITS - int(shift[1] > 0)
+        rgb = ((view[0, :, :h, :w].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu().numpy()
+        seen_px.paste(g.seen, (int(first[0]), int(first[1])), rgb, seen_px.feathered(h, w), g._canvas.side)
 
     def rescene(self, g: SessionGround, look: SceneAttrs) -> None:
         """A new prompt. Where it keeps the look codes carry (biome, vegetation, weather), the
@@ -180,6 +206,7 @@ class GroundPainter:
         camera's place, drawn by the prior from the new look's maps."""
         g.settle()
         _forget_pixels(g)
+        g.seen.clear()  # the old look's pixels: the codes re-skin the place
         if look_key(look) != look_key(g.look):
             g.canvas = Canvas(MAP_SIZE, RADIUS)
         g.look = look
@@ -208,6 +235,7 @@ class GroundPainter:
             self._fill_around(g, top)
             ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
             raster = _blend([[self._tile_pixels(g, (ty + i, tx + j)) for j in (0, 1)] for i in (0, 1)])
+            raster = seen_px.compose(raster, g.seen, ty % g._canvas.side, tx % g._canvas.side, g._canvas.side)
             rel = top - np.array([ty, tx], np.float64) * TILE_UNITS
             out.append(_sample(raster[None], float(rel[0]), float(rel[1]), bucket, bucket, VIEW_UNITS / bucket)[0])
         ref = torch.stack(out).clamp(-1, 1)
