@@ -3,14 +3,19 @@
     python -m training.ground_bank [--maps 1] [--map-size 1024] [--tokenizer model/default/weights/tokenizer]
                                    [--out model/default/weights/ground_bank.npz]
 
-For every biome, vegetation and weather (the attributes a ground code carries; the decoder
-draws time of day and season), ``--maps`` training worlds of ``--map-size`` world units are
-rendered as ground alone (``World.render_ground``: no actors, glints, cloud shadows or fog) and
+For every biome, vegetation and weather (the attributes a ground code carries) and every season,
+``--maps`` training worlds of ``--map-size`` world units are rendered by day as ground alone (``World.render_ground``: no actors, glints, cloud shadows or fog) and
 encoded by the tokenizer into a torus of codes (the views wrap, so the code map does too).
 ``model/default/quilt.py`` quilts unseen ground from these maps. Worlds of the size sessions
 see (1,024 units) give the prior the land cover, villages and shores in the proportions the
-world has them (``bench.prior``); 13 minutes on one CPU thread. The bank depends on the
-tokenizer's codes, so it is rebuilt whenever the tokenizer changes.
+world has them (``bench.prior``); 13 minutes a season on one CPU thread. The bank depends on
+the tokenizer's codes, so it is rebuilt whenever the tokenizer changes.
+
+Why per season: the decoder re-skins a place under another time of day well, but a summer
+canopy's codes decoded under spring or autumn lose the blossoms and the leaves' colours (a grey-
+green or brown smear; 3.2 dB below the spring views' own codes by day, 1.1 dB autumn), so
+unseen ground is drawn from maps of the session's own season. A look's three seasons are one
+world (the same seed): the same land in each.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 import torch
 
 from worldserve.model.default.canvas import CODE_UNITS
-from worldserve.model.default.quilt import BANK, GroundBank, look_key
+from worldserve.model.default.quilt import BANK, GroundBank, bank_key
 from worldserve.model.default.tokenizer import WEIGHTS, GroundTokenizer, load_tokenizer
 from worldserve.training.data import TRAIN_SEED_BASE
 from worldserve.world import World
@@ -58,20 +63,21 @@ def code_map(tokenizer: GroundTokenizer, world: World, size: int) -> np.ndarray:
     return ids[m : m + size // CODE_UNITS, m : m + size // CODE_UNITS].astype(np.uint16)
 
 
-def build(tokenizer: GroundTokenizer, maps: int, map_size: int, log: bool = True) -> GroundBank:
+def build(tokenizer: GroundTokenizer, maps: int, map_size: int, log: bool = True,
+          seasons: tuple[str, ...] = ATTRIBUTES["season"]) -> GroundBank:
+    """``maps`` code maps per look and season of ``seasons``; a look's seasons share its
+    worlds (seeds counted per look, whichever seasons are built)."""
     out: dict[str, np.ndarray] = {}
-    seed = BANK_SEED_BASE
     t0 = time.perf_counter()
-    for biome, vegetation, weather in itertools.product(ATTRIBUTES["biome"], ATTRIBUTES["vegetation"], ATTRIBUTES["weather"]):
-        scene = SceneAttrs(biome=biome, vegetation=vegetation, weather=weather)  # day, summer: the decoder's
-        stack = []
-        for _ in range(maps):
-            world = World(seed, scene, (VIEW,), map_size=map_size)
-            seed += 1
-            stack.append(code_map(tokenizer, world, map_size))
-        out[look_key(scene)] = np.stack(stack)
-        if log:
-            print(f"{look_key(scene)}: {maps} maps, {time.perf_counter() - t0:.0f} s", flush=True)
+    looks = itertools.product(ATTRIBUTES["biome"], ATTRIBUTES["vegetation"], ATTRIBUTES["weather"])
+    for i, (biome, vegetation, weather) in enumerate(looks):
+        for season in seasons:
+            scene = SceneAttrs(biome=biome, vegetation=vegetation, weather=weather, season=season)  # by day
+            seeds = range(BANK_SEED_BASE + i * maps, BANK_SEED_BASE + (i + 1) * maps)
+            out[bank_key(scene)] = np.stack([code_map(tokenizer, World(s, scene, (VIEW,), map_size=map_size), map_size)
+                                             for s in seeds])
+            if log:
+                print(f"{bank_key(scene)}: {maps} maps, {time.perf_counter() - t0:.0f} s", flush=True)
     return GroundBank(out)
 
 
@@ -82,11 +88,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokenizer", type=Path, default=WEIGHTS, help="the tokenizer whose codes the bank holds (no suffix)")
     ap.add_argument("--out", type=Path, default=BANK)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seasons", nargs="+", default=list(ATTRIBUTES["season"]), choices=ATTRIBUTES["season"],
+                    help="build these seasons' maps; the other seasons' are kept from --out where it holds them")
     args = ap.parse_args(argv)
     if args.map_size % VIEW or args.maps < 1:
         ap.error(f"--map-size {args.map_size} must be a multiple of {VIEW} and --maps at least 1")
     torch.set_num_threads(args.threads)
-    bank = build(load_tokenizer(args.tokenizer), args.maps, args.map_size)
+    bank = build(load_tokenizer(args.tokenizer), args.maps, args.map_size, seasons=tuple(args.seasons))
+    if set(args.seasons) != set(ATTRIBUTES["season"]) and args.out.exists():
+        kept = {k: v for k, v in GroundBank.load(args.out).maps.items() if k not in bank.maps}
+        bank = GroundBank({**kept, **bank.maps})
     bank.save(args.out)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)")
 

@@ -2,8 +2,8 @@
 maps of training worlds (issue 38, item 4).
 
 The bank (``training/ground_bank.py`` builds it; ``model/default/weights/ground_bank.npz``)
-holds, per look of the ground that codes carry (biome, vegetation, weather: time of day and
-season are the decoder's), code maps of whole training worlds, each a torus of
+holds, per look of the ground that codes carry (biome, vegetation, weather: time of day is the
+decoder's) and per season (``bank_key``), code maps of whole training worlds, each a torus of
 ``side`` x ``side`` codes. Filling a tile of the canvas (``Canvas.write``) copies a
 ``TILE`` x ``TILE`` window of one map: among ``candidates`` windows drawn at random, one of the
 ``keep`` whose surroundings agree best with what the canvas already holds around the tile (a
@@ -37,8 +37,16 @@ SOURCES = 8  # places in the bank a written tile may continue from (uniform grou
 
 
 def look_key(scene: SceneAttrs) -> str:
-    """The bank's key for a scene: what the ground's codes depend on."""
+    """What a scene's ground codes carry: a prompt that changes it starts a canvas anew
+    (``GroundPainter.rescene``); time of day and season the decoder re-skins."""
     return f"{scene.biome}/{scene.vegetation}/{scene.weather}"
+
+
+def bank_key(scene: SceneAttrs) -> str:
+    """The bank's key for a scene: its look and season. The decoder re-skins a summer
+    canopy's codes poorly under spring or autumn (``training/ground_bank.py``), so new ground
+    is drawn from maps of the season's own codes."""
+    return f"{look_key(scene)}/{scene.season}"
 
 
 @dataclass(frozen=True)
@@ -54,10 +62,11 @@ class GroundBank:
                 raise ValueError(f"bank look {key!r} holds {m.shape} {m.dtype}, expected (M, side, side) uint16")
 
     def for_scene(self, scene: SceneAttrs) -> np.ndarray:
-        """The maps of ``scene``'s look, or, where the bank lacks it, those of the same biome."""
-        key = look_key(scene)
-        if key in self.maps:
-            return self.maps[key]
+        """The maps of ``scene``'s look and season; where the bank lacks them, of its look (a
+        bank keyed by look alone), else of the same biome."""
+        for key in (bank_key(scene), look_key(scene)):
+            if key in self.maps:
+                return self.maps[key]
         near = sorted(k for k in self.maps if k.startswith(f"{scene.biome}/")) or sorted(self.maps)
         return self.maps[near[0]]
 
