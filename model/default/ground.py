@@ -31,11 +31,14 @@ An observation (the start frame's ground, or a client's ``observation``) is enco
 frame by the observation encoder, ``observer.py``, where one ships; the ground alone by the
 tokenizer's) and written where it lies, over the prior's codes; its pixels are kept there too
 (``seen.py``) and laid over the decode, so a session starts on the very frame it was given
-and comes back to it, where the codes alone draw it softer and lose what they cannot spell. ``RADIUS`` is half the torus,
-so nothing a session has seen is evicted: its canvas holds at most the torus's 256 tiles of
-codes (128 KB), and the pixels of the 16 tiles around the view (768 KB in fp32). A nearer
-radius lost places a camera comes back to: 3 s away with a key held and the mouse drifting
-goes past 192 units on an axis (5 of the 12 revisits of ``bench.quality``).
+and comes back to it, where the codes alone draw it softer and lose what they cannot spell.
+
+``RADIUS`` is half the torus, so nothing a session has seen is evicted: its canvas holds at
+most the torus's 256 tiles of codes (128 KB), the pixels of the 16 tiles around the view
+(768 KB in fp32) and the pixels observations left (16 KB a tile, at most four tiles an
+observation; 4 MB were the whole torus observed). A nearer radius lost places a camera
+comes back to: 3 s away with a key held and the mouse drifting goes past 192 units on an axis
+(5 of the 12 revisits of ``bench.quality``).
 """
 
 from __future__ import annotations
