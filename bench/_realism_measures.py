@@ -59,8 +59,8 @@ class C2STConfig:
     lr: float = 2e-3  # Adam, cosine decay to 0
     seed: int = 0
     # classifiers per fold, from seeds seed, seed + 1, ...: their accuracies averaged. One
-    # classifier's reading moves by up to 0.07 with its seed on the same frames (0.682 / 0.649
-    # / 0.613 at 2 s for the served canvas over 32 worlds), more than most changes it judges
+    # classifier's reading moved by up to 0.17 with its seed on the same frames (0.629 / 0.804
+    # / 0.691 at 10 s for the served canvas over 32 worlds), more than most changes it judges
     repeats: int = 3
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ world, the renderer's and each model's, are compared three ways:
   the same places and prompts, their accuracy on worlds they did not train on (four folds of
   worlds, each judged by a network trained on the other three: no place is on both sides;
   ``--c2st-repeats`` networks a fold from consecutive seeds, default 3, their accuracies
-  averaged: one network's reading moves by up to 0.07 with its seed on the same frames).
+  averaged: one network's reading moved by up to 0.17 with its seed on the same frames).
   0.5: indistinguishable; 1.0: always told apart. Beside it,
   the same recipe on the same counts of frames: ``c2st_control``, the renderer's frames at
   60 s against a 4x-blurred copy of them (4x4 averages, bilinearly enlarged), and

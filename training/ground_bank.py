@@ -1,19 +1,20 @@
 """The canvas prior's bank: code maps of whole training worlds, per look of the ground.
 
     python -m training.ground_bank [--maps 1] [--map-size 1024] [--tokenizer model/default/weights/tokenizer]
-                                   [--out model/default/weights/ground_bank.npz]
+                                   [--out model/default/weights/ground_bank.npz] [--seasons SEASON ...]
 
-For every biome, vegetation and weather (the attributes a ground code carries) and every season,
-``--maps`` training worlds of ``--map-size`` world units are rendered by day as ground alone (``World.render_ground``: no actors, glints, cloud shadows or fog) and
-encoded by the tokenizer into a torus of codes (the views wrap, so the code map does too).
+For every biome, vegetation and weather (the attributes a ground code carries) and every
+season, ``--maps`` training worlds of ``--map-size`` world units are rendered by day as ground
+alone (``World.render_ground``: no actors, glints, cloud shadows or fog) and encoded by the
+tokenizer into a torus of codes (the views wrap, so the code map does too).
 ``model/default/quilt.py`` quilts unseen ground from these maps. Worlds of the size sessions
 see (1,024 units) give the prior the land cover, villages and shores in the proportions the
 world has them (``bench.prior``); 13 minutes a season on one CPU thread. The bank depends on
 the tokenizer's codes, so it is rebuilt whenever the tokenizer changes.
 
 Why per season: the decoder re-skins a place under another time of day well, but a summer
-canopy's codes decoded under spring or autumn lose the blossoms and the leaves' colours (a grey-
-green or brown smear; 3.2 dB below the spring views' own codes by day, 1.1 dB autumn), so
+canopy's codes decoded under spring or autumn lose the blossoms and the leaves' colours (a
+grey-green or brown smear; 3.2 dB below the spring views' own codes by day, 1.1 dB autumn), so
 unseen ground is drawn from maps of the session's own season. A look's three seasons are one
 world (the same seed): the same land in each.
 """

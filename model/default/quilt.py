@@ -51,7 +51,7 @@ def bank_key(scene: SceneAttrs) -> str:
 
 @dataclass(frozen=True)
 class GroundBank:
-    maps: dict[str, np.ndarray]  # look key -> (M, side, side) uint16 code maps, each a torus
+    maps: dict[str, np.ndarray]  # bank key (or look key alone) -> (M, side, side) uint16 code maps, each a torus
     _sources: dict[int, SourceIndex] = field(default_factory=dict, compare=False, repr=False)  # by id of maps
 
     def __post_init__(self) -> None:
