@@ -9,6 +9,7 @@ import torch
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
+from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, StepPlan
 
 
 def tiny_config(**kw: object) -> ModelConfig:
@@ -47,3 +48,21 @@ def make_runner(cfg: ModelConfig | None = None, seed: int = 0, **kw: object) -> 
 @pytest.fixture
 def cfg() -> ModelConfig:
     return tiny_config()
+
+
+def key_action(k: int) -> np.ndarray:
+    """One chunk's action (1, ACTION_DIM) with control ``k`` held."""
+    a = np.zeros((1, ACTION_DIM), np.float32)
+    a[0, k] = 1.0
+    return a
+
+
+def run_chunks(runner: ModelRunner, first: int, actions: list[np.ndarray], sid: str = "s", bucket: int = 64,
+               steps: int = 2) -> list[np.ndarray]:
+    """Session ``sid``'s chunks from block ``first``, one a plan, one per action; each chunk's last frame."""
+    frames = []
+    for i, a in enumerate(actions):
+        out = runner.execute(StepPlan(batches=[Batch(bucket, steps, [ChunkWork(sid, first + i, a)])]))
+        assert not out.errors, out.errors
+        frames.append(out.results[0].frames[-1])
+    return frames

@@ -10,15 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.conftest import make_runner, tiny_config
+from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
 from worldserve.model.default.canvas import TILE, TILE_UNITS, Canvas
 from worldserve.model.default.ground import MAP_SIZE, RADIUS, GroundPainter
 from worldserve.model.default.quilt import GroundBank, bank_key, fill_tile, look_key
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import (
-    ACTION_DIM,
-    Batch,
-    ChunkWork,
     SessionSpec,
     SessionUpdate,
     StepPlan,
@@ -39,21 +36,6 @@ def _painter() -> GroundPainter:
 
 def _runner() -> ModelRunner:
     return make_runner(tiny_config(), ground=_painter())
-
-
-def _key(k: int) -> np.ndarray:
-    a = np.zeros((1, ACTION_DIM), np.float32)
-    a[0, k] = 1.0
-    return a
-
-
-def _run(runner: ModelRunner, first: int, actions: list[np.ndarray], sid: str = "s") -> list[np.ndarray]:
-    frames = []
-    for i, a in enumerate(actions):
-        out = runner.execute(StepPlan(batches=[Batch(BUCKET, 2, [ChunkWork(sid, first + i, a)])]))
-        assert not out.errors, out.errors
-        frames.append(out.results[0].frames[-1])
-    return frames
 
 
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -135,7 +117,7 @@ def test_a_prompt_change_reskins_the_same_codes() -> None:
 def test_memory_stays_bounded_however_far_the_session_goes() -> None:
     runner = _runner()
     runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 4, SCENE)]))
-    _run(runner, 0, [_key(2)] * 150)  # 2 units a frame: 300 units
+    run_chunks(runner, 0, [key_action(2)] * 150)  # 2 units a frame: 300 units
     g = runner.sessions["s"].ground
     # codes: at most the torus's 256 tiles (128 KB), whatever the session saw is kept
     assert g is not None and 0 < len(g.canvas.tiles) <= g.canvas.max_tiles == (MAP_SIZE // TILE_UNITS) ** 2 == 256
@@ -172,7 +154,7 @@ def test_tiles_are_decoded_ahead_of_the_camera_to_the_pixels_an_inline_decode_gi
 def test_a_restored_session_goes_on_with_the_same_ground_and_frames(scene_change: bool) -> None:
     src = _runner()
     src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, SCENE)]))
-    _run(src, 0, [_key(0)] * 20 + [_key(3)] * 10)  # new ground drawn on the way
+    run_chunks(src, 0, [key_action(0)] * 20 + [key_action(3)] * 10)  # new ground drawn on the way
     if scene_change:
         src.execute(StepPlan(updates=[SessionUpdate("s", scene="a snowy village at night")]))
     state = src.export_state("s")
@@ -181,8 +163,8 @@ def test_a_restored_session_goes_on_with_the_same_ground_and_frames(scene_change
     restored = restore(snapshot(session, state))[1]
     dst = _runner()
     dst.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, state.scene, restore=restored)]))
-    later = [_key(1)] * 12 + [_key(2)] * 12
-    a, b = _run(src, 30, later), _run(dst, 30, later)
+    later = [key_action(1)] * 12 + [key_action(2)] * 12
+    a, b = run_chunks(src, 30, later), run_chunks(dst, 30, later)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     ga, gb = src.sessions["s"].ground, dst.sessions["s"].ground
     assert ga is not None and gb is not None
@@ -198,14 +180,14 @@ def test_a_session_opened_on_the_start_frame_a_server_made_off_thread_starts_on_
     def runner() -> ModelRunner:
         return make_runner(tiny_config(), ground=_painter(), start_frame=start_frame, start_views=start_views)
 
-    seed, path = 4, [_key(0)] * 6 + [_key(2)] * 6
+    seed, path = 4, [key_action(0)] * 6 + [key_action(2)] * 6
     own = runner()
     own.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed, SCENE)]))
     served = runner()
     first = served.first_frame(SCENE, seed, BUCKET)
     assert first is not None
     served.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed, SCENE, observation=first)]))
-    a, b = _run(own, 0, path), _run(served, 0, path)
+    a, b = run_chunks(own, 0, path), run_chunks(served, 0, path)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     ka, ca = own.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]
     kb, cb = served.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]

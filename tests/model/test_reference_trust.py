@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.conftest import make_runner, randomized, scene_encoder_for, tiny_config
-from tests.model.test_ground import BUCKET, SCENE, _painter, _psnr, _run
+from tests.model.conftest import make_runner, randomized, run_chunks, scene_encoder_for, tiny_config
+from tests.model.test_ground import BUCKET, SCENE, _painter, _psnr
 from worldserve.model.default.dit import trusted_mix
 from worldserve.model.default.ground import TRUST
 from worldserve.model.default.runner import ModelRunner
@@ -58,7 +58,7 @@ def test_a_trusting_compositor_shows_the_canvas_under_it() -> None:
     def last_frame_and_ground(trust: float) -> tuple[np.ndarray, np.ndarray]:
         runner = make_runner(tiny_config(reference_trust=trust), ground=_painter())
         runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, SCENE)]))
-        frame = _run(runner, 0, [np.zeros((1, ACTION_DIM), np.float32)] * 3)[-1]
+        frame = run_chunks(runner, 0, [np.zeros((1, ACTION_DIM), np.float32)] * 3)[-1]
         g = runner.sessions["s"].ground
         assert g is not None
         ref = _painter().reference(g, g.position[None], BUCKET)[0, :3]

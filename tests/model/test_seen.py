@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.conftest import make_runner, tiny_config
+from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
 from worldserve.model.default import seen as seen_px
 from worldserve.model.default.canvas import TILE_UNITS
 from worldserve.model.default.ground import GroundPainter
-from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.session.plan import SessionSpec, StepPlan
 from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import SnapshotError, restore, snapshot
 from worldserve.world import World
@@ -120,26 +120,12 @@ def test_a_scene_change_drops_the_seen_pixels_and_the_codes_reskin_the_place() -
     assert not g.seen
 
 
-def _key(k: int) -> np.ndarray:
-    a = np.zeros((1, ACTION_DIM), np.float32)
-    a[0, k] = 1.0
-    return a
-
-
 def test_a_snapshot_carries_the_seen_pixels_and_the_restored_session_makes_the_same_frames() -> None:
     frame = _world(8).render(BUCKET)
     src = make_runner(tiny_config(), ground=_painter())
     src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, SCENE, observation=frame)]))
 
-    def run(runner: object, first: int, n: int) -> list[np.ndarray]:
-        out = []
-        for i in range(n):
-            res = runner.execute(StepPlan(batches=[Batch(BUCKET, 2, [ChunkWork("s", first + i, _key(1))])]))  # type: ignore[attr-defined]
-            assert not res.errors, res.errors
-            out.append(res.results[0].frames[-1])
-        return out
-
-    run(src, 0, 3)
+    run_chunks(src, 0, [key_action(1)] * 3)
     state = src.export_state("s")
     canvas = state.continuation.canvas if state.continuation is not None else None
     assert canvas is not None and canvas.seen is not None and len(canvas.seen) >= 1
@@ -148,7 +134,7 @@ def test_a_snapshot_carries_the_seen_pixels_and_the_restored_session_makes_the_s
     restored = restore(data)[1]
     dst = make_runner(tiny_config(), ground=_painter())
     dst.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, state.scene, restore=restored)]))
-    a, b = run(src, 3, 6), run(dst, 3, 6)
+    a, b = run_chunks(src, 3, [key_action(1)] * 6), run_chunks(dst, 3, [key_action(1)] * 6)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     ga, gb = src.sessions["s"].ground, dst.sessions["s"].ground
     assert ga is not None and gb is not None and ga.seen.keys() == gb.seen.keys()
