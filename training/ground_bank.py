@@ -9,7 +9,8 @@ alone (``World.render_ground``: no actors, glints, cloud shadows or fog) and enc
 tokenizer into a torus of codes (the views wrap, so the code map does too).
 ``model/default/quilt.py`` quilts unseen ground from these maps. Worlds of the size sessions
 see (1,024 units) give the prior the land cover, villages and shores in the proportions the
-world has them (``bench.prior``); 13 minutes a season on one CPU thread. The bank depends on
+world has them (``bench.prior``); about 15 minutes a season on one CPU thread. Each map is
+encoded 64-pixel view by 64-pixel view, as an observation is (``code_map``). The bank depends on
 the tokenizer's codes, so it is rebuilt whenever the tokenizer changes.
 
 Why per season: the decoder re-skins a place under another time of day well, but a summer
@@ -39,6 +40,7 @@ from worldserve.world.scene import ATTRIBUTES, SceneAttrs
 VIEW = 64  # world units a 64-px view covers: one pixel per unit
 BANK_SEED_BASE = TRAIN_SEED_BASE + 2_000_000  # training worlds, apart from those training draws
 MARGIN = 32  # world units rendered around the map for the encoder's edges (a multiple of CODE_UNITS)
+KEEP = 32  # pixels of each encoded view whose codes the map keeps: its middle (a multiple of CODE_UNITS)
 
 
 def ground_raster(world: World, size: int) -> np.ndarray:
@@ -55,13 +57,25 @@ def ground_raster(world: World, size: int) -> np.ndarray:
 
 
 @torch.inference_mode()
-def code_map(tokenizer: GroundTokenizer, world: World, size: int) -> np.ndarray:
-    """The world's ground as a (size / CODE_UNITS)² torus of codes, uint16."""
+def code_map(tokenizer: GroundTokenizer, world: World, size: int, batch: int = 128) -> np.ndarray:
+    """The world's ground as a (size / CODE_UNITS)² torus of codes, uint16, encoded as the
+    tokenizer encodes a view: 64-pixel views a ``KEEP`` apart, each giving the codes of its
+    middle ``KEEP`` x ``KEEP`` pixels (``VIEW - KEEP`` / 2 pixels of ground around them).
+
+    The encoder's group norms take their statistics over the whole image it is given. It
+    learnt on 64-pixel views, and an observation is one; a whole map encoded at once is
+    normalised by the map's hills and seas instead, and comes out in other codes (15-32 % of
+    them equal, three looks' maps), so the prior compared a session's observed codes with
+    codes of another dialect."""
     img = ground_raster(world, size)
-    x = torch.from_numpy(img).permute(2, 0, 1)[None].float() / 127.5 - 1
-    ids = tokenizer.encode(x)[0].numpy()
-    m = MARGIN // CODE_UNITS
-    return ids[m : m + size // CODE_UNITS, m : m + size // CODE_UNITS].astype(np.uint16)
+    x = torch.from_numpy(img).permute(2, 0, 1).float() / 127.5 - 1  # (3, N, N)
+    pad = (VIEW - KEEP) // 2
+    starts = range(MARGIN - pad, MARGIN - pad + size, KEEP)
+    views = torch.stack([x[:, y : y + VIEW, x0 : x0 + VIEW] for y in starts for x0 in starts])
+    ids = torch.cat([tokenizer.encode(views[i : i + batch]) for i in range(0, len(views), batch)])
+    c, k, n = pad // CODE_UNITS, KEEP // CODE_UNITS, len(starts)
+    mid = ids[:, c : c + k, c : c + k].reshape(n, n, k, k).permute(0, 2, 1, 3)
+    return mid.reshape(n * k, n * k).numpy().astype(np.uint16)
 
 
 def build(tokenizer: GroundTokenizer, maps: int, map_size: int, log: bool = True,

@@ -28,3 +28,30 @@ def test_a_rebuild_of_some_seasons_keeps_the_others_and_covers_every_look(tmp_pa
     spring, autumn = (bank.maps[bank_key(SceneAttrs(vegetation="dense", season=s))] for s in ("spring", "autumn"))
     desert = [bank.maps[bank_key(SceneAttrs(biome="desert", vegetation="sparse", season=s))] for s in ("spring", "autumn")]
     assert (spring != autumn).mean() > (desert[0] != desert[1]).mean()
+
+
+def test_a_map_is_encoded_in_the_codes_a_view_gets_there() -> None:
+    """The bank's codes are those an observation of the same ground gets (a 64-pixel view
+    through the tokenizer's encoder), not those of the whole map encoded at once, which the
+    encoder's norms would read against the map's own hills and seas."""
+    import torch
+
+    from worldserve.model.default.canvas import CODE_UNITS
+    from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+    from worldserve.training.ground_bank import KEEP, MARGIN, VIEW, code_map, ground_raster
+    from worldserve.world import World
+
+    tok = load_tokenizer(WEIGHTS)
+    world = World(3, SceneAttrs(biome="grassland", vegetation="dense"), (VIEW,), map_size=256)
+    codes = code_map(tok, world, 256)
+    assert codes.shape == (64, 64) and codes.dtype == np.uint16
+    x = torch.from_numpy(ground_raster(world, 256)).permute(2, 0, 1)[None].float() / 127.5 - 1
+    pad, k = (VIEW - KEEP) // 2, KEEP // CODE_UNITS
+    with torch.inference_mode():
+        for y, x0 in ((0, 0), (96, 32), (224, 192)):  # map units, on the KEEP grid (the last at the torus's end)
+            view = x[:, :, MARGIN + y - pad : MARGIN + y - pad + VIEW, MARGIN + x0 - pad : MARGIN + x0 - pad + VIEW]
+            mid = tok.encode(view)[0, pad // CODE_UNITS : pad // CODE_UNITS + k, pad // CODE_UNITS : pad // CODE_UNITS + k]
+            cy, cx = y // CODE_UNITS, x0 // CODE_UNITS
+            assert np.array_equal(codes[cy : cy + k, cx : cx + k], mid.numpy())
+        whole = tok.encode(x)[0, MARGIN // CODE_UNITS : (MARGIN + 256) // CODE_UNITS, MARGIN // CODE_UNITS : (MARGIN + 256) // CODE_UNITS]
+    assert (whole.numpy() == codes).mean() < 0.8  # the whole map at once speaks otherwise
