@@ -60,7 +60,7 @@ def ground_raster(world: World, size: int) -> np.ndarray:
 def code_map(tokenizer: GroundTokenizer, world: World, size: int, batch: int = 128) -> np.ndarray:
     """The world's ground as a (size / CODE_UNITS)² torus of codes, uint16, encoded as the
     tokenizer encodes a view: 64-pixel views a ``KEEP`` apart, each giving the codes of its
-    middle ``KEEP`` x ``KEEP`` pixels (``VIEW - KEEP`` / 2 pixels of ground around them).
+    middle ``KEEP`` x ``KEEP`` pixels, with (``VIEW`` - ``KEEP``) / 2 pixels of ground around them.
 
     The encoder's group norms take their statistics over the whole image it is given. It
     learnt on 64-pixel views, and an observation is one; a whole map encoded at once is
