@@ -18,20 +18,18 @@ in blue.
 from __future__ import annotations
 
 import argparse
-import itertools
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from worldserve.bench.tokenizer import to_frames
-from worldserve.model.default.canvas import Canvas
 from worldserve.model.default.ground import MAP_SIZE, GroundPainter
 from worldserve.model.default.quilt import BANK, GroundBank
 from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
-from worldserve.training.ground_bank import BANK_SEED_BASE, VIEW
+from worldserve.training.ground_bank import VIEW, bank_seeds
 from worldserve.world import World
-from worldserve.world.scene import ATTRIBUTES, SceneAttrs
+from worldserve.world.scene import SceneAttrs
 from worldserve.world.terrain import LOW_END, SEA_END, UP_END
 
 CLASSES = ("water", "lowland", "upland", "rock")
@@ -51,10 +49,8 @@ def measure(painter: GroundPainter, key: str, views: int, rng: np.random.Generat
     """The ground, the canvas's views and the terrain classes of ``views`` places of ``key``'s world."""
     biome, vegetation, weather, season = key.split("/")
     scene = SceneAttrs(biome=biome, vegetation=vegetation, weather=weather, season=season)
-    looks = list(itertools.product(ATTRIBUTES["biome"], ATTRIBUTES["vegetation"], ATTRIBUTES["weather"]))
-    world = World(BANK_SEED_BASE + looks.index((biome, vegetation, weather)), scene, (VIEW,), map_size=MAP_SIZE)
-    g = painter.start(1, scene)
-    g.canvas = Canvas(MAP_SIZE, MAP_SIZE / 2)
+    world = World(bank_seeds(scene)[0], scene, (VIEW,), map_size=MAP_SIZE)
+    g = painter.start(1, scene)  # a canvas of the whole torus, nothing evicted
     g.canvas.paste((0.0, 0.0), painter.bank.maps[key][0].astype(np.int64))
     ground, drawn, classes = [], [], []
     for k in range(views):

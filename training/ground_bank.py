@@ -78,17 +78,25 @@ def code_map(tokenizer: GroundTokenizer, world: World, size: int, batch: int = 1
     return mid.reshape(n * k, n * k).numpy().astype(np.uint16)
 
 
+LOOKS = tuple(itertools.product(ATTRIBUTES["biome"], ATTRIBUTES["vegetation"], ATTRIBUTES["weather"]))
+
+
+def bank_seeds(scene: SceneAttrs, maps: int = 1) -> range:
+    """The world seeds of ``scene``'s look's maps (its seasons share them)."""
+    i = LOOKS.index((scene.biome, scene.vegetation, scene.weather))
+    return range(BANK_SEED_BASE + i * maps, BANK_SEED_BASE + (i + 1) * maps)
+
+
 def build(tokenizer: GroundTokenizer, maps: int, map_size: int, log: bool = True,
           seasons: tuple[str, ...] = ATTRIBUTES["season"]) -> GroundBank:
     """``maps`` code maps per look and season of ``seasons``; a look's seasons share its
     worlds (seeds counted per look, whichever seasons are built)."""
     out: dict[str, np.ndarray] = {}
     t0 = time.perf_counter()
-    looks = itertools.product(ATTRIBUTES["biome"], ATTRIBUTES["vegetation"], ATTRIBUTES["weather"])
-    for i, (biome, vegetation, weather) in enumerate(looks):
+    for biome, vegetation, weather in LOOKS:
         for season in seasons:
             scene = SceneAttrs(biome=biome, vegetation=vegetation, weather=weather, season=season)  # by day
-            seeds = range(BANK_SEED_BASE + i * maps, BANK_SEED_BASE + (i + 1) * maps)
+            seeds = bank_seeds(scene, maps)
             out[bank_key(scene)] = np.stack([code_map(tokenizer, World(s, scene, (VIEW,), map_size=map_size), map_size)
                                              for s in seeds])
             if log:
