@@ -142,7 +142,7 @@ class Settings:
     canvas_trust: float = setting(4.0, "the default model on its canvas: logits added to its head's reference "
                                        "mix, so it copies more of the canvas's ground and draws less of its own "
                                        "(0: as the weights learnt; docs/model.md)")
-    canvas_sharpen: float = setting(0.75, "the default model on its canvas: the unsharp mask's amount on each "
+    canvas_sharpen: float = setting(1.0, "the default model on its canvas: the unsharp mask's amount on each "
                                          "decoded tile, which the decoder draws softer than the world's ground "
                                          "(0: as drawn; docs/model.md)")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "

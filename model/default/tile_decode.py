@@ -60,7 +60,7 @@ from worldserve.model.default.tokenizer import GroundTokenizer
 
 MARGIN = 3  # codes of the neighbours decoded around a tile (the decoder's reach)
 BLEND = 8  # pixels of the margin kept around a tile's pixels, where it blends into its neighbours
-SHARPEN = 0.75  # the served unsharp mask's amount (``sharpen``; 0: the decoder's pixels as drawn)
+SHARPEN = 1.0  # the served unsharp mask's amount (``sharpen``; 0: the decoder's pixels as drawn)
 DECODE_MODES = ("auto", "between", "beside")  # where the decoder's thread works (``beside_chunks``)
 T = TypeVar("T")
 log = logging.getLogger("worldserve.canvas")
@@ -133,12 +133,14 @@ _TAPS = tuple(float(k) for k in _BELL / _BELL.sum())
 
 def sharpen(img: torch.Tensor, amount: float) -> torch.Tensor:
     """(C, H, W) plus ``amount`` times its difference from a Gaussian blur of it (sigma one
-    pixel, edges replicated): an unsharp mask. 0.5 brings a decode's mean absolute Laplacian
-    from 12.5 to 17.7 against the world's 18.5 at whole pixels, and from 6.8 to 9.0 against
-    9.4 once both are sampled at half a pixel (16 held-out worlds; docs/model.md). The served
-    0.75 goes past the world's ground a little: the world's frames carry detail the canvas
-    lacks (actors, glints, falling snow), and at 0.75 the model's frames are told from them
-    less often at 2 and 10 s (docs/model.md, "An observation kept as it was seen")."""
+    pixel, edges replicated): an unsharp mask. On true codes 0.5 brings a decode's mean absolute
+    Laplacian from 12.5 to 17.7 against the world's 18.5 at whole pixels (16 held-out worlds;
+    docs/model.md). The served 1.0 goes past the world's ground on true codes (by about 30 % at
+    whole pixels, 40 % at random sub-pixel places) and meets it in the served frames, where the
+    prior's codes and the causal model draw softer than a decode of the world's own codes: at
+    1.0 the frames are as detailed as the world's at 2, 10 and 60 s, at 0.75 less at each, and
+    a classifier tells them from the world's less often at 10 and 60 s (docs/model.md, "The
+    bank in an observation's codes")."""
     if amount == 0:
         return img
     _, h, w = img.shape

@@ -1,7 +1,8 @@
 """The canvas drawn as sharp as the world (model/default/tile_decode.py ``sharpen``): the
 decoder draws the mean of the views it learnt at every sub-pixel offset, softer than the
 world's ground at whole pixels; the served unsharp mask gives a decoded tile the world's
-detail back, keeps its colours, and reaches the runner from the server's setting."""
+detail back (and a little more, which the served frames lose again), keeps its colours, and
+reaches the runner from the server's setting."""
 
 from __future__ import annotations
 
@@ -42,9 +43,13 @@ def test_sharpen_is_the_identity_at_zero_and_leaves_flat_ground_and_mean_colour_
     assert _laplacian(out) > 1.3 * _laplacian(img)  # and the detail raised
 
 
-def test_a_decoded_tile_is_as_sharp_as_the_world_s_ground() -> None:
+def test_a_decoded_tile_is_at_least_as_sharp_as_the_world_s_ground_and_not_far_past_it() -> None:
     """Views of held-out worlds at whole pixels, encoded and decoded by the served decoder: the
-    decode alone is far softer than the view, sharpened it is within 15 % of it."""
+    decode alone is far softer than the view; sharpened by the served amount it has at least the
+    view's detail and less than 1.45 times it. The served amount goes past the world on true
+    codes (by about 20 % here) because the served frames, drawn from the prior's codes by the
+    causal model, come out softer than a decode of the world's own codes: it is the amount at
+    which they meet the world's detail (docs/model.md, ``bench.realism``)."""
     tok = load_tokenizer(WEIGHTS).eval()
     rng = np.random.default_rng(3)
     views, drawn, served = [], [], []
@@ -60,7 +65,7 @@ def test_a_decoded_tile_is_as_sharp_as_the_world_s_ground() -> None:
             served.append(_laplacian(sharpen(dec, SHARPEN)))
     world, soft, sharp = np.mean(views), np.mean(drawn), np.mean(served)
     assert soft < 0.8 * world, (world, soft)
-    assert abs(sharp - world) < 0.15 * world, (world, soft, sharp)
+    assert world < sharp < 1.45 * world, (world, soft, sharp)
 
 
 def test_the_tile_decoder_sharpens_what_it_decodes_and_refuses_a_negative_amount() -> None:
