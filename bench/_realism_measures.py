@@ -150,15 +150,26 @@ def c2st_accuracy(
     a: np.ndarray, b: np.ndarray, groups_a: np.ndarray, groups_b: np.ndarray,
     cfg: C2STConfig = C2STConfig(), folds: int = 4,
 ) -> float:
-    """Held-out accuracy of classifiers trained to tell frames ``a`` from frames ``b``.
+    """The mean of ``c2st_readings``: held-out accuracy of classifiers trained to tell frames
+    ``a`` from frames ``b``."""
+    return float(c2st_readings(a, b, groups_a, groups_b, cfg, folds).mean())
+
+
+def c2st_readings(
+    a: np.ndarray, b: np.ndarray, groups_a: np.ndarray, groups_b: np.ndarray,
+    cfg: C2STConfig = C2STConfig(), folds: int = 4,
+) -> np.ndarray:
+    """(cfg.repeats,) held-out accuracies of classifiers trained to tell frames ``a`` from
+    frames ``b``, one per seed (``cfg.seed``, ``cfg.seed + 1``, ...).
 
     ``groups_a`` / ``groups_b`` name each frame's world. The worlds are dealt into ``folds``
     folds; each fold is judged by a classifier trained on the other folds' worlds only, so no
     place is on both sides, and every world is judged once (with a handful of worlds, one
     held-out quarter of them moves the accuracy by a tenth from one draw to the next). The
     accuracy is balanced (the mean of the two sets' own accuracies), so unequal set sizes do
-    not move the 0.5 of indistinguishable sets. With ``cfg.repeats`` > 1, the mean accuracy of
-    that many classifiers per fold, trained from consecutive seeds."""
+    not move the 0.5 of indistinguishable sets. Their spread is the reading's own noise: one
+    classifier's accuracy on the same frames moves by a tenth with its seed where the two sets
+    are close (docs/model.md)."""
     if a.shape[1:] != b.shape[1:] or a.ndim != 4 or a.shape[-1] != 3:
         raise ValueError(f"frame sets must be (N, H, W, 3) of one size, got {a.shape} and {b.shape}")
     if len(groups_a) != len(a) or len(groups_b) != len(b):
@@ -177,7 +188,7 @@ def c2st_accuracy(
                 xt = x[test]
                 pred = torch.cat([net(xt[s : s + 256])[:, 0] for s in range(0, len(xt), 256)]) > 0
             right[r, test] = pred == (y[test] > 0.5)
-    return float(((right[:, y < 0.5].float().mean(1) + right[:, y > 0.5].float().mean(1)) / 2).mean())
+    return ((right[:, y < 0.5].float().mean(1) + right[:, y > 0.5].float().mean(1)) / 2).numpy().astype(np.float64)
 
 
 # -- Frechet distance ------------------------------------------------------------------------

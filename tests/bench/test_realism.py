@@ -22,6 +22,7 @@ from worldserve.bench._realism_measures import (
     blocky,
     blur4,
     c2st_accuracy,
+    c2st_readings,
     frechet_distance,
     patch_distance,
     world_folds,
@@ -108,6 +109,9 @@ def test_c2st_averages_its_repeats_over_consecutive_seeds(monkeypatch: pytest.Mo
     both = c2st_accuracy(a, b, groups, groups, replace(cfg, repeats=2), folds=3)
     assert seeds == [5, 6] * 3  # two classifiers a fold
     assert both == pytest.approx(np.mean(one))
+    monkeypatch.undo()
+    reads = c2st_readings(a, b, groups, groups, replace(cfg, repeats=2), folds=3)
+    assert reads.tolist() == pytest.approx(one)  # each classifier's own reading, as the bench prints their spread
     with pytest.raises(ValueError, match="repeats"):
         C2STConfig(repeats=0)
 
