@@ -23,7 +23,8 @@ between its tiles, repetition. Printed, over all views:
 - ``built``: how much of the canvas's ground is built (roads, bridges, fields, roofs, lamps),
   beside ``built_world``, the world's: each code's chance of lying on built ground is counted
   on the world's own codes against its layout, then averaged over each side's codes (a prior
-  that drops villages and roads reads below the world).
+  that drops villages and roads reads below the world); likewise ``water`` beside
+  ``water_world``, sea and lakes (a prior that, once on water, stays there reads above it).
 
 Writes ``prior_<worlds>.png`` under ``--out`` (default runs/quality): per world the world's
 ground through the tokenizer over the canvas, at 2, 5 and 10 s. A fast loop for the prior
@@ -55,6 +56,7 @@ from worldserve.world.layers import BRIDGE, FIELD, LAMP, ROAD, ROOF
 from worldserve.world.motion import expected_shift
 from worldserve.world.policy import mixed_policy
 from worldserve.world.scene import sample_scene
+from worldserve.world.terrain import SEA_END
 
 FIRST_WORLD = 940
 BUCKET = 64
@@ -87,16 +89,29 @@ def built_cells(world: World) -> np.ndarray:
     return built.mean((1, 3)) >= 0.25
 
 
-def built_share(world_ids: np.ndarray, built: np.ndarray, canvas_ids: np.ndarray, codes: int) -> tuple[float, float]:
-    """The share of built ground in the world's views and in the canvas's, both read through
-    the codes: each code's chance of lying on built ground, counted on the world's own codes
-    (``world_ids`` and ``built`` (N, 16, 16)), averaged over each side's codes. Averaged over
-    the world's own codes those chances give back the world's built share itself."""
-    hits = np.bincount(world_ids.ravel(), built.ravel().astype(np.float64), codes)
+def water_cells(world: World) -> np.ndarray:
+    """(16, 16) bool: the view's 4x4-unit cells (one code each) of which half or more is sea or
+    lake (terrain below ``SEA_END``), from the world's layout."""
+    lay = world.layout
+    d, n = lay.density, lay.terrain.levels.shape[0]
+    top = np.floor((np.asarray(world.position) - BUCKET / 2) * d).astype(int)
+    idx = [(top[i] + np.arange(BUCKET * d)) % n for i in range(2)]
+    wet = lay.terrain.levels[np.ix_(idx[0], idx[1])] < SEA_END
+    cell = CODE_UNITS * d
+    return wet.reshape(BUCKET // CODE_UNITS, cell, BUCKET // CODE_UNITS, cell).mean((1, 3)) >= 0.5
+
+
+def cover_share(world_ids: np.ndarray, cover: np.ndarray, canvas_ids: np.ndarray, codes: int) -> tuple[float, float]:
+    """The share of a land cover (``built_cells``, ``water_cells``) in the world's views and in
+    the canvas's, both read through the codes: each code's chance of lying on that cover,
+    counted on the world's own codes (``world_ids`` and ``cover`` (N, 16, 16)), averaged over
+    each side's codes. Averaged over the world's own codes those chances give back the world's
+    share itself."""
+    hits = np.bincount(world_ids.ravel(), cover.ravel().astype(np.float64), codes)
     seen = np.bincount(world_ids.ravel(), minlength=codes)
     p = np.divide(hits, seen, out=np.zeros(codes), where=seen > 0)
     held = canvas_ids[canvas_ids != MISSING]
-    return float(built.mean()), float(p[held].mean())
+    return float(cover.mean()), float(p[held].mean())
 
 
 def edge_ratio(frames: np.ndarray, rows: list[np.ndarray], cols: list[np.ndarray]) -> float:
@@ -121,7 +136,7 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
     rng = np.random.default_rng(seed)
     length = seconds * FPS + 1
     truth, canvas, groups, odd, rows, cols = [], [], [], [], [], []
-    world_ids, built, canvas_ids = [], [], []
+    world_ids, built, water, canvas_ids = [], [], [], []
     strip = []
     for w_i, s in enumerate(HELD_OUT_SEEDS[FIRST_WORLD : FIRST_WORLD + worlds]):
         world = World(s, sample_scene(rng), (BUCKET,))
@@ -141,6 +156,7 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
                 true, ids = tokens_view(painter, world.render_ground(BUCKET), vec)
                 world_ids.append(ids)
                 built.append(built_cells(world))
+                water.append(water_cells(world))
                 canvas_ids.append(g.canvas.crop(tuple(g.position), VIEW_UNITS))
                 truth.append(true)
                 canvas.append(view)
@@ -152,8 +168,10 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
                 shown[t // FPS] = (true, view)
         strip.append(np.concatenate([np.concatenate(shown[k], 0) for k in STRIP_SECONDS if k in shown], 1))
     a, b, grp, odd_ = np.stack(truth), np.stack(canvas), np.asarray(groups), np.asarray(odd)
-    share_world, share = built_share(np.stack(world_ids), np.stack(built), np.stack(canvas_ids),
-                                     painter.tokenizer.cfg.codes)
+    ids_w, ids_c = np.stack(world_ids), np.stack(canvas_ids)
+    codes = painter.tokenizer.cfg.codes
+    share_world, share = cover_share(ids_w, np.stack(built), ids_c, codes)
+    wet_world, wet = cover_share(ids_w, np.stack(water), ids_c, codes)
     net = load_scene_net()
     fa, fb = scene_features(net, a), scene_features(net, b)
     res = {
@@ -165,6 +183,8 @@ def measure(painter: GroundPainter, worlds: int, seconds: int, seed: int) -> tup
         "seam_world": edge_ratio(a, rows, cols),
         "built": share,
         "built_world": share_world,
+        "water": wet,
+        "water_world": wet_world,
         "views": float(len(a)),
     }
     return res, np.concatenate(strip, 0)

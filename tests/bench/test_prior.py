@@ -1,11 +1,11 @@
 """bench.prior's seam measure (where a canvas tile begins in a view, and how much larger the
-steps across those edges are than the steps everywhere) and its share of built ground."""
+steps across those edges are than the steps everywhere) and its shares of built ground and water."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from worldserve.bench.prior import built_cells, built_share, edge_ratio, tile_edges
+from worldserve.bench.prior import built_cells, cover_share, edge_ratio, tile_edges, water_cells
 from worldserve.model.default.canvas import MISSING
 from worldserve.world import World
 
@@ -26,7 +26,7 @@ def test_a_step_at_the_tile_edge_reads_far_above_one_and_a_smooth_ramp_near_one(
     assert edge_ratio(stepped[None], [np.array([])], [np.array([30])]) > 5
 
 
-def test_a_village_is_built_ground_and_open_sea_is_not() -> None:
+def test_a_village_is_built_ground_and_open_sea_is_water_not_built() -> None:
     world = World(3, None, (64,), map_size=256)
     world.reset(world.layout.start)  # the first village
     assert built_cells(world).mean() > 0.05
@@ -35,14 +35,17 @@ def test_a_village_is_built_ground_and_open_sea_is_not() -> None:
     assert open_sea, "the world has a view of open water"
     world.reset(tuple(float(c) for c in open_sea[0]))
     assert not built_cells(world).any()
+    assert water_cells(world).all()  # and it is water, where the village is mostly land
+    world.reset(world.layout.start)
+    assert water_cells(world).mean() < 0.5
 
 
-def test_built_share_reads_each_side_through_the_chances_counted_on_the_world() -> None:
+def test_cover_share_reads_each_side_through_the_chances_counted_on_the_world() -> None:
     world_ids = np.array([[[0, 0], [1, 2]]])  # code 0 lies on built ground both times, 1 never, 2 once in two
     built = np.array([[[True, True], [False, False]]])
     world_ids = np.concatenate([world_ids, np.array([[[2, 1], [1, 1]]])])
     built = np.concatenate([built, np.array([[[True, False], [False, False]]])])
     canvas = np.array([[[0, 0], [0, MISSING]]])  # only built codes: share 1.0, the missing one skipped
-    world, held = built_share(world_ids, built, canvas, 4)
+    world, held = cover_share(world_ids, built, canvas, 4)
     assert world == built.mean() and held == 1.0
-    assert built_share(world_ids, built, np.array([[[1, 1], [3, 2]]]), 4)[1] == 0.5 / 4  # 3: never seen
+    assert cover_share(world_ids, built, np.array([[[1, 1], [3, 2]]]), 4)[1] == 0.5 / 4  # 3: never seen
