@@ -135,12 +135,12 @@ def sharpen(img: torch.Tensor, amount: float) -> torch.Tensor:
     """(C, H, W) plus ``amount`` times its difference from a Gaussian blur of it (sigma one
     pixel, edges replicated): an unsharp mask. On true codes 0.5 brings a decode's mean absolute
     Laplacian from 12.5 to 17.7 against the world's 18.5 at whole pixels (16 held-out worlds;
-    docs/model.md). The served 1.0 goes past the world's ground on true codes (by about 30 % at
-    whole pixels, 40 % at random sub-pixel places) and meets it in the served frames, where the
-    prior's codes and the causal model draw softer than a decode of the world's own codes: at
-    1.0 the frames are as detailed as the world's at 2, 10 and 60 s, at 0.75 less at each, and
-    a classifier tells them from the world's less often at 10 and 60 s (docs/model.md, "The
-    bank in an observation's codes")."""
+    docs/model.md). The served 1.0 goes past the world's ground on true codes (by 20-30 % at
+    whole pixels, 40 % at random sub-pixel places) and meets it in the served frames, whose
+    references, drawn from the prior's codes, are softer than a decode of the world's own: at
+    1.0 the frames are within a tenth of the world's detail at 2, 10 and 60 s, at 0.75 below
+    it at each, and a classifier tells them from the world's less often at 10 and 60 s
+    (docs/model.md, "Sharpened by 1.0: served")."""
     if amount == 0:
         return img
     _, h, w = img.shape
