@@ -40,6 +40,9 @@ class Canvas:
     map_size: int  # world units per side of the torus (a multiple of TILE_UNITS)
     radius: float  # tiles whose centre lies farther than this from the camera are evicted (world units)
     tiles: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (ty, tx) -> (TILE, TILE) uint16
+    # counts the changes that can leave a tile not whole (one made by ``paste``, evictions):
+    # a painter that found tiles whole need not look again until it moves
+    changes: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if self.map_size <= 0 or self.map_size % TILE_UNITS:
@@ -98,6 +101,7 @@ class Canvas:
             tile = self.tiles.get((y // TILE, x // TILE))
             if tile is None:
                 tile = self.tiles[(y // TILE, x // TILE)] = np.full((TILE, TILE), EMPTY, np.uint16)
+                self.changes += 1
             tile[y % TILE, x % TILE] = codes[i, j]
 
     def crop(self, top_left: tuple[float, float], size: float) -> np.ndarray:
@@ -127,6 +131,7 @@ class Canvas:
         far = [k for k in self.tiles if max(self._distance(k, center)) > self.radius]
         for k in far:
             del self.tiles[k]
+        self.changes += len(far)
         return len(far)
 
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:

@@ -80,6 +80,11 @@ class SessionGround:
     pending: np.ndarray | None = None  # the position after the chunk being made
     filling: Job[None] | None = None  # ``GroundPainter.prepare``'s fills, queued or under way on the decoder's thread
     seen: seen_px.Seen = field(default_factory=dict)  # tile -> the observed pixels laid over its decode (``seen.py``)
+    seen_version: int = 0  # counts the changes to ``seen``
+    # the last 2 x 2 tiles blended (``_raster``): their corner tile, seen_version, pixels, raster
+    raster: tuple[tuple[int, int, int], tuple[torch.Tensor, ...], torch.Tensor] | None = None
+    # the view's tiles last found whole (``_fill_around``): canvas, its changes, corner tile, rings
+    whole: tuple[Canvas, int, int, int, int] | None = None
 
     @property
     def canvas(self) -> Canvas:
@@ -200,6 +205,7 @@ class GroundPainter:
         h, w = VIEW_UNITS - int(shift[0] > 0), VIEW_UNITS - int(shift[1] > 0)
         rgb = ((view[0, :, :h, :w].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu().numpy()
         seen_px.paste(g.seen, (int(first[0]), int(first[1])), rgb, seen_px.feathered(h, w), g._canvas.side)
+        g.seen_version += 1
 
     def rescene(self, g: SessionGround, look: SceneAttrs) -> None:
         """A new prompt. Where it keeps the look codes carry (biome, vegetation, weather), the
@@ -210,6 +216,7 @@ class GroundPainter:
         g.settle()
         _forget_pixels(g)
         g.seen.clear()  # the old look's pixels: the codes re-skin the place
+        g.seen_version += 1
         if look_key(look) != look_key(g.look):
             g.canvas = Canvas(MAP_SIZE, RADIUS)
         g.look = look
@@ -237,8 +244,7 @@ class GroundPainter:
         for top in tops:
             self._fill_around(g, top)
             ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
-            raster = _blend([[self._tile_pixels(g, (ty + i, tx + j)) for j in (0, 1)] for i in (0, 1)])
-            raster = seen_px.compose(raster, g.seen, ty % g._canvas.side, tx % g._canvas.side, g._canvas.side)
+            raster = _raster(g, ty, tx, [[self._tile_pixels(g, (ty + i, tx + j)) for j in (0, 1)] for i in (0, 1)])
             rel = top - np.array([ty, tx], np.float64) * TILE_UNITS
             out.append(_sample(raster[None], float(rel[0]), float(rel[1]), bucket, bucket, VIEW_UNITS / bucket)[0])
         ref = torch.stack(out).clamp(-1, 1)
@@ -303,14 +309,21 @@ class GroundPainter:
         return True
 
     def _fill_around(self, g: SessionGround, top: np.ndarray, rings: int = 1) -> None:
-        """Fill what is empty in ``_around``'s tiles, row by row from the top left."""
+        """Fill what is empty in ``_around``'s tiles, row by row from the top left. Tiles once
+        whole stay whole until the canvas changes (``Canvas.changes``): while the view stays
+        on the same tiles, nothing is looked at again."""
+        canvas, corner = g._canvas, tuple(math.floor(float(t) / TILE_UNITS) for t in top)
+        w = g.whole
+        if w is not None and w[0] is canvas and w[1] == canvas.changes and w[2:4] == corner and w[4] >= rings:
+            return
         maps = index = None
         for key in self._around(g, top, rings):
-            tile = g._canvas.tiles.get(key)
+            tile = canvas.tiles.get(key)
             if tile is None or (tile == EMPTY).any():
                 if maps is None:
                     maps, index = self.bank.for_scene(g.look), self.bank.sources(g.look)
-                g._canvas.write(key, fill_tile(g._canvas, key, maps, self.sim, g.seed, index))
+                canvas.write(key, fill_tile(canvas, key, maps, self.sim, g.seed, index))
+        g.whole = (canvas, canvas.changes, corner[0], corner[1], rings)
 
     def _tile_codes(self, g: SessionGround, key: tuple[int, int]) -> np.ndarray:
         size = TILE + 2 * MARGIN
@@ -331,10 +344,25 @@ class GroundPainter:
         return px
 
 
+def _raster(g: SessionGround, ty: int, tx: int, tiles: list[list[torch.Tensor]]) -> torch.Tensor:
+    """The 2 x 2 ``tiles`` from tile (``ty``, ``tx``) blended (``_blend``) with the seen pixels
+    laid over them (``seen.compose``): kept, and given again while the view stays on the same
+    tiles with the same pixels (a new decode is a new tensor) and the same seen pixels."""
+    flat, mark = (tiles[0][0], tiles[0][1], tiles[1][0], tiles[1][1]), (ty, tx, g.seen_version)
+    held = g.raster
+    if held is not None and held[0] == mark and all(a is b for a, b in zip(held[1], flat, strict=True)):
+        return held[2]
+    side = g._canvas.side
+    raster = seen_px.compose(_blend(tiles), g.seen, ty % side, tx % side, side)
+    g.raster = (mark, flat, raster)
+    return raster
+
+
 def _forget_pixels(g: SessionGround) -> None:
     """Drop every decoded tile and every decode under way: the codes or the scene changed."""
     g.pixels.clear()
     g.ahead.clear()
+    g.raster = None
 
 
 def _ramps() -> tuple[torch.Tensor, torch.Tensor]:

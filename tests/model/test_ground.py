@@ -296,3 +296,35 @@ def test_a_place_keeps_its_colours_whatever_the_prior_drew_around_it() -> None:
         means.append((ref.mean((1, 2)) + 1) * 127.5)
     spread = torch.stack(means).amax(0) - torch.stack(means).amin(0)  # per colour channel, grey levels
     assert spread.max() < 2.0, spread
+
+
+def test_the_view_kept_between_frames_is_the_one_made_afresh_and_follows_observations_and_prompts() -> None:
+    """A session's blended tiles and its whole tiles are kept while the view stays on them
+    (``_raster``, ``_fill_around``): along a path with an observation and a prompt change on
+    the way, every reference is the one a session that kept nothing makes, bit for bit, and
+    an observation shows at once where it lies."""
+    world = World(7, SceneAttrs(), (BUCKET,))
+    world.reset((200.0, 520.0))
+    painter = _painter()
+    kept, fresh = painter.start(3, world.scene), painter.start(3, world.scene)
+    for g in (kept, fresh):
+        painter.observe(g, world.render_ground(BUCKET))
+    steps = [np.array([0.0, 1.7])] * 30 + [np.array([1.3, -0.6])] * 30
+    for t, step in enumerate(steps):
+        if t == 20:  # the world's view 40 units on, shown where the camera is
+            world.reset((float(kept.position[0]) + 32, float(kept.position[1]) + 32))
+            before = painter.reference(kept, kept.position[None], BUCKET)
+            for g in (kept, fresh):
+                painter.observe(g, world.render_ground(BUCKET))
+            after = painter.reference(kept, kept.position[None], BUCKET)
+            assert not torch.equal(before, after)  # the kept view did not hide the new pixels
+        if t == 40:
+            for g in (kept, fresh):
+                painter.rescene(g, parse_prompt("a green forest at dusk"))
+        fresh.raster = fresh.whole = None  # nothing kept: every tile looked at, the tiles blended anew
+        refs = [painter.reference(g, (g.position + step)[None], BUCKET) for g in (kept, fresh)]
+        assert torch.equal(refs[0], refs[1]), t
+        for g in (kept, fresh):
+            g.pending = g.position + step
+            painter.moved(g)
+    assert kept.raster is not None and kept.whole is not None
