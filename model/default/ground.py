@@ -168,6 +168,18 @@ class GroundPainter:
     # --- writes ---
 
     @torch.inference_mode()
+    def release(self, g: SessionGround) -> None:
+        """The session is gone: its work still queued on the decoder's thread is dropped (its
+        fills, and decodes nobody will look at, would hold up live sessions' tiles), work under
+        way is let finish, and its pixels go."""
+        if g.filling is not None:
+            pending, g.filling = g.filling, None
+            if not pending.future.cancel():
+                pending.future.result()  # under way: it may still queue decodes, dropped below
+        for job in g.ahead.values():
+            job.future.cancel()
+        _forget_pixels(g)
+
     def observe(self, g: SessionGround, frame: np.ndarray, seen: bool = True) -> None:
         """Write what ``frame`` ((H, W, 3) uint8, the view at the session's place) shows into the
         canvas: its codes on the code grid, over what the prior drew there. ``seen``: the frame
@@ -262,8 +274,9 @@ class GroundPainter:
     def prepare(self, g: SessionGround) -> None:
         """Get the ground ready around the camera, on the decoder's thread (``g.filling``):
         fill ``AHEAD + 1`` rings of tiles around the view's, then queue the decodes of the
-        ``AHEAD`` ring's tiles that have no pixels yet, the view's first (a ring tile still
-        queued when the view reaches it is queued again as the view's). Pixels outside that
+        ``AHEAD`` ring's tiles that have no pixels yet, the view's first, then the ring's
+        nearest the view first (a ring tile still queued when the view reaches it is queued
+        again as the view's). Pixels outside that
         ring are forgotten now, and their decodes still queued dropped."""
         g.settle()
         top = g.position.copy()
@@ -273,7 +286,14 @@ class GroundPainter:
         for key in [k for k in g.ahead if k not in near]:
             g.ahead.pop(key).future.cancel()  # left behind: not decoded where still queued
         view = set(self._around(g, top, 0))
-        order = sorted(near, key=lambda k: (k not in view, k))  # the view's tiles first
+        centre = top + VIEW_UNITS / 2
+
+        def reach(k: tuple[int, int]) -> float:
+            """How far the view's centre is from tile ``k``'s (torus, the farther axis)."""
+            d = np.abs((np.array(k) + 0.5) * TILE_UNITS - centre) % MAP_SIZE
+            return float(np.minimum(d, MAP_SIZE - d).max())
+
+        order = sorted(near, key=lambda k: (k not in view, reach(k), k))  # the view's tiles, then the nearest
 
         def ready() -> None:
             self._fill_around(g, top, AHEAD + 1)

@@ -260,6 +260,8 @@ class ModelRunner:
         s = self.sessions.pop(session_id, None)
         if s is not None:
             self.pools[s.bucket].release(s.slot)
+            if self.ground is not None and s.ground is not None:
+                self.ground.release(s.ground)  # its queued tiles would hold up live sessions'
 
     def _open(self, spec: SessionSpec) -> None:
         if spec.session_id in self.sessions:

@@ -328,3 +328,40 @@ def test_the_view_kept_between_frames_is_the_one_made_afresh_and_follows_observa
             g.pending = g.position + step
             painter.moved(g)
     assert kept.raster is not None and kept.whole is not None
+
+
+def test_a_closed_session_s_queued_tiles_are_dropped_and_the_ring_nearest_the_view_queues_first() -> None:
+    """A session's look-ahead queued on the decoder's thread goes with it (left, it would hold
+    up live sessions' tiles for decodes nobody looks at), and its ring's tiles are queued
+    nearest the view first: those the view reaches first are decoded first."""
+    painter = GroundPainter.load(torch.device("cpu"))  # its own decoder: held inside a chunk below
+    try:
+        with painter.busy():  # the decoder's thread starts nothing: every decode stays queued
+            g = painter.start(4, SceneAttrs())
+            g.position = np.array([100.0, 300.0])  # the view's centre 4 units off its 2 x 2 tiles' centre
+            painter.prepare(g)
+            g.settle()
+            queued = sorted(painter.decoder._queue)  # (urgency, order, ...): the thread's order
+            tile_of = {id(j.future): k for k, j in g.ahead.items()}
+            order = [tile_of[id(item[2])] for item in queued if id(item[2]) in tile_of]
+            assert len(order) == len(g.ahead) == 16
+            centre = g.position + 32
+            far = [max(abs((np.array(k) + 0.5) * 64 - centre)) for k in order[4:]]
+            assert far == sorted(far) and far[0] < far[-1]  # the ring, nearest first
+            jobs = list(g.ahead.values())
+            painter.release(g)
+            assert all(j.future.cancelled() for j in jobs) and not g.ahead and not g.pixels
+    finally:
+        painter.close()
+
+
+def test_the_runner_releases_a_freed_session_s_ground() -> None:
+    runner = _runner()
+    assert runner.ground is not None
+    released: list[object] = []
+    runner.ground.release = released.append  # type: ignore[method-assign]
+    runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 4, SCENE)]))
+    run_chunks(runner, 0, [key_action(2)] * 2)
+    g = runner.sessions["s"].ground
+    runner.free("s")
+    assert released == [g]
