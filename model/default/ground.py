@@ -35,8 +35,9 @@ and comes back to it, where the codes alone draw it softer and lose what they ca
 
 ``RADIUS`` is half the torus, so nothing a session has seen is evicted: its canvas holds at
 most the torus's 256 tiles of codes (128 KB), the pixels of the 16 tiles around the view
-(768 KB in fp32) and the pixels observations left (16 KB a tile, at most four tiles an
-observation; 4 MB were the whole torus observed). A nearer radius lost places a camera
+(768 KB in fp32), the view's 2 x 2 tiles blended (192 KB, kept while the view stays on
+them) and the pixels observations left (16 KB a tile, at most four tiles an observation; 4 MB
+were the whole torus observed). A nearer radius lost places a camera
 comes back to: 3 s away with a key held and the mouse drifting goes past 192 units on an axis
 (5 of the 12 revisits of ``bench.quality``).
 """
