@@ -168,7 +168,6 @@ class GroundPainter:
 
     # --- writes ---
 
-    @torch.inference_mode()
     def release(self, g: SessionGround) -> None:
         """The session is gone: its work still queued on the decoder's thread is dropped (its
         fills, and decodes nobody will look at, would hold up live sessions' tiles), work under
@@ -181,6 +180,7 @@ class GroundPainter:
             job.future.cancel()
         _forget_pixels(g)
 
+    @torch.inference_mode()
     def observe(self, g: SessionGround, frame: np.ndarray, seen: bool = True) -> None:
         """Write what ``frame`` ((H, W, 3) uint8, the view at the session's place) shows into the
         canvas: its codes on the code grid, over what the prior drew there. ``seen``: the frame
