@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.slot import SessionSlot
+from worldserve.model.default.slot import SessionSlot, anchor_on
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER_WEIGHTS
 from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.world import World
@@ -100,7 +100,7 @@ class OracleRunner(ModelRunner):
         """Anchor the session on ``view`` ((H, W, 3) uint8, the renderer's at the session's
         newest frame), nothing moved yet."""
         s = self._get(session_id)
-        self._anchor_on(s, self._encode(view[None])[0])
+        anchor_on(s, self._encode(view[None])[0])
 
     def _move_anchors(self, states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor) -> None:
         """Keep each anchor and its summed shift; never re-anchor on the model's own frame."""

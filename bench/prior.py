@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,29 +77,27 @@ def tokens_view(painter: GroundPainter, ground: np.ndarray, scene: np.ndarray) -
         return to_frames(img[None])[0], ids[0].numpy()
 
 
-def built_cells(world: World) -> np.ndarray:
-    """(16, 16) bool: the view's 4x4-unit cells (one code each) of which a quarter or more is
-    built ground (roads, bridges, fields, roofs, lamps), from the world's layout."""
-    lay = world.layout
-    d, n = lay.density, lay.base.mat.shape[0]
+def _view_cells(world: World, layer: np.ndarray, test: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """(16, 16): for each of the view's 4x4-unit cells (one code each), the share of its
+    ``layer`` points (the layout's, ``density`` per unit) where ``test`` holds."""
+    d, n = world.layout.density, layer.shape[0]
     top = np.floor((np.asarray(world.position) - BUCKET / 2) * d).astype(int)
     idx = [(top[i] + np.arange(BUCKET * d)) % n for i in range(2)]
-    mat = lay.base.mat[np.ix_(idx[0], idx[1])]
     cell = CODE_UNITS * d
-    built = np.isin(mat, BUILT).reshape(BUCKET // CODE_UNITS, cell, BUCKET // CODE_UNITS, cell)
-    return built.mean((1, 3)) >= 0.25
+    hit = test(layer[np.ix_(idx[0], idx[1])])
+    return hit.reshape(BUCKET // CODE_UNITS, cell, BUCKET // CODE_UNITS, cell).mean((1, 3))
+
+
+def built_cells(world: World) -> np.ndarray:
+    """(16, 16) bool: the view's cells of which a quarter or more is built ground (roads,
+    bridges, fields, roofs, lamps), from the world's layout."""
+    return _view_cells(world, world.layout.base.mat, lambda mat: np.isin(mat, BUILT)) >= 0.25
 
 
 def water_cells(world: World) -> np.ndarray:
-    """(16, 16) bool: the view's 4x4-unit cells (one code each) of which half or more is sea or
-    lake (terrain below ``SEA_END``), from the world's layout."""
-    lay = world.layout
-    d, n = lay.density, lay.terrain.levels.shape[0]
-    top = np.floor((np.asarray(world.position) - BUCKET / 2) * d).astype(int)
-    idx = [(top[i] + np.arange(BUCKET * d)) % n for i in range(2)]
-    wet = lay.terrain.levels[np.ix_(idx[0], idx[1])] < SEA_END
-    cell = CODE_UNITS * d
-    return wet.reshape(BUCKET // CODE_UNITS, cell, BUCKET // CODE_UNITS, cell).mean((1, 3)) >= 0.5
+    """(16, 16) bool: the view's cells of which half or more is sea or lake (terrain below
+    ``SEA_END``), from the world's layout."""
+    return _view_cells(world, world.layout.terrain.levels, lambda levels: levels < SEA_END) >= 0.5
 
 
 def cover_share(world_ids: np.ndarray, cover: np.ndarray, canvas_ids: np.ndarray, codes: int) -> tuple[float, float]:

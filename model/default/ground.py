@@ -256,7 +256,7 @@ class GroundPainter:
         out = []
         for top in tops:
             self._fill_around(g, top)
-            ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
+            ty, tx = _corner(top)
             raster = _raster(g, ty, tx, [[self._tile_pixels(g, (ty + i, tx + j)) for j in (0, 1)] for i in (0, 1)])
             rel = top - np.array([ty, tx], np.float64) * TILE_UNITS
             out.append(_sample(raster[None], float(rel[0]), float(rel[1]), bucket, bucket, VIEW_UNITS / bucket)[0])
@@ -287,12 +287,12 @@ class GroundPainter:
         for key in [k for k in g.ahead if k not in near]:
             g.ahead.pop(key).future.cancel()  # left behind: not decoded where still queued
         view = set(self._around(g, top, 0))
-        centre = top + VIEW_UNITS / 2
+        centre = [float(t) + VIEW_UNITS / 2 for t in top]  # plain floats: sorted every chunk
 
         def reach(k: tuple[int, int]) -> float:
             """How far the view's centre is from tile ``k``'s (torus, the farther axis)."""
-            d = np.abs((np.array(k) + 0.5) * TILE_UNITS - centre) % MAP_SIZE
-            return float(np.minimum(d, MAP_SIZE - d).max())
+            d = [abs((i + 0.5) * TILE_UNITS - c) % MAP_SIZE for i, c in zip(k, centre, strict=True)]
+            return max(min(a, MAP_SIZE - a) for a in d)
 
         order = sorted(near, key=lambda k: (k not in view, reach(k), k))  # the view's tiles, then the nearest
 
@@ -314,7 +314,7 @@ class GroundPainter:
         """The tiles of the view's 2 x 2 (from the one holding its corner: what ``reference``
         decodes) and ``rings`` around them, row by row."""
         side = g._canvas.side
-        ty, tx = (math.floor(float(t) / TILE_UNITS) for t in top)
+        ty, tx = _corner(top)
         span = range(-rings, 2 + rings)
         return list(dict.fromkeys(((ty + i) % side, (tx + j) % side) for i in span for j in span))
 
@@ -333,7 +333,7 @@ class GroundPainter:
         """Fill what is empty in ``_around``'s tiles, row by row from the top left. Tiles once
         whole stay whole until the canvas changes (``Canvas.changes``): while the view stays
         on the same tiles, nothing is looked at again."""
-        canvas, corner = g._canvas, tuple(math.floor(float(t) / TILE_UNITS) for t in top)
+        canvas, corner = g._canvas, _corner(top)
         w = g.whole
         if w is not None and w[0] is canvas and w[1] == canvas.changes and w[2:4] == corner and w[4] >= rings:
             return
@@ -363,6 +363,12 @@ class GroundPainter:
                 px = self.decoder.decode_now(self._tile_codes(g, key), g.look.to_vector().astype(np.float32))
             g.pixels[key] = px
         return px
+
+
+def _corner(top: np.ndarray) -> tuple[int, int]:
+    """The tile holding the view's top-left corner ``top`` (y, x world units): the first of
+    the 2 x 2 tiles the view overlaps (not wrapped onto the torus)."""
+    return math.floor(float(top[0]) / TILE_UNITS), math.floor(float(top[1]) / TILE_UNITS)
 
 
 def _raster(g: SessionGround, ty: int, tx: int, tiles: list[list[torch.Tensor]]) -> torch.Tensor:

@@ -23,13 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.default.anchor import (
-    REANCHOR_FRAMES,
-    REANCHOR_SHARE,
-    anchor_reference,
-    clamped_actions,
-    visible_share,
-)
+from worldserve.model.default.anchor import anchor_reference, clamped_actions
 from worldserve.model.default.chunk_graph import ChunkGraphs
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.dit import WorldModel
@@ -38,9 +32,11 @@ from worldserve.model.default.ground import TRUST, GroundPainter, SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.slot import (
     SessionSlot,
+    anchor_on,
     cached_ids,
     export_continuation,
     install_continuation,
+    move_anchors,
     reseed,
 )
 from worldserve.model.default.start_views import StartViews, Views
@@ -337,7 +333,7 @@ class ModelRunner:
         # and context that rolled out of the window), anchored on the newest frame
         if n:
             s.prev = self._encode(st.frames[-1:])[0]
-            self._anchor_on(s, s.prev)
+            anchor_on(s, s.prev)
             if self.ground is not None:
                 self.ground.observe(self._ground(s), st.frames[-1])
         self._recache(s)
@@ -366,7 +362,7 @@ class ModelRunner:
         )
         s.anchor = None
         if last:
-            self._anchor_on(s, s.prev)
+            anchor_on(s, s.prev)
         self._recache(s)
 
     def _recache(self, s: SessionSlot) -> None:
@@ -475,10 +471,6 @@ class ModelRunner:
         (all-zero reference channels, mask 0)."""
         return F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
 
-    def _anchor_on(self, s: SessionSlot, frame: torch.Tensor) -> None:
-        """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
-        s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, self._no_shift(), 0, 0
-
     def _no_shift(self) -> torch.Tensor:
         """A summed camera shift of zero (2,), float32."""
         return torch.zeros(2, device=self.device, dtype=torch.float32)
@@ -532,7 +524,7 @@ class ModelRunner:
         k, v = self.model.commit_chunk(clean, prev, actions, scene, ctx)
         self._advance(states, clean, self.model.decode(clean).cpu().numpy(), k, v)
         for s in states:  # a real frame is the best anchor there is
-            self._anchor_on(s, s.prev)
+            anchor_on(s, s.prev)
 
     def _advance(
         self, states: list[SessionSlot], clean: torch.Tensor, frames: np.ndarray,
@@ -553,27 +545,13 @@ class ModelRunner:
             self._move_anchors(states, clean[:, -1], offsets[:, -1])
 
     def _move_anchors(self, states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor) -> None:
-        """After a generated chunk: keep each anchor's summed shift; re-anchor on the newest
-        frame where the anchor is ``REANCHOR_FRAMES`` old or has (nearly) left the view, or
-        where there is none and the wait is over. On the device, without reading anything
-        back. With a world canvas, the camera moves to the chunk's last place instead."""
+        """After a generated chunk: the anchors move or re-anchor (``slot.move_anchors``); with a
+        world canvas, the camera moves to the chunk's last place instead."""
         if self.ground is not None:
             for s in states:
                 self.ground.moved(self._ground(s))
             return
-        low = visible_share(offsets, newest.shape[-1]) < REANCHOR_SHARE  # (B,)
-        for i, s in enumerate(states):
-            if s.anchor is None:
-                s.anchor_wait -= 1
-                if s.anchor_wait <= 0:
-                    self._anchor_on(s, newest[i])
-                continue
-            s.anchor_age += self.cfg.frames_per_chunk
-            if s.anchor_age >= REANCHOR_FRAMES:
-                self._anchor_on(s, newest[i])
-                continue
-            s.anchor = torch.where(low[i], newest[i], s.anchor)
-            s.offset = torch.where(low[i], torch.zeros_like(offsets[i]), offsets[i])
+        move_anchors(states, newest, offsets, self.cfg.frames_per_chunk)
 
     def _noise(self, states: list[SessionSlot], shape: tuple[int, ...]) -> torch.Tensor:
         """Fresh noise from each session's own generator, so batching never changes it; drawn

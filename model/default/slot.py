@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from worldserve.model.default.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, visible_share
 from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.ground import SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
@@ -42,6 +43,31 @@ class SessionSlot:
     anchor_wait: int = 1
     anchor_age: int = 0  # frames generated since the anchor
     ground: SessionGround | None = None  # the world canvas, where the runner keeps one (model/default/ground.py)
+
+
+def anchor_on(s: SessionSlot, frame: torch.Tensor) -> None:
+    """Make ``frame`` (C, H, W) the session's anchor, nothing moved yet."""
+    s.anchor, s.offset, s.anchor_wait, s.anchor_age = frame, torch.zeros(2, device=frame.device, dtype=torch.float32), 0, 0
+
+
+def move_anchors(states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor, frames_per_chunk: int) -> None:
+    """After a generated chunk: keep each anchor's summed shift (``offsets`` (B, 2)); re-anchor
+    on the ``newest`` frame where the anchor is ``REANCHOR_FRAMES`` old or has (nearly) left
+    the view, or where there is none and the wait is over. On the device, without reading
+    anything back."""
+    low = visible_share(offsets, newest.shape[-1]) < REANCHOR_SHARE  # (B,)
+    for i, s in enumerate(states):
+        if s.anchor is None:
+            s.anchor_wait -= 1
+            if s.anchor_wait <= 0:
+                anchor_on(s, newest[i])
+            continue
+        s.anchor_age += frames_per_chunk
+        if s.anchor_age >= REANCHOR_FRAMES:
+            anchor_on(s, newest[i])
+            continue
+        s.anchor = torch.where(low[i], newest[i], s.anchor)
+        s.offset = torch.where(low[i], torch.zeros_like(offsets[i]), offsets[i])
 
 
 def cached_ids(s: SessionSlot) -> list[int]:
