@@ -294,7 +294,8 @@ class GroundPainter:
             d = [abs((i + 0.5) * TILE_UNITS - c) % MAP_SIZE for i, c in zip(k, centre, strict=True)]
             return max(min(a, MAP_SIZE - a) for a in d)
 
-        order = sorted(near, key=lambda k: (k not in view, reach(k), k))  # the view's tiles, then the nearest
+        # the view's tiles, then the nearest; tiles with pixels need nothing (most chunks: all)
+        order = sorted((k for k in near if k not in g.pixels), key=lambda k: (k not in view, reach(k), k))
 
         def ready() -> None:
             self._fill_around(g, top, AHEAD + 1)
