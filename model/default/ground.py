@@ -67,6 +67,7 @@ VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket
 MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds' size)
 RADIUS = MAP_SIZE / 2  # tiles whose centre lies farther from the camera (on an axis) are evicted: none
 AHEAD = 1  # rings of tiles around the view's decoded before the view reaches them
+START = TILE_UNITS / 2  # a new session's view corner on both axes: the middle of a tile (``start``)
 TRUST = 4.0  # the served canvas's reference trust (``ModelConfig.reference_trust``; docs/model.md)
 
 
@@ -152,7 +153,9 @@ class GroundPainter:
         self.decoder.close()
 
     def start(self, seed: int, look: SceneAttrs) -> SessionGround:
-        return SessionGround(Canvas(MAP_SIZE, RADIUS), seed, np.zeros(2, np.float64), look)
+        """A new session's ground, its view's corner at ``START``: the middle of a tile, so
+        that its first moves, whichever way, stay on the 2 x 2 tiles decoded first."""
+        return SessionGround(Canvas(MAP_SIZE, RADIUS), seed, np.full(2, START, np.float64), look)
 
     def restore(self, st: CanvasState, look: SceneAttrs) -> SessionGround:
         if st.position.shape != (2,) or not np.isfinite(st.position).all():
