@@ -195,8 +195,8 @@ async def run_load(
         canvas = decoder.counts.since(canvas_before) if decoder is not None and canvas_before else None
         stop.set()
         stats = [scheduler.stats(s) for s in ids]
-        due = _frames_due(stats) - _frames_due(before)
-        missed = _frames_missed(stats) - _frames_missed(before)
+        due = frames_due(stats) - frames_due(before)
+        missed = frames_missed(stats) - frames_missed(before)
         frames = [counts[s] - start_counts[s] for s in ids]
         for sid in ids:
             engine.remove_session(sid)
@@ -301,11 +301,11 @@ def overhead_rounds(engine_fps: list[float], alone_fps: list[float]) -> float:
     return float(np.median([1 - e / a for e, a in zip(engine_fps, alone_fps, strict=True)]))
 
 
-def _frames_due(stats: list[SessionStats]) -> int:
+def frames_due(stats: list[SessionStats]) -> int:
     return sum(s.frames_due for s in stats)
 
 
-def _frames_missed(stats: list[SessionStats]) -> int:
+def frames_missed(stats: list[SessionStats]) -> int:
     return sum(s.frames_skipped + s.deadline_misses for s in stats)
 
 

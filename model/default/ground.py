@@ -45,6 +45,8 @@ comes back to: 3 s away with a key held and the mouse drifting goes past 192 uni
 from __future__ import annotations
 
 import math
+import time
+from concurrent.futures import CancelledError
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +70,7 @@ MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds
 RADIUS = MAP_SIZE / 2  # tiles whose centre lies farther from the camera (on an axis) are evicted: none
 AHEAD = 1  # rings of tiles around the view's decoded before the view reaches them
 START = TILE_UNITS / 2  # a new session's view corner on both axes: the middle of a tile (``start``)
+READY_WAIT = 0.5  # seconds ``ready`` waits for the decoder's thread before leaving the rest to the model thread
 TRUST = 4.0  # the served canvas's reference trust (``ModelConfig.reference_trust``; docs/model.md)
 
 
@@ -167,6 +170,29 @@ class GroundPainter:
         if st.seen is not None and st.seen_keys is not None:
             g.seen = seen_px.from_arrays(st.seen_keys, st.seen, canvas.side)
         self.prepare(g)
+        return g
+
+    def ready(self, seed: int, look: SceneAttrs, ground: np.ndarray, wait: float = READY_WAIT) -> SessionGround:
+        """A new session's ground from the ground alone under its first view (``start``, then
+        ``observe``), made on the calling thread before the session opens: the view's codes
+        are encoded here, then this waits (up to ``wait`` seconds, taking no work back) while
+        the decoder's thread fills around them and decodes the view's 2 x 2 tiles, so that the
+        session's first frame finds them ready. What is not done by then is done as for any
+        session: by the model thread when a frame needs it. The ground is the one ``start``
+        and ``observe`` give on any thread."""
+        g = self.start(seed, look)
+        self.observe(g, ground, seen=False)
+        end = time.monotonic() + wait
+        try:
+            if g.filling is not None:
+                g.filling.future.result(max(0.0, end - time.monotonic()))
+            g.settle()
+            for key in self._around(g, g.position, 0):
+                job = g.ahead.get(key)
+                if job is not None:
+                    job.future.result(max(0.0, end - time.monotonic()))
+        except (TimeoutError, CancelledError):
+            pass  # left to the model thread (a saturated model leaves the decoder's thread no gaps)
         return g
 
     # --- writes ---

@@ -120,7 +120,16 @@ class ModelRunner:
         self.trace_cache = trace_cache
         self.ground = ground
         canvas_views = None if ground is None else start_views
-        self.starts = None if start_frame is None else StartViews(start_frame, canvas_views)
+        self.starts = None
+        if start_frame is not None:
+            ready = release = None
+            if ground is not None:  # a served session's canvas made with its start frame, off this thread
+                def ready(scene: str, seed: int, view: np.ndarray, g: GroundPainter = ground) -> object:
+                    return g.ready(seed, parse_prompt(scene), view)
+
+                def release(made: object, g: GroundPainter = ground) -> None:
+                    g.release(made)  # type: ignore[arg-type]
+            self.starts = StartViews(start_frame, canvas_views, ready=ready, release=release)
 
     @classmethod
     def from_pretrained(
@@ -279,7 +288,12 @@ class ModelRunner:
             if spec.restore is not None:
                 self._restore(s, spec.restore)
             elif spec.observation is not None:  # a server's ``first_frame`` (its ground kept) or the client's
-                self._observe(s, spec.observation, self.starts and self.starts.ground(spec))
+                kept = self.starts.take(spec) if self.starts is not None else None
+                if kept is not None and isinstance(kept.ready, SessionGround):
+                    s.ground = kept.ready  # its canvas, made with the frame (``GroundPainter.ready``)
+                    self._observe(s, spec.observation, canvas=False)
+                else:
+                    self._observe(s, spec.observation, kept.ground if kept is not None else None)
             elif self.starts is not None:
                 self._observe(s, *self.starts.open(spec.scene, spec.seed, spec.bucket))
         except Exception:
@@ -386,12 +400,13 @@ class ModelRunner:
         assert kv is not None
         pool.commit([s.slot], np.asarray([ids]), kv[0], kv[1])
 
-    def _observe(self, s: SessionSlot, frame: np.ndarray, ground: np.ndarray | None = None) -> None:
+    def _observe(self, s: SessionSlot, frame: np.ndarray, ground: np.ndarray | None = None, canvas: bool = True) -> None:
         """Commit a real frame as the session's next frame (re-anchoring the model); with a
-        world canvas, write the place it shows (or ``ground``, the same view's ground alone)."""
+        world canvas, write the place it shows (or ``ground``, the same view's ground alone;
+        ``canvas`` False: written already)."""
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
             raise ValueError(f"observation must be (H, W, 3) uint8, got {frame.shape} {frame.dtype}")
-        if self.ground is not None:
+        if self.ground is not None and canvas:
             self.ground.observe(self._ground(s), frame if ground is None else ground, seen=ground is None)
         if frame.shape[:2] != (s.bucket, s.bucket):
             frame = resize_frames(frame[None], s.bucket)[0]

@@ -1,0 +1,143 @@
+"""What a joining session costs the sessions already running: the real default model behind
+the engine, in-process, no network.
+
+    python -m bench.join_churn [--canvas] [--steady 3] [--joins 8] [--stay 2] [--gap 2] [--quiet 10]
+                               [--threads N] [--dtype D]
+
+``--steady`` push-mode sessions at the smallest bucket ask for 24 fps at full quality and steer
+(a random key, changed every 250 ms, as in ``bench.serve_load``). Once they have run for a
+few seconds, the bench counts their missed frames (deadline misses and skipped display slots)
+over ``--quiet`` seconds with nobody joining; then ``--joins`` visitors join one after the
+other (each start frame rendered off the model thread, as the server does), hold a key for
+``--stay`` seconds and leave, ``--gap`` seconds apart. For each join it prints the steady
+sessions' missed frames in the ``WINDOW`` seconds from the join and the visitor's time to its
+first frame; the last line:
+
+    join_churn steady=<n> joins=<n> quiet_missed_per_s=<x> missed_per_join=<x> join_miss_share=<x> visitor_first_frame_ms=<p50>
+
+``missed_per_join``: the steady sessions' frames missed in the window after a join, all of
+them together, less what the quiet seconds miss in as long (its mean over the joins);
+``join_miss_share``: of the frames due them in those windows, the share missed. A session
+that joins costs the others nothing when missed_per_join is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import numpy as np
+import torch
+
+from worldserve.bench._steer import steer
+from worldserve.bench.serve_load import BATCH_SIZES, NEVER, frames_due, frames_missed
+from worldserve.model.default.runner import ModelRunner
+from worldserve.model.default.tile_decode import DECODE_MODES
+from worldserve.model.dtype import DTYPES
+from worldserve.server.engine import Engine, model_executor
+from worldserve.session.admission import AdmissionOptions
+from worldserve.session.costmodel import CostModel
+from worldserve.session.events import ChunkReady, Event
+from worldserve.session.plan import ACTION_DIM, SessionSpec
+from worldserve.session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
+from worldserve.session.warmup import warm_up
+
+WINDOW = 1.5  # seconds after a join whose misses are the join's
+SETTLE = 3.0  # seconds the steady sessions run before anything is counted
+
+
+async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
+    bucket = runner.buckets[0]
+    timings = warm_up(runner, runner.buckets[:1], tuple(range(2, runner.max_steps + 1)), BATCH_SIZES)
+    info = RunnerInfo(runner.buckets, runner.frames_per_chunk, runner.max_steps, BATCH_SIZES)
+    opts = SchedulerOptions(degrade=NEVER, admission=AdmissionOptions(threshold=1e9))
+    scheduler = Scheduler(info, CostModel(timings), time.monotonic, opts)
+    first: dict[str, float] = {}
+
+    def on_event(e: Event) -> None:
+        if isinstance(e, ChunkReady) and e.session_id not in first:
+            first[e.session_id] = time.monotonic()
+
+    engine = Engine(scheduler, runner, executor=model_executor(), on_event=on_event)
+    loop = asyncio.get_running_loop()
+    steady = [f"steady{i}" for i in range(args.steady)]
+    stop = asyncio.Event()
+
+    async def join(sid: str, seed: int) -> float:
+        """Open ``sid`` as the server does; the moment it was asked for."""
+        t = time.monotonic()
+        frame = await loop.run_in_executor(None, runner.first_frame, "", seed, bucket)
+        verdict = engine.add_session(sid, SessionSpec(sid, bucket, seed=seed, scene="", observation=frame),
+                                     fps=24.0, lookahead=1, mode=Mode.PUSH)
+        if not verdict.admitted:
+            raise RuntimeError(f"{sid} refused: {verdict}")
+        return t
+
+    def missed() -> tuple[int, int]:
+        stats = [scheduler.stats(s) for s in steady]
+        return frames_missed(stats), frames_due(stats)
+
+    await engine.start()
+    try:
+        for i, sid in enumerate(steady):
+            await join(sid, i)
+        steering = asyncio.create_task(steer(engine, steady, stop))
+        await asyncio.sleep(SETTLE)
+        m0, _ = missed()
+        await asyncio.sleep(args.quiet)
+        quiet = (missed()[0] - m0) / args.quiet
+        print(f"  quiet: {args.steady} steady sessions miss {quiet:.2f} frames/s with nobody joining")
+        per_join, shares, firsts = [], [], []
+        held = np.zeros(ACTION_DIM, np.float32)
+        held[0] = 1.0
+        for j in range(args.joins):
+            sid = f"visitor{j}"
+            before = missed()
+            t = await join(sid, 100 + j)
+            engine.scheduler.set_action(sid, held, 1)
+            await asyncio.sleep(WINDOW)
+            after = missed()
+            lost, due = after[0] - before[0], after[1] - before[1]
+            per_join.append(lost - quiet * WINDOW)
+            shares.append(lost / max(due, 1))
+            firsts.append(1e3 * (first.get(sid, float("nan")) - t))
+            print(f"  join {j + 1}: steady sessions missed {lost} of {due} frames in {WINDOW:g} s; "
+                  f"the visitor's first frame after {firsts[-1]:.0f} ms")
+            await asyncio.sleep(max(0.0, args.stay - WINDOW))
+            engine.remove_session(sid)
+            await asyncio.sleep(args.gap)
+        stop.set()
+        await steering
+        print(f"join_churn steady={args.steady} joins={args.joins} quiet_missed_per_s={quiet:.2f} "
+              f"missed_per_join={np.mean(per_join):.2f} join_miss_share={np.mean(shares):.4f} "
+              f"visitor_first_frame_ms={np.nanmedian(firsts):.0f}")
+    finally:
+        await engine.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="What a joining session costs the sessions already running.")
+    ap.add_argument("--steady", type=int, default=3)
+    ap.add_argument("--joins", type=int, default=8)
+    ap.add_argument("--stay", type=float, default=2.0)
+    ap.add_argument("--gap", type=float, default=2.0)
+    ap.add_argument("--quiet", type=float, default=10.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="auto", choices=DTYPES)
+    ap.add_argument("--canvas", action="store_true", help="serve on the world canvas (the server's default)")
+    ap.add_argument("--canvas-decode", default="auto", choices=DECODE_MODES)
+    args = ap.parse_args(argv)
+    if args.stay < WINDOW:
+        ap.error(f"--stay must be at least the {WINDOW:g} s window a join is measured over")
+    torch.set_num_threads(args.threads)
+    runner = ModelRunner.from_pretrained(max_sessions=max(2 * max(BATCH_SIZES), args.steady + 2), dtype=args.dtype, trace=True,
+                                         canvas=args.canvas, canvas_decode=args.canvas_decode)
+    kind = "on the world canvas" if runner.ground is not None else "on its own frames (no canvas)"
+    print(f"default model {kind}, {str(runner.dtype).removeprefix('torch.')}, {args.threads} thread(s), "
+          f"bucket {runner.buckets[0]}, {args.steady} steady sessions at 24 fps, {args.joins} joins")
+    asyncio.run(churn(runner, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""A served session's canvas is made with its start frame, off the model thread
+(``GroundPainter.ready``, ``StartViews``): the model thread then opens it and draws its first
+frame without encoding, filling or decoding anything, and a canvas whose frame never comes
+back gives its queued work up."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
+from worldserve.model.default.ground import GroundPainter, SessionGround
+from worldserve.model.default.start_views import StartViews
+from worldserve.model.default.tile_decode import DecodeCounts
+from worldserve.session.plan import SessionSpec, StepPlan
+from worldserve.world import start_frame, start_views
+from worldserve.world.scene import SceneAttrs
+
+BUCKET = 64
+SCENE = "a grassy village by day"
+
+
+def test_the_model_thread_opens_a_served_session_and_draws_its_first_frame_with_nothing_left_to_do() -> None:
+    painter = GroundPainter.load(torch.device("cpu"))  # its own decoder's thread: counts of its own
+    try:
+        runner = make_runner(tiny_config(), ground=painter, start_frame=start_frame, start_views=start_views)
+        first = runner.first_frame(SCENE, 4, BUCKET)  # a server's worker thread
+        assert first is not None
+        before = painter.decoder.counts.copy()
+        runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 4, SCENE, observation=first)]))
+        run_chunks(runner, 0, [key_action(0)])
+        done = painter.decoder.counts.since(before)
+        assert (done.inline, done.inline_fills) == (0, 0)  # nothing decoded or filled on this thread
+        g = runner.sessions["s"].ground
+        assert isinstance(g, SessionGround) and len(g.pixels) >= 4
+    finally:
+        painter.close()
+
+
+def test_a_canvas_made_for_a_frame_that_never_comes_back_gives_its_queued_work_up() -> None:
+    painter = GroundPainter.load(torch.device("cpu"))
+    released: list[object] = []
+
+    def release(g: object) -> None:
+        released.append(g)
+        painter.release(g)  # type: ignore[arg-type]
+
+    try:
+        with painter.busy():  # the decoder's thread starts nothing: the look-ahead stays queued
+            starts = StartViews(start_frame, start_views, keep=1, release=release,
+                                ready=lambda scene, seed, view: painter.ready(seed, SceneAttrs(), view, wait=0.0))
+            a = starts.frame(SCENE, 1, BUCKET)
+            starts.frame(SCENE, 2, BUCKET)  # keeps one: the first one's canvas goes
+            assert len(released) == 1
+            gone = released[0]
+            assert isinstance(gone, SessionGround) and not gone.ahead and gone.filling is None
+            # a start with another observation than the frame handed out: not its canvas
+            other = SessionSpec("s", BUCKET, 2, SCENE, observation=np.zeros_like(a))
+            assert starts.take(other) is None and len(released) == 2
+            b = starts.frame(SCENE, 3, BUCKET)
+            kept = starts.take(SessionSpec("s", BUCKET, 3, SCENE, observation=b))
+            assert kept is not None and isinstance(kept.ready, SessionGround) and len(released) == 2
+            painter.release(kept.ready)
+            # many frames out at once: the newest few keep their canvases, every one its ground
+            many = StartViews(start_frame, start_views, keep=4, keep_ready=2, release=release,
+                              ready=lambda scene, seed, view: painter.ready(seed, SceneAttrs(), view, wait=0.0))
+            frames = {seed: many.frame(SCENE, seed, BUCKET) for seed in (10, 11, 12)}
+            assert len(released) == 3  # seed 10's canvas
+            oldest = many.take(SessionSpec("s", BUCKET, 10, SCENE, observation=frames[10]))
+            assert oldest is not None and oldest.ready is None and oldest.ground.shape == (BUCKET, BUCKET, 3)
+            newest = many.take(SessionSpec("s", BUCKET, 12, SCENE, observation=frames[12]))
+            assert newest is not None and isinstance(newest.ready, SessionGround)
+    finally:
+        painter.close()
+
+
+def test_waiting_for_the_decoder_s_thread_is_bounded_and_takes_nothing_back() -> None:
+    painter = GroundPainter.load(torch.device("cpu"))
+    try:
+        with painter.busy():  # a saturated model: the decoder's thread gets no gap
+            view = start_views(SCENE, 5, BUCKET)[1]
+            g = painter.ready(5, SceneAttrs(), view, wait=0.05)
+            assert g.filling is not None and not g.filling.future.done()  # still queued: left to the model thread
+            assert painter.decoder.counts.since(DecodeCounts()).inline_fills == 0
+            painter.release(g)
+    finally:
+        painter.close()
