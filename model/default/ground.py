@@ -24,6 +24,11 @@ a decode depends only on codes already written (the tile and its neighbours, all
 then), so the canvas and the pixels are the ones inline work would give: ahead or not, replays
 and migrated sessions see the same ground.
 
+A session a server opens on the start frame it asked the runner for (``ModelRunner.first_frame``,
+on a worker thread) gets its ground made there too (``ready``: the view's codes encoded, the
+fills and the view's tiles done by the decoder's thread while that worker waits), so the model
+thread opens it with nothing to encode, fill or decode (``start_views.py``).
+
 A prompt that changes the look codes carry (biome, vegetation or weather) starts the canvas
 anew (``rescene``).
 
@@ -63,7 +68,7 @@ from worldserve.model.default.tile_decode import BLEND, MARGIN, SHARPEN, Job, Ti
 from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
 from worldserve.model.default.tokenizer import Encoder, GroundTokenizer, load_tokenizer
 from worldserve.session.plan import CanvasState
-from worldserve.world.scene import SceneAttrs
+from worldserve.world.scene import SceneAttrs, parse_prompt
 
 VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket
 MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds' size)
@@ -194,6 +199,10 @@ class GroundPainter:
         except (TimeoutError, CancelledError):
             pass  # left to the model thread (a saturated model leaves the decoder's thread no gaps)
         return g
+
+    def ready_scene(self, scene: str, seed: int, view: np.ndarray) -> SessionGround:
+        """``ready`` for a scene prompt (``StartViews``'s hook)."""
+        return self.ready(seed, parse_prompt(scene), view)
 
     # --- writes ---
 

@@ -121,15 +121,9 @@ class ModelRunner:
         self.ground = ground
         canvas_views = None if ground is None else start_views
         self.starts = None
-        if start_frame is not None:
-            ready = release = None
-            if ground is not None:  # a served session's canvas made with its start frame, off this thread
-                def ready(scene: str, seed: int, view: np.ndarray, g: GroundPainter = ground) -> object:
-                    return g.ready(seed, parse_prompt(scene), view)
-
-                def release(made: object, g: GroundPainter = ground) -> None:
-                    g.release(made)  # type: ignore[arg-type]
-            self.starts = StartViews(start_frame, canvas_views, ready=ready, release=release)
+        if start_frame is not None:  # with a canvas, a served session's is made with its start frame
+            self.starts = StartViews(start_frame, canvas_views, ready=None if ground is None else ground.ready_scene,
+                                     release=None if ground is None else ground.release)
 
     @classmethod
     def from_pretrained(

@@ -24,13 +24,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from worldserve.session.plan import SessionSpec
 
 Views = Callable[[str, int, int], tuple[np.ndarray, np.ndarray]]  # (scene, seed, bucket) -> (frame, ground)
-Ready = Callable[[str, int, np.ndarray], object]  # (scene, seed, ground) -> the session's canvas, ready
+Ready = Callable[[str, int, np.ndarray], Any]  # (scene, seed, ground) -> the session's canvas, ready
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class Kept:
     """What ``StartViews.take`` gives back for a frame it handed out."""
 
     ground: np.ndarray  # the ground alone under the frame
-    ready: object | None = None  # what ``ready`` made of it (None without)
+    ready: Any = None  # what ``ready`` made of it (None without)
 
 
 KEEP = 64  # grounds kept for frames handed out and not yet back (a refused start never returns)
@@ -51,7 +52,7 @@ class StartViews:
 
     def __init__(self, frame: Callable[[str, int, int], np.ndarray], views: Views | None = None,
                  keep: int = KEEP, ready: Ready | None = None,
-                 release: Callable[[object], None] | None = None, keep_ready: int = KEEP_READY) -> None:
+                 release: Callable[[Any], None] | None = None, keep_ready: int = KEEP_READY) -> None:
         self._frame = frame
         self.views = views
         self.keep = keep
