@@ -246,6 +246,13 @@ class Service:
         first = None
         if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
             first = await self.inputs.decode_image(req.observation, "observation")
+            ready = getattr(engine.runner, "ready_observation", None)
+            if ready is not None:  # the model's work on it (a canvas's ground) done here too
+                loop = asyncio.get_running_loop()
+                try:
+                    await loop.run_in_executor(None, ready, req.prompt, req.seed, req.bucket, first)
+                except Exception:  # the runner does that work when it opens the session
+                    log.exception("a %d px session's observation failed off the model thread", req.bucket)
         elif req.bucket in self.shape.buckets:
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
             # worker thread, not by the model thread while every running session waits

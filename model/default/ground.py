@@ -177,16 +177,17 @@ class GroundPainter:
         self.prepare(g)
         return g
 
-    def ready(self, seed: int, look: SceneAttrs, ground: np.ndarray, wait: float = READY_WAIT) -> SessionGround:
-        """A new session's ground from the ground alone under its first view (``start``, then
-        ``observe``), made on the calling thread before the session opens: the view's codes
-        are encoded here, then this waits (up to ``wait`` seconds, taking no work back) while
-        the decoder's thread fills around them and decodes the view's 2 x 2 tiles, so that the
-        session's first frame finds them ready. What is not done by then is done as for any
-        session: by the model thread when a frame needs it. The ground is the one ``start``
-        and ``observe`` give on any thread."""
+    def ready(self, seed: int, look: SceneAttrs, frame: np.ndarray, seen: bool = False,
+              wait: float = READY_WAIT) -> SessionGround:
+        """A new session's ground from its first view (``start``, then ``observe``: ``frame``
+        the ground alone under it, or with ``seen`` the view as seen), made on the calling
+        thread before the session opens: the view's codes are encoded here, then this waits
+        (up to ``wait`` seconds, taking no work back) while the decoder's thread fills around
+        them and decodes the view's 2 x 2 tiles, so that the session's first frame finds them
+        ready. What is not done by then is done as for any session: by the model thread when
+        a frame needs it. The ground is the one ``start`` and ``observe`` give on any thread."""
         g = self.start(seed, look)
-        self.observe(g, ground, seen=False)
+        self.observe(g, frame, seen=seen)
         end = time.monotonic() + wait
         try:
             if g.filling is not None:
@@ -200,9 +201,9 @@ class GroundPainter:
             pass  # left to the model thread (a saturated model leaves the decoder's thread no gaps)
         return g
 
-    def ready_scene(self, scene: str, seed: int, view: np.ndarray) -> SessionGround:
+    def ready_scene(self, scene: str, seed: int, frame: np.ndarray, seen: bool = False) -> SessionGround:
         """``ready`` for a scene prompt (``StartViews``'s hook)."""
-        return self.ready(seed, parse_prompt(scene), view)
+        return self.ready(seed, parse_prompt(scene), frame, seen)
 
     # --- writes ---
 

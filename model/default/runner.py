@@ -213,6 +213,16 @@ class ModelRunner:
         self.cfg.check_bucket(bucket)
         return None if self.starts is None else self.starts.frame(scene, seed, bucket)
 
+    def ready_observation(self, scene: str, seed: int, bucket: int, observation: np.ndarray) -> None:
+        """A client's observation a session is about to start on (thread-safe, for a worker
+        thread): with a canvas, its ground is made from it now (``GroundPainter.ready``) and
+        the session opens on it, as on ``first_frame``'s."""
+        self.cfg.check_bucket(bucket)
+        if observation.dtype != np.uint8 or observation.ndim != 3 or observation.shape[2] != 3:
+            return  # refused with a clear error when the session opens (``_observe``)
+        if self.starts is not None and self.ground is not None:
+            self.starts.keep_observation(scene, seed, bucket, observation)
+
     def prepare_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
         """Before a warm-up of ``shapes`` ((bucket, steps, batch size)): with CPU traces, load
         every steady-state trace the cache holds (``trace_cache``) and record the others in

@@ -31,14 +31,14 @@ import numpy as np
 from worldserve.session.plan import SessionSpec
 
 Views = Callable[[str, int, int], tuple[np.ndarray, np.ndarray]]  # (scene, seed, bucket) -> (frame, ground)
-Ready = Callable[[str, int, np.ndarray], Any]  # (scene, seed, ground) -> the session's canvas, ready
+Ready = Callable[[str, int, np.ndarray, bool], Any]  # (scene, seed, frame, as seen) -> the session's canvas, ready
 
 
 @dataclass(frozen=True, slots=True)
 class Kept:
     """What ``StartViews.take`` gives back for a frame it handed out."""
 
-    ground: np.ndarray  # the ground alone under the frame
+    ground: np.ndarray | None  # the ground alone under the frame (None: a client's observation)
     ready: Any = None  # what ``ready`` made of it (None without)
 
 
@@ -71,7 +71,17 @@ class StartViews:
         frame, ground = self.open(scene, seed, bucket)
         if ground is None:
             return frame
-        kept = Kept(ground, None if self._ready is None else self._ready(scene, seed, ground))
+        made = None if self._ready is None else self._ready(scene, seed, ground, False)
+        self._keep(scene, seed, bucket, frame, Kept(ground, made))
+        return frame
+
+    def keep_observation(self, scene: str, seed: int, bucket: int, observation: np.ndarray) -> None:
+        """A client's observation a session is about to start on (thread-safe): what ``ready``
+        makes of it as seen, kept for ``take`` (nothing without ``ready``)."""
+        if self._ready is not None:
+            self._keep(scene, seed, bucket, observation, Kept(None, self._ready(scene, seed, observation, True)))
+
+    def _keep(self, scene: str, seed: int, bucket: int, frame: np.ndarray, kept: Kept) -> None:
         dropped = []
         with self._lock:
             old = self._kept.pop((scene, seed, bucket), None)
@@ -87,7 +97,6 @@ class StartViews:
                 dropped.append(old_kept)
         for k in dropped:
             self._drop(k)
-        return frame
 
     def take(self, spec: SessionSpec) -> Kept | None:
         """What was kept for the session's observation where it is the frame ``frame`` handed

@@ -37,6 +37,32 @@ def test_the_model_thread_opens_a_served_session_and_draws_its_first_frame_with_
         painter.close()
 
 
+def test_a_client_s_start_observation_is_made_ready_off_the_model_thread_to_the_same_canvas_and_frames() -> None:
+    painter = GroundPainter.load(torch.device("cpu"))
+    try:
+        view = start_frame(SCENE, 6, BUCKET)  # a client's frame: encoded as seen
+        path = [key_action(1)] * 4 + [key_action(3)] * 4
+        runs = []
+        for ready in (False, True):
+            runner = make_runner(tiny_config(), ground=painter, start_frame=start_frame, start_views=start_views)
+            if ready:
+                runner.ready_observation(SCENE, 6, BUCKET, view.copy())  # a server's worker thread
+            before = painter.decoder.counts.copy()
+            runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 6, SCENE, observation=view.copy())]))
+            frames = run_chunks(runner, 0, path[:1])
+            done = painter.decoder.counts.since(before)
+            frames += run_chunks(runner, 1, path[1:])
+            g = runner.sessions["s"].ground
+            assert isinstance(g, SessionGround)
+            runs.append((frames, g.canvas.to_arrays(), done.inline + done.inline_fills))
+        (plain, canvas_a, _), (made, canvas_b, inline) = runs
+        assert inline == 0  # the ready one's first frame: nothing encoded, filled or decoded there
+        assert all(np.array_equal(a, b) for a, b in zip(plain, made, strict=True))
+        assert all(np.array_equal(a, b) for a, b in zip(canvas_a, canvas_b, strict=True))
+    finally:
+        painter.close()
+
+
 def test_a_canvas_made_for_a_frame_that_never_comes_back_gives_its_queued_work_up() -> None:
     painter = GroundPainter.load(torch.device("cpu"))
     released: list[object] = []
@@ -48,7 +74,7 @@ def test_a_canvas_made_for_a_frame_that_never_comes_back_gives_its_queued_work_u
     try:
         with painter.busy():  # the decoder's thread starts nothing: the look-ahead stays queued
             starts = StartViews(start_frame, start_views, keep=1, release=release,
-                                ready=lambda scene, seed, view: painter.ready(seed, SceneAttrs(), view, wait=0.0))
+                                ready=lambda scene, seed, view, seen=False: painter.ready(seed, SceneAttrs(), view, seen, wait=0.0))
             a = starts.frame(SCENE, 1, BUCKET)
             starts.frame(SCENE, 2, BUCKET)  # keeps one: the first one's canvas goes
             assert len(released) == 1
@@ -63,7 +89,7 @@ def test_a_canvas_made_for_a_frame_that_never_comes_back_gives_its_queued_work_u
             painter.release(kept.ready)
             # many frames out at once: the newest few keep their canvases, every one its ground
             many = StartViews(start_frame, start_views, keep=4, keep_ready=2, release=release,
-                              ready=lambda scene, seed, view: painter.ready(seed, SceneAttrs(), view, wait=0.0))
+                              ready=lambda scene, seed, view, seen=False: painter.ready(seed, SceneAttrs(), view, seen, wait=0.0))
             frames = {seed: many.frame(SCENE, seed, BUCKET) for seed in (10, 11, 12)}
             assert len(released) == 3  # seed 10's canvas
             oldest = many.take(SessionSpec("s", BUCKET, 10, SCENE, observation=frames[10]))

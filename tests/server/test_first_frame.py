@@ -23,6 +23,10 @@ class AnchoredRunner(FakeRunner):
         super().__init__(cost=LinearCost({64: (0.002, 0.0005), 128: (0.004, 0.001)}), sleep=time.sleep)
         self.rendered_on: list[str] = []
         self.opened_with: dict[str, np.ndarray | None] = {}
+        self.readied: list[tuple[str, np.ndarray]] = []  # (thread, frame) of ready_observation
+
+    def ready_observation(self, scene: str, seed: int, bucket: int, frame: np.ndarray) -> None:
+        self.readied.append((threading.current_thread().name, frame))
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         self.rendered_on.append(threading.current_thread().name)
@@ -63,6 +67,9 @@ async def test_a_client_observation_is_not_replaced() -> None:
         obs = await _opened(runner, started.session_id)
         assert obs is not None and int(obs[0, 0, 0]) == 200
         assert runner.rendered_on == []  # nothing rendered for a session that brings its frame
+        # the runner's work on that frame (a canvas's ground) was done before it opened, off its thread
+        assert len(runner.readied) == 1 and np.array_equal(runner.readied[0][1], obs)
+        assert not runner.readied[0][0].startswith("worldserve-model"), runner.readied
 
 
 async def _opened(runner: AnchoredRunner, sid: str) -> np.ndarray | None:
