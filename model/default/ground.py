@@ -74,7 +74,7 @@ VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket
 MAP_SIZE = 1024  # the canvas's torus, world units per side (the training worlds' size)
 RADIUS = MAP_SIZE / 2  # tiles whose centre lies farther from the camera (on an axis) are evicted: none
 AHEAD = 1  # rings of tiles around the view's decoded before the view reaches them
-START = TILE_UNITS / 2  # a new session's view corner on both axes: the middle of a tile (``start``)
+READY_REACH = TILE_UNITS / 2  # units of travel whose tiles ``ready`` waits for (a second or so with a key held)
 READY_WAIT = 0.5  # seconds ``ready`` waits for the decoder's thread before leaving the rest to the model thread
 TRUST = 4.0  # the served canvas's reference trust (``ModelConfig.reference_trust``; docs/model.md)
 
@@ -161,9 +161,9 @@ class GroundPainter:
         self.decoder.close()
 
     def start(self, seed: int, look: SceneAttrs) -> SessionGround:
-        """A new session's ground, its view's corner at ``START``: the middle of a tile, so
-        that its first moves, whichever way, stay on the 2 x 2 tiles decoded first."""
-        return SessionGround(Canvas(MAP_SIZE, RADIUS), seed, np.full(2, START, np.float64), look)
+        """A new session's ground, its view on tile (0, 0) exactly (an observation there is
+        one tile of codes, which the prior goes on from at the tile's edges)."""
+        return SessionGround(Canvas(MAP_SIZE, RADIUS), seed, np.zeros(2, np.float64), look)
 
     def restore(self, st: CanvasState, look: SceneAttrs) -> SessionGround:
         if st.position.shape != (2,) or not np.isfinite(st.position).all():
@@ -184,8 +184,10 @@ class GroundPainter:
         thread before the session opens: the view's codes are encoded here, then this waits
         (up to ``wait`` seconds, taking no work back) while the decoder's thread fills around
         them and decodes the view's 2 x 2 tiles, so that the session's first frame finds them
-        ready. What is not done by then is done as for any session: by the model thread when
-        a frame needs it. The ground is the one ``start`` and ``observe`` give on any thread."""
+        ready, and the tiles its view reaches within ``READY_REACH`` units of travel whichever
+        way it goes (a view starting on a tile's edges reaches the ring in its first frame).
+        What is not done by then is done as for any session: by the model thread when a frame
+        needs it. The ground is the one ``start`` and ``observe`` give on any thread."""
         g = self.start(seed, look)
         self.observe(g, frame, seen=seen)
         end = time.monotonic() + wait
@@ -193,7 +195,7 @@ class GroundPainter:
             if g.filling is not None:
                 g.filling.future.result(max(0.0, end - time.monotonic()))
             g.settle()
-            for key in self._around(g, g.position, 0):
+            for key in _reached(g.position, READY_REACH, g._canvas.side):
                 job = g.ahead.get(key)
                 if job is not None:
                     job.future.result(max(0.0, end - time.monotonic()))
@@ -409,6 +411,15 @@ def _corner(top: np.ndarray) -> tuple[int, int]:
     """The tile holding the view's top-left corner ``top`` (y, x world units): the first of
     the 2 x 2 tiles the view overlaps (not wrapped onto the torus)."""
     return math.floor(float(top[0]) / TILE_UNITS), math.floor(float(top[1]) / TILE_UNITS)
+
+
+def _reached(top: np.ndarray, reach: float, side: int) -> list[tuple[int, int]]:
+    """The tiles (on a torus of ``side``) a view from ``top`` overlaps after moving up to
+    ``reach`` units (under that: a move of exactly ``reach`` onto an edge needs nothing more)
+    any way, row by row."""
+    lo = [math.floor((float(t) - reach) / TILE_UNITS + 1e-9) for t in top]
+    hi = [math.ceil((float(t) + VIEW_UNITS + reach) / TILE_UNITS - 1e-9) for t in top]
+    return [(i % side, j % side) for i in range(lo[0], hi[0]) for j in range(lo[1], hi[1])]
 
 
 def _raster(g: SessionGround, ty: int, tx: int, tiles: list[list[torch.Tensor]]) -> torch.Tensor:

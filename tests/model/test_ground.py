@@ -12,7 +12,7 @@ import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
 from worldserve.model.default.canvas import TILE, TILE_UNITS, Canvas
-from worldserve.model.default.ground import MAP_SIZE, RADIUS, START, GroundPainter
+from worldserve.model.default.ground import MAP_SIZE, RADIUS, GroundPainter
 from worldserve.model.default.quilt import GroundBank, bank_key, fill_tile, look_key
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import (
@@ -95,7 +95,7 @@ def test_the_view_shows_the_observed_place_and_the_same_place_on_return() -> Non
         g.pending = g.position + np.array([dy, dx], np.float64)
         painter.reference(g, g.pending[None], BUCKET)
         painter.moved(g)
-    assert np.allclose(g.position, START)
+    assert np.allclose(g.position, 0.0)
     assert torch.equal(painter.reference(g, g.position[None], BUCKET), first)
 
 
@@ -351,30 +351,6 @@ def test_a_closed_session_s_queued_tiles_are_dropped_and_the_ring_nearest_the_vi
             jobs = list(g.ahead.values())
             painter.release(g)
             assert all(j.future.cancelled() for j in jobs) and not g.ahead and not g.pixels
-    finally:
-        painter.close()
-
-
-@pytest.mark.parametrize("direction", [(-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (1, 1)])
-def test_a_new_session_s_first_moves_any_way_need_only_the_tiles_queued_first(direction: tuple[int, int]) -> None:
-    """A session starts with its view in the middle of its 2 x 2 tiles: whichever way it first
-    moves, for up to half a tile, its frames need only those tiles, queued ahead of the ring
-    (a view starting on a tile's edge reached the ring in its first frame, and the model thread
-    decoded those tiles inline, while other sessions' frames waited)."""
-    painter = GroundPainter.load(torch.device("cpu"))  # its own decoder: held inside a chunk below
-    try:
-        with painter.busy():  # the decoder's thread starts nothing: every decode stays queued
-            g = painter.start(4, SceneAttrs())
-            painter.prepare(g)
-            g.settle()
-            first = {k for k, j in g.ahead.items() if j.urgency == 1}
-            assert len(first) == 4
-            before = painter.decoder.counts.copy()
-            step = np.array(direction, np.float64) * (TILE_UNITS / 2 - 1) / 8
-            tops = g.position + step * np.arange(1, 9)[:, None]  # 8 frames, 31 units
-            painter.reference(g, tops, BUCKET)
-            assert set(g.pixels) == first  # the view's tiles, taken back here; no ring tile
-            assert painter.decoder.counts.since(before).inline == 4
     finally:
         painter.close()
 

@@ -6,9 +6,11 @@ back gives its queued work up."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
+from worldserve.model.default.canvas import TILE_UNITS
 from worldserve.model.default.ground import GroundPainter, SessionGround
 from worldserve.model.default.start_views import StartViews
 from worldserve.model.default.tile_decode import DecodeCounts
@@ -59,6 +61,27 @@ def test_a_client_s_start_observation_is_made_ready_off_the_model_thread_to_the_
         assert inline == 0  # the ready one's first frame: nothing encoded, filled or decoded there
         assert all(np.array_equal(a, b) for a, b in zip(plain, made, strict=True))
         assert all(np.array_equal(a, b) for a, b in zip(canvas_a, canvas_b, strict=True))
+    finally:
+        painter.close()
+
+
+@pytest.mark.parametrize("direction", [(-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (1, 1)])
+def test_a_ready_session_s_first_moves_any_way_find_their_tiles_decoded(direction: tuple[int, int]) -> None:
+    """The view starts on a tile's edges: a first step up or left reaches the ring around the
+    view's tiles. ``ready`` waits for those too, so the model thread decodes nothing in the
+    first 31 units of travel, whichever way (it decoded them inline while every running
+    session waited, 11-33 ms a tile, docs/performance.md)."""
+    painter = GroundPainter.load(torch.device("cpu"))
+    try:
+        view = start_views(SCENE, 5, BUCKET)[1]
+        g = painter.ready(5, SceneAttrs(), view, wait=30.0)
+        with painter.busy():  # from here the decoder's thread starts nothing more
+            before = painter.decoder.counts.copy()
+            step = np.array(direction, np.float64) * (TILE_UNITS / 2 - 1) / 8
+            painter.reference(g, g.position + step * np.arange(1, 9)[:, None], BUCKET)  # 8 frames, 31 units
+            done = painter.decoder.counts.since(before)
+            assert (done.inline, done.waited) == (0, 0)
+        painter.release(g)
     finally:
         painter.close()
 
