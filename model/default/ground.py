@@ -25,9 +25,10 @@ then), so the canvas and the pixels are the ones inline work would give: ahead o
 and migrated sessions see the same ground.
 
 A session a server opens on the start frame it asked the runner for (``ModelRunner.first_frame``,
-on a worker thread) gets its ground made there too (``ready``: the view's codes encoded, the
-fills and the view's tiles done by the decoder's thread while that worker waits), so the model
-thread opens it with nothing to encode, fill or decode (``start_views.py``).
+on a worker thread), or on a client's observation, gets its ground made there too (``ready``:
+the view's codes encoded there; the fills, and the tiles the view reaches in its first half
+tile of travel, done by the decoder's thread while that worker waits), so the model thread
+opens it with nothing to encode, fill or decode (``start_views.py``).
 
 A prompt that changes the look codes carry (biome, vegetation or weather) starts the canvas
 anew (``rescene``).
@@ -181,13 +182,13 @@ class GroundPainter:
               wait: float = READY_WAIT) -> SessionGround:
         """A new session's ground from its first view (``start``, then ``observe``: ``frame``
         the ground alone under it, or with ``seen`` the view as seen), made on the calling
-        thread before the session opens: the view's codes are encoded here, then this waits
+        thread before the session opens. The view's codes are encoded here; then this waits
         (up to ``wait`` seconds, taking no work back) while the decoder's thread fills around
-        them and decodes the view's 2 x 2 tiles, so that the session's first frame finds them
-        ready, and the tiles its view reaches within ``READY_REACH`` units of travel whichever
-        way it goes (a view starting on a tile's edges reaches the ring in its first frame).
-        What is not done by then is done as for any session: by the model thread when a frame
-        needs it. The ground is the one ``start`` and ``observe`` give on any thread."""
+        them and decodes every tile the view reaches within ``READY_REACH`` units of travel,
+        whichever way it goes: the view's 2 x 2 and, as it starts on a tile's edges, the
+        ring's nearest (9 tiles). What is not done by then is done as for any session: by the
+        model thread when a frame needs it. The ground is the one ``start`` and ``observe``
+        give on any thread."""
         g = self.start(seed, look)
         self.observe(g, frame, seen=seen)
         end = time.monotonic() + wait
