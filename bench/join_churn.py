@@ -10,13 +10,14 @@ few seconds, the bench counts their missed frames (deadline misses and skipped d
 over ``--quiet`` seconds with nobody joining; then ``--joins`` visitors join one after the
 other (each start frame rendered off the model thread, as the server does), hold a key for
 ``--stay`` seconds and leave, ``--gap`` seconds apart. For each join it prints the steady
-sessions' missed frames in the ``WINDOW`` seconds from the join and the visitor's time to its
+sessions' missed frames from the moment the visitor asks to join (its start frame still to
+render) until ``WINDOW`` seconds after it is added, and the visitor's time from asking to its
 first frame; the last line:
 
     join_churn steady=<n> joins=<n> quiet_missed_per_s=<x> missed_per_join=<x> join_miss_share=<x> visitor_first_frame_ms=<p50>
 
-``missed_per_join``: the steady sessions' frames missed in the window after a join, all of
-them together, less what the quiet seconds miss in as long (its mean over the joins);
+``missed_per_join``: the steady sessions' frames missed in a join's window, all of them
+together, less what the quiet seconds miss in ``WINDOW`` seconds (its mean over the joins);
 ``join_miss_share``: of the frames due them in those windows, the share missed. A session
 that joins costs the others nothing when missed_per_join is 0.
 """
