@@ -134,6 +134,7 @@ class GroundPainter:
         ``keep_seen``: an observation's pixels are kept and laid over the decode where they
         lie (``seen.py``; False: its codes alone)."""
         self.keep_seen = keep_seen
+        self.ready_wait = READY_WAIT  # seconds ``ready`` waits for the decoder's thread
         self.tokenizer = tokenizer.to(device).float().eval()
         self.observer = observer.to(device).float().eval() if observer is not None else None
         self.bank = bank
@@ -179,11 +180,11 @@ class GroundPainter:
         return g
 
     def ready(self, seed: int, look: SceneAttrs, frame: np.ndarray, seen: bool = False,
-              wait: float = READY_WAIT) -> SessionGround:
+              wait: float | None = None) -> SessionGround:
         """A new session's ground from its first view (``start``, then ``observe``: ``frame``
         the ground alone under it, or with ``seen`` the view as seen), made on the calling
         thread before the session opens. The view's codes are encoded here; then this waits
-        (up to ``wait`` seconds, taking no work back) while the decoder's thread fills around
+        (up to ``wait`` seconds, by default ``ready_wait``, taking no work back) while the decoder's thread fills around
         them and decodes every tile the view reaches within ``READY_REACH`` units of travel,
         whichever way it goes: the view's 2 x 2 and, as it starts on a tile's edges, the
         ring's nearest (9 tiles). What is not done by then is done as for any session: by the
@@ -191,7 +192,7 @@ class GroundPainter:
         give on any thread."""
         g = self.start(seed, look)
         self.observe(g, frame, seen=seen)
-        end = time.monotonic() + wait
+        end = time.monotonic() + (self.ready_wait if wait is None else wait)
         try:
             if g.filling is not None:
                 g.filling.future.result(max(0.0, end - time.monotonic()))

@@ -24,6 +24,7 @@ SCENE = "a grassy village by day"
 
 def test_the_model_thread_opens_a_served_session_and_draws_its_first_frame_with_nothing_left_to_do() -> None:
     painter = GroundPainter.load(torch.device("cpu"))  # its own decoder's thread: counts of its own
+    painter.ready_wait = 60.0  # a busy test machine may take more than a server's half second
     try:
         runner = make_runner(tiny_config(), ground=painter, start_frame=start_frame, start_views=start_views)
         first = runner.first_frame(SCENE, 4, BUCKET)  # a server's worker thread
@@ -41,6 +42,7 @@ def test_the_model_thread_opens_a_served_session_and_draws_its_first_frame_with_
 
 def test_a_client_s_start_observation_is_made_ready_off_the_model_thread_to_the_same_canvas_and_frames() -> None:
     painter = GroundPainter.load(torch.device("cpu"))
+    painter.ready_wait = 60.0  # a busy test machine may take more than a server's half second
     try:
         view = start_frame(SCENE, 6, BUCKET)  # a client's frame: encoded as seen
         path = [key_action(1)] * 4 + [key_action(3)] * 4
