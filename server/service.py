@@ -244,11 +244,11 @@ class Service:
         the directory cannot be reached rather than serving a session nobody can find)."""
         engine = self.gate.require_admitting(1.0)
         first = None
+        loop = asyncio.get_running_loop()
         if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
             first = await self.inputs.decode_image(req.observation, "observation")
             ready = getattr(engine.runner, "ready_observation", None)
             if ready is not None:  # the model's work on it (a canvas's ground) done here too
-                loop = asyncio.get_running_loop()
                 try:
                     await loop.run_in_executor(None, ready, req.prompt, req.seed, req.bucket, first)
                 except Exception:  # the runner does that work when it opens the session
@@ -256,7 +256,6 @@ class Service:
         elif req.bucket in self.shape.buckets:
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
             # worker thread, not by the model thread while every running session waits
-            loop = asyncio.get_running_loop()
             try:
                 first = await loop.run_in_executor(None, engine.runner.first_frame, req.prompt, req.seed, req.bucket)
             except Exception:  # the runner makes its own start frame when it opens the session

@@ -93,7 +93,10 @@ class StartViews:
             made = [k for k, v in self._kept.items() if v[1].ready is not None]  # oldest first
             for key in made[: max(0, len(made) - self.keep_ready)]:  # their canvases go, their grounds stay
                 old_frame, old_kept = self._kept[key]
-                self._kept[key] = (old_frame, Kept(old_kept.ground))
+                if old_kept.ground is None:  # a client's observation: nothing else to keep
+                    del self._kept[key]
+                else:  # in place: the grounds keep their order of eviction
+                    self._kept[key] = (old_frame, Kept(old_kept.ground))
                 dropped.append(old_kept)
         for k in dropped:
             self._drop(k)

@@ -96,10 +96,12 @@ def test_a_canvas_made_for_a_frame_that_never_comes_back_gives_its_queued_work_u
         released.append(g)
         painter.release(g)  # type: ignore[arg-type]
 
+    def no_wait(scene: str, seed: int, view: np.ndarray, seen: bool) -> SessionGround:
+        return painter.ready(seed, SceneAttrs(), view, seen, wait=0.0)
+
     try:
         with painter.busy():  # the decoder's thread starts nothing: the look-ahead stays queued
-            starts = StartViews(start_frame, start_views, keep=1, release=release,
-                                ready=lambda scene, seed, view, seen=False: painter.ready(seed, SceneAttrs(), view, seen, wait=0.0))
+            starts = StartViews(start_frame, start_views, keep=1, release=release, ready=no_wait)
             a = starts.frame(SCENE, 1, BUCKET)
             starts.frame(SCENE, 2, BUCKET)  # keeps one: the first one's canvas goes
             assert len(released) == 1
@@ -113,8 +115,7 @@ def test_a_canvas_made_for_a_frame_that_never_comes_back_gives_its_queued_work_u
             assert kept is not None and isinstance(kept.ready, SessionGround) and len(released) == 2
             painter.release(kept.ready)
             # many frames out at once: the newest few keep their canvases, every one its ground
-            many = StartViews(start_frame, start_views, keep=4, keep_ready=2, release=release,
-                              ready=lambda scene, seed, view, seen=False: painter.ready(seed, SceneAttrs(), view, seen, wait=0.0))
+            many = StartViews(start_frame, start_views, keep=4, keep_ready=2, release=release, ready=no_wait)
             frames = {seed: many.frame(SCENE, seed, BUCKET) for seed in (10, 11, 12)}
             assert len(released) == 3  # seed 10's canvas
             oldest = many.take(SessionSpec("s", BUCKET, 10, SCENE, observation=frames[10]))
