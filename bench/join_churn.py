@@ -1,20 +1,25 @@
 """What a joining session costs the sessions already running: the real default model behind
 the engine, in-process, no network.
 
-    python -m bench.join_churn [--canvas] [--steady 3] [--joins 8] [--stay 2] [--gap 2] [--quiet 10]
-                               [--threads N] [--dtype D]
+    python -m bench.join_churn [--canvas] [--arrive start|resume] [--no-ready] [--steady 3] [--joins 8]
+                               [--stay 2] [--gap 2] [--quiet 10] [--threads N] [--dtype D]
 
 ``--steady`` push-mode sessions at the smallest bucket ask for 24 fps at full quality and steer
 (a random key, changed every 250 ms, as in ``bench.serve_load``). Once they have run for a
 few seconds, the bench counts their missed frames (deadline misses and skipped display slots)
 over ``--quiet`` seconds with nobody joining; then ``--joins`` visitors join one after the
 other (each start frame rendered off the model thread, as the server does), hold a key for
-``--stay`` seconds and leave, ``--gap`` seconds apart. For each join it prints the steady
+``--stay`` seconds and leave, ``--gap`` seconds apart. With ``--arrive resume`` each visitor
+is a session coming back from a snapshot instead (a client resuming after a drop, a session
+migrated in): ``--joins`` sessions are steered for two seconds before anything else runs and
+suspended, and each visitor is restored from one of their snapshots, made ready off the model
+thread first as the server does (``ModelRunner.ready_restore``; ``--no-ready``: not, the
+snapshot's canvas rebuilt by the model thread). For each join it prints the steady
 sessions' missed frames from the moment the visitor asks to join (its start frame still to
 render) until ``WINDOW`` seconds after it is added, and the visitor's time from asking to its
 first frame; the last line:
 
-    join_churn steady=<n> joins=<n> quiet_missed_per_s=<x> missed_per_join=<x> join_miss_share=<x> visitor_first_frame_ms=<p50>
+    join_churn arrive=<start|resume> steady=<n> joins=<n> quiet_missed_per_s=<x> missed_per_join=<x> join_miss_share=<x> visitor_first_frame_ms=<p50>
 
 ``missed_per_join``: the steady sessions' frames missed in a join's window, all of them
 together, less what the quiet seconds miss in ``WINDOW`` seconds (its mean over the joins);
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import torch
@@ -36,7 +42,7 @@ from worldserve.bench.serve_load import BATCH_SIZES, NEVER, frames_due, frames_m
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.tile_decode import DECODE_MODES
 from worldserve.model.dtype import DTYPES
-from worldserve.server.engine import Engine, model_executor
+from worldserve.server.engine import Engine, Suspension, model_executor
 from worldserve.session.admission import AdmissionOptions
 from worldserve.session.costmodel import CostModel
 from worldserve.session.events import ChunkReady, Event
@@ -65,12 +71,20 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
     steady = [f"steady{i}" for i in range(args.steady)]
     stop = asyncio.Event()
 
-    async def join(sid: str, seed: int) -> float:
-        """Open ``sid`` as the server does; the moment it was asked for."""
+    async def join(sid: str, seed: int, back: Suspension | None = None) -> float:
+        """Open ``sid`` as the server does (restored from ``back``: resumed as the server
+        does); the moment it was asked for."""
         t = time.monotonic()
-        frame = await loop.run_in_executor(None, runner.first_frame, "", seed, bucket)
-        verdict = engine.add_session(sid, SessionSpec(sid, bucket, seed=seed, scene="", observation=frame),
-                                     fps=24.0, lookahead=1, mode=Mode.PUSH)
+        if back is None:
+            frame = await loop.run_in_executor(None, runner.first_frame, "", seed, bucket)
+            spec, first_block = SessionSpec(sid, bucket, seed=seed, scene="", observation=frame), 0
+        else:
+            assert back.state is not None
+            if not args.no_ready:
+                await loop.run_in_executor(None, runner.ready_restore, back.state)
+            spec = SessionSpec(sid, bucket, seed=seed, scene=back.state.scene, restore=back.state)
+            first_block = back.next_block
+        verdict = engine.add_session(sid, spec, fps=24.0, lookahead=1, mode=Mode.PUSH, first_block=first_block)
         if not verdict.admitted:
             raise RuntimeError(f"{sid} refused: {verdict}")
         return t
@@ -81,6 +95,7 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
 
     await engine.start()
     try:
+        backs = await snapshots(engine, join, args.joins) if args.arrive == "resume" else [None] * args.joins
         for i, sid in enumerate(steady):
             await join(sid, i)
         steering = asyncio.create_task(steer(engine, steady, stop))
@@ -95,7 +110,7 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
         for j in range(args.joins):
             sid = f"visitor{j}"
             before = missed()
-            t = await join(sid, 100 + j)
+            t = await join(sid, 100 + j, backs[j])
             engine.scheduler.set_action(sid, held, 1)
             await asyncio.sleep(WINDOW)
             after = missed()
@@ -110,11 +125,26 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
             await asyncio.sleep(args.gap)
         stop.set()
         await steering
-        print(f"join_churn steady={args.steady} joins={args.joins} quiet_missed_per_s={quiet:.2f} "
+        print(f"join_churn arrive={args.arrive} steady={args.steady} joins={args.joins} quiet_missed_per_s={quiet:.2f} "
               f"missed_per_join={np.mean(per_join):.2f} join_miss_share={np.mean(shares):.4f} "
               f"visitor_first_frame_ms={np.nanmedian(firsts):.0f}")
     finally:
         await engine.stop()
+
+
+async def snapshots(engine: Engine, join: Callable[[str, int], Awaitable[float]], n: int) -> list[Suspension | None]:
+    """``n`` sessions steered two seconds, each its own way, then suspended: their snapshots."""
+    ids = [f"donor{j}" for j in range(n)]
+    for j, sid in enumerate(ids):
+        await join(sid, 100 + j)
+        a = np.zeros(ACTION_DIM, np.float32)
+        a[j % 4] = a[(j + 1) % 4 if j % 2 else (j + 2) % 4] = 1.0  # diagonals and straight runs
+        engine.scheduler.set_action(sid, a, 1)
+    await asyncio.sleep(2.0)
+    out: list[Suspension | None] = [await engine.suspend(sid) for sid in ids]
+    if any(s is None or s.state is None for s in out):
+        raise RuntimeError("a donor session left no snapshot")
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,6 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="auto", choices=DTYPES)
     ap.add_argument("--canvas", action="store_true", help="serve on the world canvas (the server's default)")
+    ap.add_argument("--arrive", default="start", choices=("start", "resume"),
+                    help="visitors start fresh, or resume from snapshots (a resume, a session migrated in)")
+    ap.add_argument("--no-ready", action="store_true",
+                    help="resume: the snapshot's canvas rebuilt by the model thread (not made ready off it first)")
     ap.add_argument("--canvas-decode", default="auto", choices=DECODE_MODES)
     args = ap.parse_args(argv)
     if args.stay < WINDOW:
@@ -135,8 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     runner = ModelRunner.from_pretrained(max_sessions=max(2 * max(BATCH_SIZES), args.steady + 2), dtype=args.dtype, trace=True,
                                          canvas=args.canvas, canvas_decode=args.canvas_decode)
     kind = "on the world canvas" if runner.ground is not None else "on its own frames (no canvas)"
+    arrive = "fresh starts" if args.arrive == "start" else "resumes" + (" (no ready_restore)" if args.no_ready else "")
     print(f"default model {kind}, {str(runner.dtype).removeprefix('torch.')}, {args.threads} thread(s), "
-          f"bucket {runner.buckets[0]}, {args.steady} steady sessions at 24 fps, {args.joins} joins")
+          f"bucket {runner.buckets[0]}, {args.steady} steady sessions at 24 fps, {args.joins} joins ({arrive})")
     asyncio.run(churn(runner, args))
 
 

@@ -344,6 +344,7 @@ class Service:
             await self.disconnected(sid, old)
         if live.suspending is not None:
             await asyncio.shield(live.suspending)
+        await self._ready_restore(live)
         engine = self.gate.require_ready()
         live = self._checked(sid, msg)  # it may have ended while we waited
         if live.peer is not None:
@@ -391,6 +392,19 @@ class Service:
                                            "replayed": len(replay), "restored_from": restored_from,
                                            "gap_blocks": gap})
         return reply
+
+    async def _ready_restore(self, live: Live) -> None:
+        """The model's work on the snapshot a session resumes from (a canvas rebuilt, its
+        tiles decoded), done on a worker thread before it is scheduled, not by the model
+        thread while every running session waits (an optional ``Runner`` member)."""
+        state = live.suspension.state if live.suspension is not None else None
+        ready = getattr(self.gate.engine.runner, "ready_restore", None) if self.gate.engine is not None else None
+        if state is None or ready is None:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, ready, state)
+        except Exception:  # the runner does that work when it restores the session
+            log.exception("session %s: its snapshot's canvas failed off the model thread", live.sid)
 
     def _checked(self, sid: str, msg: Resume) -> Live:
         session = self.store.peek(sid)

@@ -239,9 +239,11 @@ class Runner(Protocol):
     width)``, ``controls: tuple[str, ...]`` (a subset of ``CONTROLS``) and
     ``batch_run_as(bucket, steps, size) -> int`` (the batch size a batch of ``size`` chunks
     really runs as, for a runner that pads batches to a few recorded shapes; warm-up times
-    it so) and ``ready_observation(scene, seed, bucket, frame) -> None`` (thread-safe: a
+    it so), ``ready_observation(scene, seed, bucket, frame) -> None`` (thread-safe: a
     server calls it off the model thread with a start's observation before the session
-    opens, so the runner can do its work on that frame there)."""
+    opens, so the runner can do its work on that frame there) and ``ready_restore(state) ->
+    None`` (thread-safe: a server calls it off the model thread with the snapshot a session
+    is about to be restored from, before it schedules the session)."""
 
     @property
     def buckets(self) -> tuple[int, ...]: ...

@@ -192,6 +192,18 @@ class GroundPainter:
         give on any thread."""
         g = self.start(seed, look)
         self.observe(g, frame, seen=seen)
+        return self._await_reach(g, wait)
+
+    def ready_restore(self, st: CanvasState, look: SceneAttrs, wait: float | None = None) -> SessionGround:
+        """``restore``, made on the calling thread before the session is restored, and waited
+        for as ``ready`` waits: the tiles its view reaches within ``READY_REACH`` units of
+        travel decoded (4 to 9). A tile's pixels follow from the codes alone: the session
+        makes the same frames on it as on a canvas restored by the model thread."""
+        return self._await_reach(self.restore(st, look), wait)
+
+    def _await_reach(self, g: SessionGround, wait: float | None) -> SessionGround:
+        """Wait (up to ``wait`` seconds, by default ``ready_wait``) for ``g``'s fills and the
+        decodes of the tiles within ``READY_REACH`` of its view, taking no work back."""
         end = time.monotonic() + (self.ready_wait if wait is None else wait)
         try:
             if g.filling is not None:

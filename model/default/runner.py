@@ -12,7 +12,6 @@ chunk into each slot. One thread owns a runner: it is not thread-safe.
 from __future__ import annotations
 
 import logging
-import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.frames import resize_frames
 from worldserve.model.default.ground import TRUST, GroundPainter, SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
+from worldserve.model.default.restores import ReadyRestores
 from worldserve.model.default.slot import (
     SessionSlot,
     anchor_on,
@@ -41,8 +41,7 @@ from worldserve.model.default.slot import (
 )
 from worldserve.model.default.start_views import StartViews, Views
 from worldserve.model.default.tile_decode import SHARPEN, beside_chunks
-from worldserve.model.default.trace_cache import TraceCache
-from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
+from worldserve.model.default.trace_cache import gather_traces
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import pick_dtype
 from worldserve.model.memory import tune_malloc
@@ -120,6 +119,7 @@ class ModelRunner:
         self.trace_cache = trace_cache
         self.ground = ground
         canvas_views = None if ground is None else start_views
+        self.restores = ReadyRestores(ground.release if ground is not None else lambda g: None)
         self.starts = None
         if start_frame is not None:  # with a canvas, a served session's is made with its start frame
             self.starts = StartViews(start_frame, canvas_views, ready=None if ground is None else ground.ready_scene,
@@ -223,39 +223,25 @@ class ModelRunner:
         if self.starts is not None and self.ground is not None:
             self.starts.keep_observation(scene, seed, bucket, observation)
 
+    def ready_restore(self, state: ModelState) -> None:
+        """A snapshot a session is about to be restored from (thread-safe, for a worker
+        thread): with a canvas, it is rebuilt and its first tiles decoded now, and the
+        restore adopts it (``restores.py``)."""
+        canvas = state.continuation.canvas if state.continuation is not None else None
+        if self.ground is not None and canvas is not None:
+            try:
+                self.restores.put(canvas, self.ground.ready_restore(canvas, parse_prompt(state.scene)))
+            except ValueError:
+                return  # refused with a clear error when the session is restored (``_restore``)
+
     def prepare_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
         """Before a warm-up of ``shapes`` ((bucket, steps, batch size)): with CPU traces, load
         every steady-state trace the cache holds (``trace_cache``) and record the others in
         child processes (``trace_recorder``: this process keeps the traces, not the 40-100 MB
         each recording leaves behind), keeping them in the cache; the warm-up then runs them.
         Should a child fail, the warm-up records those here as it runs."""
-        graphs = self.graphs
-        if graphs is None or graphs.mode != "trace" or self.cfg.frames_per_chunk != 1:
-            return
-        todo = sorted({s for s in shapes if not graphs.has_trace(*s)})
-        if not todo:
-            return
-        t0 = time.perf_counter()
-        model = model_bytes(self.model)
-        cache = None if self.trace_cache is None else TraceCache(self.trace_cache, model, self.dtype)
-        found = {s: cache.load(s) for s in todo} if cache is not None else {}
-        missing = [s for s in todo if found.get(s) is None]
-        if missing:
-            try:
-                blobs = record_serialized(model, self.dtype, missing)
-            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                log.warning("recording traces in child processes failed, recording them here: %s", exc)
-                blobs = []
-            for shape, blob in zip(missing, blobs, strict=False):
-                found[shape] = load_trace(blob)
-                if cache is not None:
-                    cache.store(shape, blob)
-        for shape, tr in found.items():
-            if tr is not None:
-                graphs.adopt(*shape, tr)
-        recorded = sum(found.get(s) is not None for s in missing)
-        log.info("%d chunk traces: %d from the trace cache, %d recorded in child processes, in %.1f s",
-                 len(todo), len(todo) - len(missing), recorded, time.perf_counter() - t0)
+        if self.graphs is not None and self.graphs.mode == "trace" and self.cfg.frames_per_chunk == 1:
+            gather_traces(self.graphs, self.model, self.dtype, self.trace_cache, shapes)
 
     @torch.inference_mode()
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:
@@ -343,7 +329,9 @@ class ModelRunner:
             install_continuation(self.cfg, self.pools[s.bucket], s, st.continuation, self.device, self.dtype)
             if self.ground is not None:
                 if st.continuation.canvas is not None:
-                    s.ground = self.ground.restore(st.continuation.canvas, parse_prompt(s.scene_text))
+                    look = parse_prompt(s.scene_text)
+                    s.ground = self.restores.take(st.continuation.canvas, lambda g: g.look == look) or \
+                        self.ground.restore(st.continuation.canvas, look)
                 elif n:  # a state from a runner without a canvas: the newest frame starts it
                     self.ground.observe(self._ground(s), st.frames[-1])
             return

@@ -16,13 +16,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from worldserve.model.default.trace_recorder import load_trace
+from worldserve.model.default.trace_recorder import load_trace, model_bytes, record_serialized
+
+if TYPE_CHECKING:
+    from worldserve.model.default.chunk_graph import ChunkGraphs
+    from worldserve.model.default.dit import WorldModel
 
 log = logging.getLogger(__name__)
 
@@ -111,3 +117,34 @@ class TraceCache:
                 break
             p.unlink(missing_ok=True)
             total -= size
+
+
+def gather_traces(graphs: ChunkGraphs, model: WorldModel, dtype: torch.dtype, root: Path | None,
+                  shapes: list[tuple[int, int, int]]) -> None:
+    """Give ``graphs`` a trace for each of ``shapes`` it lacks: from the cache under ``root``
+    (None: no cache), else recorded in child processes (``trace_recorder``) and kept in the
+    cache. Should the children fail, the warm-up records those in this process as it runs."""
+    todo = sorted({s for s in shapes if not graphs.has_trace(*s)})
+    if not todo:
+        return
+    t0 = time.perf_counter()
+    blob_in = model_bytes(model)
+    cache = None if root is None else TraceCache(root, blob_in, dtype)
+    found = {s: cache.load(s) for s in todo} if cache is not None else {}
+    missing = [s for s in todo if found.get(s) is None]
+    if missing:
+        try:
+            blobs = record_serialized(blob_in, dtype, missing)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            log.warning("recording traces in child processes failed, recording them here: %s", exc)
+            blobs = []
+        for shape, blob in zip(missing, blobs, strict=False):
+            found[shape] = load_trace(blob)
+            if cache is not None:
+                cache.store(shape, blob)
+    for shape, tr in found.items():
+        if tr is not None:
+            graphs.adopt(*shape, tr)
+    recorded = sum(found.get(s) is not None for s in missing)
+    log.info("%d chunk traces: %d from the trace cache, %d recorded in child processes, in %.1f s",
+             len(todo), len(todo) - len(missing), recorded, time.perf_counter() - t0)

@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 
-from tests.server.harness import recv_type, send, serve
-from worldserve.protocol import Image, Start, Started
+from tests.server.harness import frames, recv_type, send, serve
+from worldserve.protocol import Image, Resume, Resumed, Start, Started
 from worldserve.server.settings import Settings
 from worldserve.session.fake_runner import FakeRunner, LinearCost
-from worldserve.session.plan import StepOutput, StepPlan
+from worldserve.session.plan import ModelState, StepOutput, StepPlan
 
 
 class AnchoredRunner(FakeRunner):
@@ -24,9 +24,14 @@ class AnchoredRunner(FakeRunner):
         self.rendered_on: list[str] = []
         self.opened_with: dict[str, np.ndarray | None] = {}
         self.readied: list[tuple[str, np.ndarray]] = []  # (thread, frame) of ready_observation
+        self.restores: list[tuple[str, ModelState]] = []  # (thread, snapshot) of ready_restore
+        self.restored_from: dict[str, ModelState | None] = {}
 
     def ready_observation(self, scene: str, seed: int, bucket: int, frame: np.ndarray) -> None:
         self.readied.append((threading.current_thread().name, frame))
+
+    def ready_restore(self, state: ModelState) -> None:
+        self.restores.append((threading.current_thread().name, state))
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         self.rendered_on.append(threading.current_thread().name)
@@ -35,6 +40,7 @@ class AnchoredRunner(FakeRunner):
     def execute(self, plan: StepPlan) -> StepOutput:
         for spec in plan.new_sessions:
             self.opened_with[spec.session_id] = spec.observation
+            self.restored_from[spec.session_id] = spec.restore
         return super().execute(plan)
 
 
@@ -70,6 +76,28 @@ async def test_a_client_observation_is_not_replaced() -> None:
         # the runner's work on that frame (a canvas's ground) was done before it opened, off its thread
         assert len(runner.readied) == 1 and np.array_equal(runner.readied[0][1], obs)
         assert not runner.readied[0][0].startswith("worldserve-model"), runner.readied
+
+
+async def test_a_resumed_session_s_snapshot_is_made_ready_off_the_model_thread_before_it_is_restored() -> None:
+    runner = AnchoredRunner()
+    async with serve(runner_factory=lambda settings: runner) as s:
+        ws = await s.connect()
+        await send(ws, Start(prompt="forest", seed=7, bucket=64, fps=40.0, codec="raw"))
+        started = await recv_type(ws, Started)
+        assert isinstance(started, Started)
+        got = await frames(ws, 6)
+        await ws.close()  # dropped: the session is suspended, its state exported
+        await asyncio.sleep(0.3)
+        assert runner.restores == []
+        ws2 = await s.connect()
+        await send(ws2, Resume(started.session_id, started.token, got[-1].block_idx + 1))
+        assert isinstance(await recv_type(ws2, Resumed), Resumed)
+        await frames(ws2, 2)
+        # the runner was handed the very snapshot it then restored from, on a worker thread, first
+        restored = runner.restored_from[started.session_id]
+        assert restored is not None and len(runner.restores) == 1
+        thread, state = runner.restores[0]
+        assert state is restored and not thread.startswith("worldserve-model"), thread
 
 
 async def _opened(runner: AnchoredRunner, sid: str) -> np.ndarray | None:
