@@ -1,8 +1,9 @@
-"""What a joining session costs the sessions already running: the real default model behind
-the engine, in-process, no network.
+"""What a joining or resuming session, or a running one's observation or prompt change, costs the
+sessions already running: the real default model behind the engine, in-process, no network.
 
-    python -m bench.join_churn [--canvas] [--arrive start|resume] [--no-ready] [--steady 3] [--joins 8]
-                               [--stay 2] [--gap 2] [--quiet 10] [--threads N] [--dtype D]
+    python -m bench.join_churn [--canvas] [--arrive start|resume] [--no-ready] [--event observe|prompt]
+                               [--steady 3] [--joins 8] [--stay 2] [--gap 2] [--quiet 10]
+                               [--threads N] [--dtype D]
 
 ``--steady`` push-mode sessions at the smallest bucket ask for 24 fps at full quality and steer
 (a random key, changed every 250 ms, as in ``bench.serve_load``). Once they have run for a
@@ -14,17 +15,22 @@ is a session coming back from a snapshot instead (a client resuming after a drop
 migrated in): ``--joins`` sessions are steered for two seconds before anything else runs and
 suspended, and each visitor is restored from one of their snapshots, made ready off the model
 thread first as the server does (``ModelRunner.ready_restore``; ``--no-ready``: not, the
-snapshot's canvas rebuilt by the model thread). For each join it prints the steady
+snapshot's canvas rebuilt by the model thread). With ``--event observe|prompt`` nobody joins:
+``--joins`` times, one of the running sessions gets an observation (another place's frame)
+or a prompt change (``PROMPTS``: new looks, a canvas drawn anew, and one re-skin), and the
+window counts from it. For each join it prints the steady
 sessions' missed frames from the moment the visitor asks to join (its start frame still to
 render) until ``WINDOW`` seconds after it is added, and the visitor's time from asking to its
 first frame; the last line:
 
     join_churn arrive=<start|resume> steady=<n> joins=<n> quiet_missed_per_s=<x> missed_per_join=<x> join_miss_share=<x> visitor_first_frame_ms=<p50>
+    join_churn event=<observe|prompt> steady=<n> events=<n> quiet_missed_per_s=<x> missed_per_event=<x> event_miss_share=<x>
 
 ``missed_per_join``: the steady sessions' frames missed in a join's window, all of them
 together, less what the quiet seconds miss in ``WINDOW`` seconds (its mean over the joins);
 ``join_miss_share``: of the frames due them in those windows, the share missed. A session
-that joins costs the others nothing when missed_per_join is 0.
+that joins costs the others nothing when missed_per_join is 0; ``missed_per_event`` and
+``event_miss_share`` are the same for an event's window.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ from worldserve.session.events import ChunkReady, Event
 from worldserve.session.plan import ACTION_DIM, SessionSpec
 from worldserve.session.scheduler import Mode, RunnerInfo, Scheduler, SchedulerOptions
 from worldserve.session.warmup import warm_up
+from worldserve.world import start_frame
 
+PROMPTS = ("a grassy village at night", "a snowy forest at dusk", "a sandy desert by day", "a grassy village by day")
 WINDOW = 1.5  # seconds after a join whose misses are the join's
 SETTLE = 3.0  # seconds the steady sessions run before anything is counted
 
@@ -89,6 +97,14 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
             raise RuntimeError(f"{sid} refused: {verdict}")
         return t
 
+    async def change(sid: str, j: int) -> None:
+        """``args.event`` for running session ``sid``, as the server hands it over."""
+        if args.event == "observe":  # a client's frame of another place, decoded off the model thread
+            frame = await loop.run_in_executor(None, start_frame, "", 200 + j, bucket)
+            engine.observe(sid, frame)
+        else:
+            engine.set_scene(sid, PROMPTS[j % len(PROMPTS)])
+
     def missed() -> tuple[int, int]:
         stats = [scheduler.stats(s) for s in steady]
         return frames_missed(stats), frames_due(stats)
@@ -108,6 +124,16 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
         held = np.zeros(ACTION_DIM, np.float32)
         held[0] = 1.0
         for j in range(args.joins):
+            if args.event is not None:  # a running session's observation or prompt change
+                before = missed()
+                await change(steady[j % len(steady)], j)
+                await asyncio.sleep(WINDOW)
+                lost, due = missed()[0] - before[0], missed()[1] - before[1]
+                per_join.append(lost - quiet * WINDOW)
+                shares.append(lost / max(due, 1))
+                print(f"  {args.event} {j + 1}: steady sessions missed {lost} of {due} frames in {WINDOW:g} s")
+                await asyncio.sleep(max(0.0, args.stay - WINDOW) + args.gap)
+                continue
             sid = f"visitor{j}"
             before = missed()
             t = await join(sid, 100 + j, backs[j])
@@ -125,6 +151,10 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
             await asyncio.sleep(args.gap)
         stop.set()
         await steering
+        if args.event is not None:
+            print(f"join_churn event={args.event} steady={args.steady} events={args.joins} quiet_missed_per_s={quiet:.2f} "
+                  f"missed_per_event={np.mean(per_join):.2f} event_miss_share={np.mean(shares):.4f}")
+            return
         print(f"join_churn arrive={args.arrive} steady={args.steady} joins={args.joins} quiet_missed_per_s={quiet:.2f} "
               f"missed_per_join={np.mean(per_join):.2f} join_miss_share={np.mean(shares):.4f} "
               f"visitor_first_frame_ms={np.nanmedian(firsts):.0f}")
@@ -159,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--canvas", action="store_true", help="serve on the world canvas (the server's default)")
     ap.add_argument("--arrive", default="start", choices=("start", "resume"),
                     help="visitors start fresh, or resume from snapshots (a resume, a session migrated in)")
+    ap.add_argument("--event", choices=("observe", "prompt"),
+                    help="no visitors: a running session gets an observation or a prompt change instead, --joins times")
     ap.add_argument("--no-ready", action="store_true",
                     help="resume: the snapshot's canvas rebuilt by the model thread (not made ready off it first)")
     ap.add_argument("--canvas-decode", default="auto", choices=DECODE_MODES)
@@ -170,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
                                          canvas=args.canvas, canvas_decode=args.canvas_decode)
     kind = "on the world canvas" if runner.ground is not None else "on its own frames (no canvas)"
     arrive = "fresh starts" if args.arrive == "start" else "resumes" + (" (no ready_restore)" if args.no_ready else "")
+    if args.event is not None:
+        arrive = f"{args.event} events"
     print(f"default model {kind}, {str(runner.dtype).removeprefix('torch.')}, {args.threads} thread(s), "
           f"bucket {runner.buckets[0]}, {args.steady} steady sessions at 24 fps, {args.joins} joins ({arrive})")
     asyncio.run(churn(runner, args))
