@@ -344,7 +344,8 @@ class Service:
             await self.disconnected(sid, old)
         if live.suspending is not None:
             await asyncio.shield(live.suspending)
-        await self._ready_restore(live)
+        if msg.block_idx:  # block 0 starts a new epoch: nothing restored
+            await self._ready_restore(live)
         engine = self.gate.require_ready()
         live = self._checked(sid, msg)  # it may have ended while we waited
         if live.peer is not None:
