@@ -111,7 +111,9 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
 
     await engine.start()
     try:
-        backs = await snapshots(engine, join, args.joins) if args.arrive == "resume" else [None] * args.joins
+        backs: list[Suspension | None] = [None] * args.joins
+        if args.arrive == "resume":
+            backs = list(await snapshots(engine, join, args.joins))
         for i, sid in enumerate(steady):
             await join(sid, i)
         steering = asyncio.create_task(steer(engine, steady, stop))
@@ -123,26 +125,29 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
         per_join, shares, firsts = [], [], []
         held = np.zeros(ACTION_DIM, np.float32)
         held[0] = 1.0
-        for j in range(args.joins):
-            if args.event is not None:  # a running session's observation or prompt change
-                before = missed()
-                await change(steady[j % len(steady)], j)
-                await asyncio.sleep(WINDOW)
-                lost, due = missed()[0] - before[0], missed()[1] - before[1]
-                per_join.append(lost - quiet * WINDOW)
-                shares.append(lost / max(due, 1))
-                print(f"  {args.event} {j + 1}: steady sessions missed {lost} of {due} frames in {WINDOW:g} s")
-                await asyncio.sleep(max(0.0, args.stay - WINDOW) + args.gap)
-                continue
-            sid = f"visitor{j}"
-            before = missed()
-            t = await join(sid, 100 + j, backs[j])
-            engine.scheduler.set_action(sid, held, 1)
-            await asyncio.sleep(WINDOW)
+
+        def window(before: tuple[int, int]) -> tuple[int, int]:
+            """The steady sessions' frames missed and due since ``before``, counted for the means."""
             after = missed()
             lost, due = after[0] - before[0], after[1] - before[1]
             per_join.append(lost - quiet * WINDOW)
             shares.append(lost / max(due, 1))
+            return lost, due
+
+        for j in range(args.joins):
+            before = missed()
+            if args.event is not None:  # a running session's observation or prompt change
+                await change(steady[j % len(steady)], j)
+                await asyncio.sleep(WINDOW)
+                lost, due = window(before)
+                print(f"  {args.event} {j + 1}: steady sessions missed {lost} of {due} frames in {WINDOW:g} s")
+                await asyncio.sleep(max(0.0, args.stay - WINDOW) + args.gap)
+                continue
+            sid = f"visitor{j}"
+            t = await join(sid, 100 + j, backs[j])
+            engine.scheduler.set_action(sid, held, 1)
+            await asyncio.sleep(WINDOW)
+            lost, due = window(before)
             firsts.append(1e3 * (first.get(sid, float("nan")) - t))
             print(f"  join {j + 1}: steady sessions missed {lost} of {due} frames in {WINDOW:g} s; "
                   f"the visitor's first frame after {firsts[-1]:.0f} ms")
@@ -162,7 +167,7 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
         await engine.stop()
 
 
-async def snapshots(engine: Engine, join: Callable[[str, int], Awaitable[float]], n: int) -> list[Suspension | None]:
+async def snapshots(engine: Engine, join: Callable[[str, int], Awaitable[float]], n: int) -> list[Suspension]:
     """``n`` sessions steered two seconds, each its own way, then suspended: their snapshots."""
     ids = [f"donor{j}" for j in range(n)]
     for j, sid in enumerate(ids):
@@ -171,8 +176,8 @@ async def snapshots(engine: Engine, join: Callable[[str, int], Awaitable[float]]
         a[j % 4] = a[(j + 1) % 4 if j % 2 else (j + 2) % 4] = 1.0  # diagonals and straight runs
         engine.scheduler.set_action(sid, a, 1)
     await asyncio.sleep(2.0)
-    out: list[Suspension | None] = [await engine.suspend(sid) for sid in ids]
-    if any(s is None or s.state is None for s in out):
+    out = [await engine.suspend(sid) for sid in ids]
+    if any(s.state is None for s in out):
         raise RuntimeError("a donor session left no snapshot")
     return out
 

@@ -52,7 +52,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -109,6 +109,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("worldserve.service")
+T = TypeVar("T")
 
 
 class Service:
@@ -244,22 +245,17 @@ class Service:
         the directory cannot be reached rather than serving a session nobody can find)."""
         engine = self.gate.require_admitting(1.0)
         first = None
-        loop = asyncio.get_running_loop()
         if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
             first = await self.inputs.decode_image(req.observation, "observation")
             ready = getattr(engine.runner, "ready_observation", None)
             if ready is not None:  # the model's work on it (a canvas's ground) done here too
-                try:
-                    await loop.run_in_executor(None, ready, req.prompt, req.seed, req.bucket, first)
-                except Exception:  # the runner does that work when it opens the session
-                    log.exception("a %d px session's observation failed off the model thread", req.bucket)
+                await _off_model_thread(f"a {req.bucket} px session's observation", ready,
+                                        req.prompt, req.seed, req.bucket, first)
         elif req.bucket in self.shape.buckets:
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
             # worker thread, not by the model thread while every running session waits
-            try:
-                first = await loop.run_in_executor(None, engine.runner.first_frame, req.prompt, req.seed, req.bucket)
-            except Exception:  # the runner makes its own start frame when it opens the session
-                log.exception("start frame for a %d px session failed off the model thread", req.bucket)
+            first = await _off_model_thread(f"start frame for a {req.bucket} px session", engine.runner.first_frame,
+                                            req.prompt, req.seed, req.bucket)
         if self.remote is None:
             return self.open(req, peer, first_frame=first)
         await self.remote.admit(req.session_id)
@@ -400,12 +396,8 @@ class Service:
         thread while every running session waits (an optional ``Runner`` member)."""
         state = live.suspension.state if live.suspension is not None else None
         ready = getattr(self.gate.engine.runner, "ready_restore", None) if self.gate.engine is not None else None
-        if state is None or ready is None:
-            return
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, ready, state)
-        except Exception:  # the runner does that work when it restores the session
-            log.exception("session %s: its snapshot's canvas failed off the model thread", live.sid)
+        if state is not None and ready is not None:
+            await _off_model_thread(f"session {live.sid}: its snapshot's canvas", ready, state)
 
     def _checked(self, sid: str, msg: Resume) -> Live:
         session = self.store.peek(sid)
@@ -504,3 +496,13 @@ class Service:
                     log.exception("reaping detached sessions failed")
         except asyncio.CancelledError:
             pass
+
+
+async def _off_model_thread(what: str, work: Callable[..., T], *args: object) -> T | None:
+    """``work(*args)`` on a worker thread, for the runner; None where it fails (logged): the
+    runner then does that work itself, on the model thread, when the session opens."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, work, *args)
+    except Exception:
+        log.exception("%s failed off the model thread", what)
+        return None
