@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS as TOKENIZER_WEIGHTS
+from worldserve.model.default.reference.canvas.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.slot import SessionSlot, anchor_on
-from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER_WEIGHTS
-from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.world import World
 
 VIEWS = ("frame", "ground", "tokens")

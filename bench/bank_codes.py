@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from worldserve.bench.tokenizer import to_frames
-from worldserve.model.default.ground import MAP_SIZE, GroundPainter
-from worldserve.model.default.quilt import BANK, GroundBank
-from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+from worldserve.model.default.reference.canvas.ground import MAP_SIZE, GroundPainter
+from worldserve.model.default.reference.canvas.quilt import BANK, GroundBank
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.training.ground_bank import VIEW, bank_seeds
 from worldserve.world import World
 from worldserve.world.scene import SceneAttrs

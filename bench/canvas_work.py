@@ -19,8 +19,8 @@ import time
 import numpy as np
 import torch
 
+from worldserve.model.default.reference.canvas.tile_decode import DECODE_MODES
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import DECODE_MODES
 from worldserve.model.dtype import DTYPES
 from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
 

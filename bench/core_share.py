@@ -7,7 +7,7 @@ decodes spend their time in) and a numpy sort, alone and then with a second thre
 same loop (``model/cores.py``).
 A ratio near 1: the cores compute side by side, and work on a second thread is free while the
 model thread runs. Near 2: they share their units, and a second thread's work slows the model
-by as much as it does itself (``model/default/tile_decode.py`` then runs its work between chunks,
+by as much as it does itself (``model/default/reference/canvas/tile_decode.py`` then runs its work between chunks,
 ``--canvas-decode``). Last line: ``core_share matmul_bf16=<ratio> matmul_fp32=<ratio> sort=<ratio>``.
 """
 

@@ -33,8 +33,8 @@ import torch
 from worldserve.bench import model_step
 from worldserve.model.attention import flash_available
 from worldserve.model.default.consistency import cached_vs_full
-from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.kv_cache import KVCachePool
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan

@@ -45,8 +45,8 @@ import torch
 
 from worldserve.bench._steer import steer
 from worldserve.bench.serve_load import BATCH_SIZES, NEVER, frames_due, frames_missed
+from worldserve.model.default.reference.canvas.tile_decode import DECODE_MODES
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import DECODE_MODES
 from worldserve.model.dtype import DTYPES
 from worldserve.server.engine import Engine, Suspension, model_executor
 from worldserve.session.admission import AdmissionOptions

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from worldserve.model.default.config import ModelConfig
 from worldserve.model.default.consistency import cached_vs_full
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import DTYPES, matmul_gflops, pick_dtype

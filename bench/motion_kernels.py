@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import worldserve.model.default.dit as dit
+import worldserve.model.default.net.dit as dit
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, StepPlan

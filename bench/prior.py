@@ -4,7 +4,7 @@
 
 Held-out worlds (``HELD_OUT_SEEDS[940:]``, no other bench uses them), each under a random
 scene, each steered by ``mixed_policy`` from a random place. Beside the world, a session's
-canvas (``model/default/ground.py``, no compositor) starts from the ground under the first view,
+canvas (``model/default/reference/canvas/ground.py``, no compositor) starts from the ground under the first view,
 as a served session does, and follows the same camera. Every second after the first, the
 view is taken from both: the world's ground through the tokenizer (the codes of the true
 map, decoded under the scene: the oracle ``tokens:1`` of ``bench.quality``) and the canvas's
@@ -46,11 +46,11 @@ from PIL import Image
 from worldserve.bench._realism_measures import blur4, c2st_accuracy, frechet_distance
 from worldserve.bench._scene_features import load_scene_net, scene_features
 from worldserve.bench.tokenizer import to_frames
-from worldserve.model.default.canvas import CODE_UNITS, MISSING, TILE_UNITS
-from worldserve.model.default.ground import VIEW_UNITS, GroundPainter
-from worldserve.model.default.quilt import BANK, GroundBank
-from worldserve.model.default.tile_decode import sharpen
-from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+from worldserve.model.default.reference.canvas.canvas import CODE_UNITS, MISSING, TILE_UNITS
+from worldserve.model.default.reference.canvas.ground import VIEW_UNITS, GroundPainter
+from worldserve.model.default.reference.canvas.quilt import BANK, GroundBank
+from worldserve.model.default.reference.canvas.tile_decode import sharpen
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.training.train import HELD_OUT_SEEDS
 from worldserve.world import World
 from worldserve.world.layers import BRIDGE, FIELD, LAMP, ROAD, ROOF

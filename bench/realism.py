@@ -80,9 +80,9 @@ from worldserve.bench._realism_measures import (
 )
 from worldserve.bench._scene_features import DEFAULT_PATH as SCENE_NET_PATH
 from worldserve.bench._scene_features import load_scene_net, scene_features
-from worldserve.model.default.ground import TRUST
+from worldserve.model.default.reference.canvas.ground import TRUST
+from worldserve.model.default.reference.canvas.tile_decode import SHARPEN
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import SHARPEN
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES, pick_dtype
 from worldserve.world import mixed_policy
@@ -387,7 +387,7 @@ def add_oracle_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--oracle-every", type=int, default=8, help="frames between the oracle reference's refreshes (1-16)")
     ap.add_argument("--canvas", action="store_true",
                     help="also measure the weights served with the world canvas as their reference "
-                         "(model/default/ground.py: the ground tokenizer and the prior's bank), labelled canvas; "
+                         "(model/default/reference/canvas/ground.py: the ground tokenizer and the prior's bank), labelled canvas; "
                          "the weights beside them too, labelled 'canvas <name>'")
 
 

@@ -63,8 +63,12 @@ import numpy as np
 import torch
 
 from worldserve.bench._steer import steer
+from worldserve.model.default.reference.canvas.tile_decode import (
+    DECODE_MODES,
+    SHARPEN,
+    DecodeCounts,
+)
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import DECODE_MODES, SHARPEN, DecodeCounts
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.model.dtype import DTYPES
 from worldserve.server.engine import Engine, model_executor

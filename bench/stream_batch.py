@@ -57,9 +57,9 @@ import numpy as np
 import torch
 
 from worldserve.bench._frame_measures import mse, psnr_of_mse
-from worldserve.model.default.dit import ChunkInputs, WorldModel
-from worldserve.model.default.flow import next_noisy
-from worldserve.model.default.rope import Rope
+from worldserve.model.default.net.dit import ChunkInputs, WorldModel
+from worldserve.model.default.net.flow import next_noisy
+from worldserve.model.default.net.rope import Rope
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.slot import SessionSlot
 from worldserve.model.default.weights import DEFAULT_WEIGHTS

@@ -2,7 +2,7 @@
 
     python -m bench.tile_decode [--tokenizer model/default/weights/tokenizer] [--beside T ...] [--repeats 15]
 
-A tile is decoded as serving decodes it (``model/default/tile_decode.py``): its 16x16 codes
+A tile is decoded as serving decodes it (``model/default/reference/canvas/tile_decode.py``): its 16x16 codes
 with ``MARGIN`` codes of its neighbours around them, one tile a batch, on one thread (the
 decoder's thread). Random codes and scene; the tokenizers take turns, so the host's load
 falls on each alike. Prints the median milliseconds of each tokenizer in float32 and bf16,
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from worldserve.model.default.canvas import TILE
-from worldserve.model.default.tile_decode import MARGIN
-from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+from worldserve.model.default.reference.canvas.canvas import TILE
+from worldserve.model.default.reference.canvas.tile_decode import MARGIN
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS, load_tokenizer
 
 DTYPES = (torch.float32, torch.bfloat16)
 

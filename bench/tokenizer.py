@@ -31,7 +31,7 @@ from PIL import Image
 
 from worldserve.bench._frame_measures import pooled_psnr
 from worldserve.bench._realism_measures import blocky, blur4, c2st_accuracy
-from worldserve.model.default.tokenizer import load_tokenizer
+from worldserve.model.default.reference.canvas.tokenizer import load_tokenizer
 from worldserve.training.tokenizer import (
     BUCKET,
     COMMITTED,

@@ -1,6 +1,6 @@
 """Whether two threads of this machine compute side by side or share one core's units.
 
-Work on a second thread (the world canvas's tile decodes, ``model/default/tile_decode.py``)
+Work on a second thread (the world canvas's tile decodes, ``model/default/reference/canvas/tile_decode.py``)
 is free while the model thread runs a chunk only where the two threads get a core each. On a
 2-core Intel Xeon, at one time, a bf16 matmul loop ran 1.8x slower beside a second one (the
 host's other tenants shared the cores); hours later the same machine read 1.00, and a 2-core

@@ -19,7 +19,7 @@ from worldserve.session.admission import AdmissionOptions
 from worldserve.session.options import SchedulerOptions
 
 DTYPES = ("float32", "bfloat16", "auto")  # model/dtype.py
-CANVAS_DECODE = ("auto", "between", "beside")  # model/default/tile_decode.py
+CANVAS_DECODE = ("auto", "between", "beside")  # model/default/reference/canvas/tile_decode.py
 
 T = TypeVar("T")
 VideoCodecName = Literal["H264", "VP8"]
@@ -133,7 +133,7 @@ class Settings:
     cpu_trace: bool = setting(True, "on the CPU, run the default model's chunks as TorchScript traces: "
                                     "no Python between kernels, the GIL released while they run")
     canvas: bool = setting(True, "the default model: keep a world canvas per session (ground codes in world "
-                                 "coordinates, model/default/ground.py) and take every frame's reference from "
+                                 "coordinates, model/default/reference/canvas/ground.py) and take every frame's reference from "
                                  "it; --no-canvas: the anchor of the model's own frames, as before")
     canvas_decode: str = setting("auto", "where the canvas's tiles decode ahead of the camera: between the "
                                          "model's chunks, beside them (on the core the model thread leaves "

@@ -45,7 +45,7 @@ class LogFile:
     dtype: str  # the runner's float type ("float32", "bfloat16")
     log: EventLog  # observation events carry their frames
     outputs: dict[int, str]  # block_idx -> digest of the frames the runner made
-    canvas: bool = False  # the runner kept a world canvas (model/default/ground.py); absent: False
+    canvas: bool = False  # the runner kept a world canvas (model/default/reference/canvas/ground.py); absent: False
 
 
 def pack(session: Session, model: str, dtype: str, canvas: bool = False) -> bytes:

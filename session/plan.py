@@ -53,11 +53,11 @@ from worldserve.protocol.vocab import encode_action as encode_action
 
 @dataclass(slots=True)
 class CanvasState:
-    """A session's world canvas (model/default/canvas.py): ``keys`` (N, 2) int32 tile keys,
+    """A session's world canvas (model/default/reference/canvas/canvas.py): ``keys`` (N, 2) int32 tile keys,
     ``codes`` (N, TILE, TILE) uint16 ground codes (0xFFFF where none is written yet),
     ``position`` (2,) float64 the view's top-left in world units, ``seed`` the prior's;
     ``seen_keys`` (M, 2) int32 and ``seen`` (M, 4, 64, 64) uint8: the pixels observations
-    showed, per tile (colours, then a weight in 255ths; model/default/seen.py), or None."""
+    showed, per tile (colours, then a weight in 255ths; model/default/reference/canvas/seen.py), or None."""
 
     keys: np.ndarray
     codes: np.ndarray
@@ -81,7 +81,7 @@ class Continuation:
     ``kv``: (2, L, N, T, H, D) keys (rotated in space) and values of the N cached frames in
     ``ModelState.frames`` order (sinks first, then the window oldest first), L layers, T
     tokens a frame, H heads of D. ``prev``: the last clean frame (C, H, W). The anchor
-    reference (model/default/anchor.py): ``anchor`` (C, H, W) or None,
+    reference (model/default/reference/anchor.py): ``anchor`` (C, H, W) or None,
     ``anchor_offset`` (2,) the camera shift summed since it, ``anchor_wait`` frames still to
     wait before re-anchoring when there is none, ``anchor_age`` frames since it. ``canvas``:
     the session's world canvas where its runner keeps one, else None.

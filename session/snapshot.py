@@ -23,7 +23,7 @@ family exports one) is nil or a map::
 ``{keys: int32 (N, 2), codes: uint16 (N, 16, 16), position: float64 (2,), seed: int, seen}``, at
 most ``MAX_CANVAS_TILES`` tiles; ``seen`` (optional: nil or absent where no observation was
 kept) is ``{keys: int32 (M, 2), pixels: uint8 (M, 4, 64, 64)}``, the pixels observations
-showed per tile (model/default/seen.py).
+showed per tile (model/default/reference/canvas/seen.py).
 
 with N the number of frames (or latents) the state holds. Restored from it the session
 makes exactly the frames it would have made on the old worker. ``actions`` (an
@@ -264,8 +264,8 @@ _CONTINUATION_OPTIONAL = frozenset({"canvas"})
 _CANVAS_KEYS = {"keys", "codes", "position", "seed"}
 _CANVAS_OPTIONAL = frozenset({"seen"})
 _SEEN_KEYS = {"keys", "pixels"}
-MAX_CANVAS_TILES = 1024  # more than a canvas keeps (model/default/canvas.py: the torus's 256 tiles)
-SEEN_SIDE = 64  # a seen tile's pixels per side (model/default/seen.py: a tile's world units)
+MAX_CANVAS_TILES = 1024  # more than a canvas keeps (model/default/reference/canvas/canvas.py: the torus's 256 tiles)
+SEEN_SIDE = 64  # a seen tile's pixels per side (model/default/reference/canvas/seen.py: a tile's world units)
 _ACTION_KEYS = {"keyboard", "mouse", "first", "anchor_frame"}
 _EVENT_KEYS = {
     "action": {"kind", "block", "seq", "action"},

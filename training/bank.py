@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan
 from worldserve.world import World, mixed_policy, sample_scene

@@ -1,6 +1,6 @@
 """The compositor's references as a world canvas serves them (issue 38, item 5).
 
-Serving on a canvas (``model/default/ground.py``) hands the causal model, every frame, the
+Serving on a canvas (``model/default/reference/canvas/ground.py``) hands the causal model, every frame, the
 ground under the view decoded from the canvas's codes: colours and a mask of ones, never the
 model's own earlier frame. The committed weights learnt their reference from anchors (an
 earlier frame of the sequence moved by the camera), so on a canvas they meet a reference they
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.default.ground import VIEW_UNITS
-from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
-from worldserve.model.default.tokenizer import GroundTokenizer, load_tokenizer
+from worldserve.model.default.reference.canvas.ground import VIEW_UNITS
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS as TOKENIZER
+from worldserve.model.default.reference.canvas.tokenizer import GroundTokenizer, load_tokenizer
 
 CHUNK = 64  # views through the tokenizer per pass (bounds the activations' memory)
 

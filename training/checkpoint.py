@@ -20,8 +20,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.weights import load_state, save_model
 from worldserve.training.critic import Adversary
 from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors

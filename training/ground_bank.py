@@ -7,7 +7,7 @@ For every biome, vegetation and weather (the attributes a ground code carries) a
 season, ``--maps`` training worlds of ``--map-size`` world units are rendered by day as ground
 alone (``World.render_ground``: no actors, glints, cloud shadows or fog) and encoded by the
 tokenizer into a torus of codes (the views wrap, so the code map does too).
-``model/default/quilt.py`` quilts unseen ground from these maps. Worlds of the size sessions
+``model/default/reference/canvas/quilt.py`` quilts unseen ground from these maps. Worlds of the size sessions
 see (1,024 units) give the prior the land cover, villages and shores in the proportions the
 world has them (``bench.prior``); about 15 minutes a season on one CPU thread. Each map is
 encoded 64-pixel view by 64-pixel view, as an observation is (``code_map``). The bank depends on
@@ -30,9 +30,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from worldserve.model.default.canvas import CODE_UNITS
-from worldserve.model.default.quilt import BANK, GroundBank, bank_key
-from worldserve.model.default.tokenizer import WEIGHTS, GroundTokenizer, load_tokenizer
+from worldserve.model.default.reference.canvas.canvas import CODE_UNITS
+from worldserve.model.default.reference.canvas.quilt import BANK, GroundBank, bank_key
+from worldserve.model.default.reference.canvas.tokenizer import (
+    WEIGHTS,
+    GroundTokenizer,
+    load_tokenizer,
+)
 from worldserve.training.data import TRAIN_SEED_BASE
 from worldserve.world import World
 from worldserve.world.scene import ATTRIBUTES, SceneAttrs

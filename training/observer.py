@@ -1,4 +1,4 @@
-"""Training the observation encoder (``model/default/observer.py``), the canvas's second encoder.
+"""Training the observation encoder (``model/default/reference/canvas/observer.py``), the canvas's second encoder.
 
     python -m training.observer --out runs/observer --minutes 60 --export model/default/weights/observer
     python -m training.observer --out runs/observer --resume --minutes 60 ...   # continue
@@ -36,8 +36,18 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from worldserve.model.default.observer import OBSERVER, load_observer, observer_from, save_observer
-from worldserve.model.default.tokenizer import WEIGHTS, Encoder, GroundTokenizer, load_tokenizer
+from worldserve.model.default.reference.canvas.observer import (
+    OBSERVER,
+    load_observer,
+    observer_from,
+    save_observer,
+)
+from worldserve.model.default.reference.canvas.tokenizer import (
+    WEIGHTS,
+    Encoder,
+    GroundTokenizer,
+    load_tokenizer,
+)
 from worldserve.protocol.vocab import ACTION_DIM
 from worldserve.training.data import TRAIN_SEED_BASE
 from worldserve.training.optim_state import load_optimizer_tensors

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.dit import WorldModel
 
 if TYPE_CHECKING:
     from worldserve.training.train import TrainConfig

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.net.config import ModelConfig
 from worldserve.world import ATTRIBUTES, expected_shift
 
 

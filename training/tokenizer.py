@@ -1,4 +1,4 @@
-"""Training the ground tokenizer (``model/default/tokenizer.py``), the first stage of the world
+"""Training the ground tokenizer (``model/default/reference/canvas/tokenizer.py``), the first stage of the world
 canvas (issue 38, item 3).
 
     python -m training.tokenizer --out runs/tokenizer --minutes 60 --export model/default/weights/tokenizer
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from worldserve.model.default.tokenizer import (
+from worldserve.model.default.reference.canvas.tokenizer import (
     UPSAMPLING,
     WEIGHTS,
     GroundTokenizer,

@@ -32,7 +32,7 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
   context is the newest frames of long-running sessions of the serving path, and only
   what the model already drew (moved by the camera) and the critic are targets;
 - every frame also gets its anchor reference
-  (``model/default/anchor.py``): the sequence's first frame (after a far sink, the first frame that
+  (``model/default/reference/anchor.py``): the sequence's first frame (after a far sink, the first frame that
   follows it; on self-rollout steps the rollout's own) moved by the commanded camera shift
   summed since, invalid before it and from a prompt change on; and the model's shift head
   learns the shift per action that serving sums instead (``SHIFT_WEIGHT``).
@@ -56,11 +56,11 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from worldserve.model.default.anchor import anchor_reference, sequence_references
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
-from worldserve.model.default.flow import next_noisy, noised
 from worldserve.model.default.kv_cache import KVCachePool
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
+from worldserve.model.default.net.flow import next_noisy, noised
+from worldserve.model.default.reference.anchor import anchor_reference, sequence_references
 from worldserve.model.default.weights import config_path, save_model
 from worldserve.model.memory import tune_malloc
 from worldserve.training.bank import RolloutBank

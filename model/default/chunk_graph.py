@@ -45,8 +45,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from worldserve.model.default.dit import ChunkContext, WorldModel
-from worldserve.model.default.rope import Rope
+from worldserve.model.default.net.dit import ChunkContext, WorldModel
+from worldserve.model.default.net.rope import Rope
 
 Mode = Literal["capture", "trace", "eager"]  # CUDA graph, TorchScript trace, buffers run eagerly
 

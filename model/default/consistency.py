@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.kv_cache import KVCachePool
+from worldserve.model.default.net.dit import WorldModel
 
 
 def _sequence(model: WorldModel, n: int, bucket: int, seed: int) -> tuple[torch.Tensor, ...]:

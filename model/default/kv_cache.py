@@ -9,7 +9,7 @@ Buffer layout of one slot, by frame position (each position holds T = tokens_per
     k, v: (L, S, (s+K)*T, H, D)      L layers, S slots, H heads, D head dim
 
 Keys are stored rotated in space only; ``context`` rotates them by their frame time relative
-to the chunk being generated (``model/default/rope.py``). The cursors (``frame_at``: which epoch frame
+to the chunk being generated (``model/default/net/rope.py``). The cursors (``frame_at``: which epoch frame
 each position holds, -1 when empty) are host-side numpy, so building a chunk's context never
 reads a tensor back. Memory is fixed at creation: a session can run forever in it.
 """
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import ChunkContext
-from worldserve.model.default.rope import Rope, RopeTables
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import ChunkContext
+from worldserve.model.default.net.rope import Rope, RopeTables
 from worldserve.model.plan_walk import CacheFull
 
 

@@ -22,14 +22,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.default.anchor import anchor_reference, clamped_actions
 from worldserve.model.default.chunk_graph import ChunkGraphs
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.frames import resize_frames
-from worldserve.model.default.ground import TRUST, GroundPainter, SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
-from worldserve.model.default.restores import ReadyRestores
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
+from worldserve.model.default.reference.anchor import anchor_reference, clamped_actions
+from worldserve.model.default.reference.canvas.ground import TRUST, GroundPainter, SessionGround
+from worldserve.model.default.reference.canvas.restores import ReadyRestores
+from worldserve.model.default.reference.canvas.start_views import StartViews, Views
+from worldserve.model.default.reference.canvas.tile_decode import SHARPEN, beside_chunks
 from worldserve.model.default.slot import (
     SessionSlot,
     anchor_on,
@@ -39,8 +41,6 @@ from worldserve.model.default.slot import (
     move_anchors,
     reseed,
 )
-from worldserve.model.default.start_views import StartViews, Views
-from worldserve.model.default.tile_decode import SHARPEN, beside_chunks
 from worldserve.model.default.trace_cache import gather_traces
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.model.dtype import pick_dtype
@@ -97,7 +97,7 @@ class ModelRunner:
         between kernels; ``graphs`` alone runs their buffers eagerly there (the tests).
         ``trace_cache``: a directory keeping recorded traces between starts (``trace_cache``).
         ``ground``: keep a world canvas per session and take every frame's reference from it
-        (``model/default/ground.py``) instead of the anchor; ``start_views``, a fresh session's
+        (``model/default/reference/canvas/ground.py``) instead of the anchor; ``start_views``, a fresh session's
         view and the ground under it, written into its canvas (``start_views.py``)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from worldserve.model.default.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, visible_share
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.ground import SessionGround
 from worldserve.model.default.kv_cache import KVCachePool
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.reference.anchor import REANCHOR_FRAMES, REANCHOR_SHARE, visible_share
+from worldserve.model.default.reference.canvas.ground import SessionGround
 from worldserve.session.plan import Continuation, ModelState
 
 
@@ -36,13 +36,13 @@ class SessionSlot:
     gen: torch.Generator  # the session's noise, on the runner's device
     sinks: list[np.ndarray] = field(default_factory=list)  # clean sink frames (H, W, 3) uint8
     window: deque[np.ndarray] = field(default_factory=deque)  # last K clean frames, oldest first
-    # the anchor reference (model/default/anchor.py): the frame it moves, the
+    # the anchor reference (model/default/reference/anchor.py): the frame it moves, the
     # camera shift summed since (dy, dx) px, and frames to wait before re-anchoring when none
     anchor: torch.Tensor | None = None  # (C, H, W) model floats
     offset: torch.Tensor | None = None  # (2,) float32 on the runner's device
     anchor_wait: int = 1
     anchor_age: int = 0  # frames generated since the anchor
-    ground: SessionGround | None = None  # the world canvas, where the runner keeps one (model/default/ground.py)
+    ground: SessionGround | None = None  # the world canvas, where the runner keeps one (model/default/reference/canvas/ground.py)
 
 
 def anchor_on(s: SessionSlot, frame: torch.Tensor) -> None:

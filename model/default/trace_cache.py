@@ -28,7 +28,7 @@ from worldserve.model.default.trace_recorder import load_trace, model_bytes, rec
 
 if TYPE_CHECKING:
     from worldserve.model.default.chunk_graph import ChunkGraphs
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.dit import WorldModel
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from contextlib import ExitStack
 import torch
 
 from worldserve.model.default.chunk_graph import ChunkGraph, _Traced, trace_body
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.dit import WorldModel
 
 Shape = tuple[int, int, int]  # (bucket, steps, batch)
 

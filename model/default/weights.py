@@ -11,10 +11,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default import WEIGHTS_DIR
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 
-DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "default.safetensors"
+DEFAULT_WEIGHTS = WEIGHTS_DIR / "default.safetensors"
 
 
 class WeightsError(ValueError):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from worldserve.bench.model_step import main, weights_or_init
-from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.net.config import ModelConfig
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 
 

@@ -10,8 +10,8 @@ import torch
 
 from tests.model.conftest import randomized, scene_encoder_for, tiny_config
 from worldserve.bench._oracle import Oracle, OracleRunner
-from worldserve.model.default.anchor import REANCHOR_FRAMES, clamped_actions
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.dit import WorldModel
+from worldserve.model.default.reference.anchor import REANCHOR_FRAMES, clamped_actions
 from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
 from worldserve.session.plan import ACTION_DIM, KEYS, Batch, ChunkWork, SessionSpec, StepPlan
 from worldserve.world import World, expected_shift, mixed_policy

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from worldserve.bench.prior import built_cells, cover_share, edge_ratio, tile_edges, water_cells
-from worldserve.model.default.canvas import MISSING
+from worldserve.model.default.reference.canvas.canvas import MISSING
 from worldserve.world import World
 
 

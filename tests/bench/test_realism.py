@@ -287,7 +287,7 @@ def test_strips_go_to_runs_unless_the_docs_are_asked_for() -> None:
 def test_tokenizers_beside_serve_the_same_weights_on_a_canvas_drawn_by_each(tmp_path: Path) -> None:
     """``--tokenizers``: a decoder trained on is measured beside the committed one, on the same
     compositor and bank, each under its own label."""
-    from worldserve.model.default.tokenizer import (
+    from worldserve.model.default.reference.canvas.tokenizer import (
         WEIGHTS,
         GroundTokenizer,
         load_tokenizer,

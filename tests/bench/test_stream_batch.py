@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from worldserve.bench.stream_batch import BUCKET, Stream, open_sessions, steering
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import ChunkWork
 

@@ -8,8 +8,12 @@ import torch
 
 from tests.model.conftest import make_runner, randomized, tiny_config
 from worldserve.bench.quality import shifted
-from worldserve.model.default.anchor import REANCHOR_SHARE, anchor_reference, visible_share
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.dit import WorldModel
+from worldserve.model.default.reference.anchor import (
+    REANCHOR_SHARE,
+    anchor_reference,
+    visible_share,
+)
 from worldserve.model.default.runner import SCENE_SETTLE_FRAMES
 from worldserve.session.plan import (
     ACTION_DIM,
@@ -204,7 +208,7 @@ def test_a_bf16_runner_sums_the_shift_in_fp32() -> None:
 
 
 def test_an_anchor_older_than_training_showed_gives_way_to_the_newest_frame() -> None:
-    from worldserve.model.default.anchor import REANCHOR_FRAMES
+    from worldserve.model.default.reference.anchor import REANCHOR_FRAMES
 
     runner = _anchor_runner()
     obs = np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worldserve.model.default.canvas import MISSING, TILE, TILE_UNITS, Canvas
+from worldserve.model.default.reference.canvas.canvas import MISSING, TILE, TILE_UNITS, Canvas
 
 
 def _tile(value: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The canvas drawn as sharp as the world (model/default/tile_decode.py ``sharpen``): the
+"""The canvas drawn as sharp as the world (model/default/reference/canvas/tile_decode.py ``sharpen``): the
 decoder draws the mean of the views it learnt at every sub-pixel offset, softer than the
 world's ground at whole pixels; the served unsharp mask gives a decoded tile the world's
 detail back (and a little more, which the served frames lose again), keeps its colours, and
@@ -13,10 +13,15 @@ import pytest
 import torch
 
 from tests.model.conftest import randomized, scene_encoder_for, tiny_config
-from worldserve.model.default.canvas import TILE
+from worldserve.model.default.reference.canvas.canvas import TILE
+from worldserve.model.default.reference.canvas.tile_decode import (
+    MARGIN,
+    SHARPEN,
+    TileDecoder,
+    sharpen,
+)
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.tile_decode import MARGIN, SHARPEN, TileDecoder, sharpen
-from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.model.default.weights import save_model
 from worldserve.model.registry import LoadOptions
 from worldserve.server.settings import Settings

@@ -7,7 +7,7 @@ import torch
 
 from tests.model.conftest import randomized, tiny_config
 from worldserve.model.default.consistency import cached_vs_full
-from worldserve.model.default.dit import sequence_mask
+from worldserve.model.default.net.dit import sequence_mask
 
 
 @pytest.mark.parametrize("fc", [1, 2])
@@ -23,7 +23,7 @@ def test_cached_generation_equals_full_sequence_at_the_larger_bucket() -> None:
 
 
 def test_cached_generation_equals_full_sequence_with_the_default_shapes() -> None:
-    from worldserve.model.default.config import ModelConfig
+    from worldserve.model.default.net.config import ModelConfig
 
     cfg = ModelConfig(depth=2)
     assert cached_vs_full(randomized(cfg), n_chunks=7, bucket=64) <= 1e-4

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from worldserve.model.default.chunk_graph import ChunkGraphs
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepPlan
 

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.default.dit import WorldModel, shift_warp
 from worldserve.model.default.kv_cache import KVCachePool
+from worldserve.model.default.net.dit import WorldModel, shift_warp
 
 from .conftest import randomized, tiny_config
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import worldserve.training.train as train_mod
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
 from worldserve.model.default.kv_cache import KVCachePool
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.training.data import WorldPool
 
 TINY = ModelConfig(width=48, depth=2, heads=2, time_rope_dims=8, window_frames=2, sink_frames=1)

@@ -1,4 +1,4 @@
-"""The world canvas in serving (model/default/ground.py, quilt.py): the ground under the camera
+"""The world canvas in serving (model/default/reference/canvas/ground.py, quilt.py): the ground under the camera
 is the place the session saw or the prior drew there, it stays when the camera comes back,
 a snapshot carries it exactly, and memory stays bounded."""
 
@@ -11,9 +11,14 @@ import pytest
 import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
-from worldserve.model.default.canvas import TILE, TILE_UNITS, Canvas
-from worldserve.model.default.ground import MAP_SIZE, RADIUS, GroundPainter
-from worldserve.model.default.quilt import GroundBank, bank_key, fill_tile, look_key
+from worldserve.model.default.reference.canvas.canvas import TILE, TILE_UNITS, Canvas
+from worldserve.model.default.reference.canvas.ground import MAP_SIZE, RADIUS, GroundPainter
+from worldserve.model.default.reference.canvas.quilt import (
+    GroundBank,
+    bank_key,
+    fill_tile,
+    look_key,
+)
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import (
     SessionSpec,
@@ -236,8 +241,8 @@ def test_a_ring_tile_still_queued_when_the_view_reaches_it_is_queued_again_ahead
 
 
 def test_neighbouring_tiles_fade_into_each_other_across_their_shared_edges() -> None:
-    from worldserve.model.default.ground import _blend
-    from worldserve.model.default.tile_decode import BLEND
+    from worldserve.model.default.reference.canvas.ground import _blend
+    from worldserve.model.default.reference.canvas.tile_decode import BLEND
 
     t, b = 64, BLEND
     tiles = [[torch.full((3, t + 2 * b, t + 2 * b), float(v)) for v in row] for row in ((0.0, 1.0), (0.0, 1.0))]

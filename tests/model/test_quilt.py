@@ -1,4 +1,4 @@
-"""The prior's continuation (model/default/quilt.py): a tile the prior copied from the bank is
+"""The prior's continuation (model/default/reference/canvas/quilt.py): a tile the prior copied from the bank is
 found there again, and the tile beside it goes on with the ground that lay beside it, so
 roads and shores run on across tile edges instead of ending there."""
 
@@ -8,9 +8,14 @@ import numpy as np
 import pytest
 
 from tests.model.test_ground import _painter
-from worldserve.model.default.canvas import EMPTY, TILE, Canvas
-from worldserve.model.default.ground import MAP_SIZE, RADIUS
-from worldserve.model.default.quilt import SourceIndex, continuations, fill_tile, window_codes
+from worldserve.model.default.reference.canvas.canvas import EMPTY, TILE, Canvas
+from worldserve.model.default.reference.canvas.ground import MAP_SIZE, RADIUS
+from worldserve.model.default.reference.canvas.quilt import (
+    SourceIndex,
+    continuations,
+    fill_tile,
+    window_codes,
+)
 from worldserve.world.scene import SceneAttrs
 
 

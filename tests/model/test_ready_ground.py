@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
-from worldserve.model.default.canvas import TILE_UNITS
-from worldserve.model.default.ground import GroundPainter, SessionGround
-from worldserve.model.default.start_views import StartViews
-from worldserve.model.default.tile_decode import DecodeCounts
+from worldserve.model.default.reference.canvas.canvas import TILE_UNITS
+from worldserve.model.default.reference.canvas.ground import GroundPainter, SessionGround
+from worldserve.model.default.reference.canvas.start_views import StartViews
+from worldserve.model.default.reference.canvas.tile_decode import DecodeCounts
 from worldserve.session.plan import SessionSpec, StepPlan
 from worldserve.world import start_frame, start_views
 from worldserve.world.scene import SceneAttrs

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
-from worldserve.model.default.ground import GroundPainter, SessionGround
-from worldserve.model.default.restores import ReadyRestores
+from worldserve.model.default.reference.canvas.ground import GroundPainter, SessionGround
+from worldserve.model.default.reference.canvas.restores import ReadyRestores
 from worldserve.model.default.runner import ModelRunner
 from worldserve.session.plan import CanvasState, SessionSpec, StepPlan
 

@@ -11,8 +11,8 @@ import torch
 
 from tests.model.conftest import make_runner, randomized, run_chunks, scene_encoder_for, tiny_config
 from tests.model.test_ground import BUCKET, SCENE, _painter, _psnr
-from worldserve.model.default.dit import trusted_mix
-from worldserve.model.default.ground import TRUST
+from worldserve.model.default.net.dit import trusted_mix
+from worldserve.model.default.reference.canvas.ground import TRUST
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import save_model
 from worldserve.model.registry import LoadOptions

@@ -14,9 +14,9 @@ import torch
 from tests.model.conftest import make_runner, randomized, scene_encoder_for, tiny_config
 from tests.model.test_runner import rollout
 from tests.training.test_train import TINY
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
-from worldserve.model.default.flow import next_noisy
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
+from worldserve.model.default.net.flow import next_noisy
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import save_model
 

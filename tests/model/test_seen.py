@@ -1,4 +1,4 @@
-"""The pixels an observation showed, kept on the canvas (model/default/seen.py): a session
+"""The pixels an observation showed, kept on the canvas (model/default/reference/canvas/seen.py): a session
 starts on the very frame it was given, the frame fades into the ground around it, and
 snapshots, restores and scene changes carry or drop it as they should."""
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
-from worldserve.model.default import seen as seen_px
-from worldserve.model.default.canvas import TILE_UNITS
-from worldserve.model.default.ground import GroundPainter
+from worldserve.model.default.reference.canvas import seen as seen_px
+from worldserve.model.default.reference.canvas.canvas import TILE_UNITS
+from worldserve.model.default.reference.canvas.ground import GroundPainter
 from worldserve.session.plan import SessionSpec, StepPlan
 from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import SnapshotError, restore, snapshot

@@ -1,4 +1,4 @@
-"""The canvas's decoder thread (model/default/tile_decode.py): it works only between chunks,
+"""The canvas's decoder thread (model/default/reference/canvas/tile_decode.py): it works only between chunks,
 work the model thread needs is taken back and done where it is needed, and a bf16 decode is
 the float32 one within a grey level."""
 
@@ -10,9 +10,9 @@ import time
 import numpy as np
 import torch
 
-from worldserve.model.default.canvas import TILE
-from worldserve.model.default.tile_decode import MARGIN, SHARPEN, TileDecoder
-from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+from worldserve.model.default.reference.canvas.canvas import TILE
+from worldserve.model.default.reference.canvas.tile_decode import MARGIN, SHARPEN, TileDecoder
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS, load_tokenizer
 from worldserve.world.scene import parse_prompt
 
 
@@ -102,7 +102,7 @@ def test_the_decode_mode_names_where_the_thread_works() -> None:
     import pytest
 
     from worldserve.model.cores import SIDE_BY_SIDE, matmul_share
-    from worldserve.model.default.tile_decode import beside_chunks
+    from worldserve.model.default.reference.canvas.tile_decode import beside_chunks
 
     cpu = torch.device("cpu")
     assert beside_chunks("beside", cpu, torch.float32) is True

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from worldserve.model.default import trace_recorder
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.trace_cache import TraceCache
 from worldserve.model.default.trace_recorder import model_bytes

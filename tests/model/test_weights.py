@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.model.conftest import randomized, tiny_config
-from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.net.config import ModelConfig
 from worldserve.model.default.weights import WeightsError, load_model, save_model
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.dit import WorldModel
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.dit import WorldModel
 from worldserve.training.bank import RolloutBank
 from worldserve.training.targets import carry_mask, moved_frames
 from worldserve.training.train import train_step

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worldserve.model.default.quilt import GroundBank, bank_key
+from worldserve.model.default.reference.canvas.quilt import GroundBank, bank_key
 from worldserve.training.ground_bank import main
 from worldserve.world.scene import ATTRIBUTES, SceneAttrs
 
@@ -36,8 +36,8 @@ def test_a_map_is_encoded_in_the_codes_a_view_gets_there() -> None:
     encoder's norms would read against the map's own hills and seas."""
     import torch
 
-    from worldserve.model.default.canvas import CODE_UNITS
-    from worldserve.model.default.tokenizer import WEIGHTS, load_tokenizer
+    from worldserve.model.default.reference.canvas.canvas import CODE_UNITS
+    from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS, load_tokenizer
     from worldserve.training.ground_bank import KEEP, MARGIN, VIEW, code_map, ground_raster
     from worldserve.world import World
 

@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from worldserve.model.default.ground import GroundPainter
-from worldserve.model.default.observer import (
+from worldserve.model.default.reference.canvas.ground import GroundPainter
+from worldserve.model.default.reference.canvas.observer import (
     load_observer,
     observed_codes,
     observer_from,
     save_observer,
 )
-from worldserve.model.default.quilt import GroundBank
-from worldserve.model.default.tokenizer import (
+from worldserve.model.default.reference.canvas.quilt import GroundBank
+from worldserve.model.default.reference.canvas.tokenizer import (
     GroundTokenizer,
     TokenizerConfig,
     load_tokenizer,

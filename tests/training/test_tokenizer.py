@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from worldserve.model.default.tokenizer import (
+from worldserve.model.default.reference.canvas.tokenizer import (
     GroundTokenizer,
     LocalGroupNorm,
     TokenizerConfig,

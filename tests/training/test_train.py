@@ -47,8 +47,8 @@ def test_a_fine_tune_starts_from_servable_weights_where_no_checkpoint_is_at_hand
     import torch
     from safetensors.torch import load_file
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.config import ModelConfig
+    from worldserve.model.default.net.dit import WorldModel
     from worldserve.model.default.weights import save_model
     from worldserve.training.checkpoint import init_from_weights
 
@@ -104,8 +104,8 @@ def test_motion_loss_prefers_the_commanded_kernel() -> None:
 def test_the_motion_term_reaches_the_kernels() -> None:
     import torch
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.config import ModelConfig
+    from worldserve.model.default.net.dit import WorldModel
     from worldserve.training.data import WorldPool
     from worldserve.training.train import train_step
 
@@ -126,8 +126,8 @@ def test_the_motion_term_can_be_limited_to_some_weathers() -> None:
     import pytest
     import torch
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.config import ModelConfig
+    from worldserve.model.default.net.dit import WorldModel
     from worldserve.training.data import WorldPool
     from worldserve.training.targets import weather_mask
     from worldserve.training.train import train_step
@@ -196,8 +196,8 @@ def test_carry_shifts_keep_the_truth_after_an_unseen_frame_and_from_a_prompt_cha
 def test_a_carry_step_trains_on_the_carried_targets() -> None:
     import torch
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.config import ModelConfig
+    from worldserve.model.default.net.dit import WorldModel
     from worldserve.training.data import WorldPool
     from worldserve.training.train import train_step
 
@@ -215,8 +215,8 @@ def test_a_carry_step_trains_on_the_carried_targets() -> None:
 def test_a_canvas_step_takes_every_frames_reference_from_the_ground_through_the_tokenizer() -> None:
     import torch
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.config import ModelConfig
+    from worldserve.model.default.net.dit import WorldModel
     from worldserve.training.canvas_refs import CanvasReferences
     from worldserve.training.data import WorldPool
     from worldserve.training.train import train_step
@@ -254,8 +254,8 @@ def test_a_canvas_step_takes_every_frames_reference_from_the_ground_through_the_
 def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> None:
     import torch
 
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.config import ModelConfig
+    from worldserve.model.default.net.dit import WorldModel
     from worldserve.training.data import WorldPool
     from worldserve.training.train import train_step
 
@@ -279,8 +279,8 @@ def test_a_rollout_lead_trains_on_the_frames_after_it_with_the_sink_kept() -> No
 
 
 def test_a_head_new_to_the_checkpoint_learns_at_its_own_rate() -> None:
-    from worldserve.model.default.config import ModelConfig
-    from worldserve.model.default.dit import WorldModel
+    from worldserve.model.default.net.config import ModelConfig
+    from worldserve.model.default.net.dit import WorldModel
     from worldserve.training.train import make_optimizer
 
     model = WorldModel(ModelConfig(**TINY))

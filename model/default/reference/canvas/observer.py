@@ -25,10 +25,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from worldserve.model.default.tokenizer import Encoder, GroundTokenizer
+from worldserve.model.default import WEIGHTS_DIR
+from worldserve.model.default.reference.canvas.tokenizer import Encoder, GroundTokenizer
 
 log = logging.getLogger(__name__)
-OBSERVER = Path(__file__).resolve().parent / "weights" / "observer"  # the committed export (no suffix)
+OBSERVER = WEIGHTS_DIR / "observer"  # the committed export (no suffix)
 
 
 def observer_from(tokenizer: GroundTokenizer) -> Encoder:

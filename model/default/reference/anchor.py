@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.net.config import ModelConfig
 
 REANCHOR_SHARE = 0.25  # re-anchor on the newest frame when less of the anchor than this stays in view
 # ... and once the anchor is this many frames old: training shows the model anchors at most

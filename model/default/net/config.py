@@ -20,7 +20,7 @@ SAMPLER_FIELDS = ("denoising_steps", "sampler_eta", "reference_trust")
 RETIRED_FIELDS: dict[str, object] = {
     "renoise": 1.0, "commit_noise": 0.0, "motion_layers": 1,
     "canvas_memory": False, "refine_channels": 0, "recall_patch": 0, "unet_width": 0,
-    "anchor_warp": True,  # every model copies from its anchor reference (model/default/anchor.py)
+    "anchor_warp": True,  # every model copies from its anchor reference (model/default/reference/anchor.py)
 }
 
 

@@ -29,10 +29,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from worldserve.model.default import WEIGHTS_DIR
 from worldserve.world.scene import SCENE_DIM
 
 UPSAMPLING = ("nearest", "bilinear")  # the decoder's choices of 2x step
-WEIGHTS = Path(__file__).resolve().parent / "weights" / "tokenizer"  # the committed export (no suffix)
+WEIGHTS = WEIGHTS_DIR / "tokenizer"  # the committed export (no suffix)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Pixel space, no VAE. A frame of ``bucket``² pixels is cut into (bucket/patch)²
 token sees its patch of the noisy frame *and* of the previous clean frame (the stem), plus the
 frame's action and scene vectors. Conditioning (noise level + action + scene) also reaches
 every block through adaLN. Attention is block-causal with 2-D RoPE in space and a relative
-time rotation (``model/default/rope.py``): a chunk sees itself, the sink frames and the window.
+time rotation (``model/default/net/rope.py``): a chunk sees itself, the sink frames and the window.
 
 The head predicts the clean frame as a per-token motion kernel applied to the previous frame
 (separable, ±radius pixels in y and x: the shift the action causes) plus a residual for what
@@ -23,7 +23,7 @@ Explicit steps, no whole-video API:
 
 Frames are (B, F, C, H, W) floats in [-1, 1]; "no previous frame" is all zeros. A ``prev``
 input has ``cfg.prev_channels``: the previous frame, then the anchor
-reference (``model/default/anchor.py``) that the head may copy from, pixel by pixel.
+reference (``model/default/reference/anchor.py``) that the head may copy from, pixel by pixel.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from worldserve.model.attention import attend
-from worldserve.model.default.config import ModelConfig
-from worldserve.model.default.flow import level_tensor, next_noisy
-from worldserve.model.default.rope import Rope, RopeTables
-from worldserve.model.default.warp import shift_warp
+from worldserve.model.default.net.config import ModelConfig
+from worldserve.model.default.net.flow import level_tensor, next_noisy
+from worldserve.model.default.net.rope import Rope, RopeTables
+from worldserve.model.default.net.warp import shift_warp
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """The warp head's mechanics: per-token separable shift kernels applied to a frame.
 
 ``shift_warp`` moves each token's block of the previous frame by that token's kernels
-(softmax weights over offsets -r..r in y and x); ``model/default/dit.py``'s head calls it once per
+(softmax weights over offsets -r..r in y and x); ``model/default/net/dit.py``'s head calls it once per
 motion layer. The band matrices it multiplies by are kept per thread and role when no
 gradient is needed (serving, self-rollout).
 """

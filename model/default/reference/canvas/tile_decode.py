@@ -56,8 +56,8 @@ import torch
 import torch.nn.functional as F
 
 from worldserve.model.cores import decode_beside_chunks
-from worldserve.model.default.canvas import CODE_UNITS, TILE_UNITS
-from worldserve.model.default.tokenizer import GroundTokenizer
+from worldserve.model.default.reference.canvas.canvas import CODE_UNITS, TILE_UNITS
+from worldserve.model.default.reference.canvas.tokenizer import GroundTokenizer
 
 MARGIN = 3  # codes of the neighbours decoded around a tile (the decoder's reach)
 BLEND = 8  # pixels of the margin kept around a tile's pixels, where it blends into its neighbours

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from worldserve.model.default.config import ModelConfig
+from worldserve.model.default.net.config import ModelConfig
 
 
 @dataclass(slots=True)

@@ -61,13 +61,40 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worldserve.model.default import seen as seen_px
-from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, TILE_UNITS, Canvas
-from worldserve.model.default.observer import OBSERVER, load_observer, observed_codes
-from worldserve.model.default.quilt import BANK, GroundBank, fill_tile, look_key, similarity
-from worldserve.model.default.tile_decode import BLEND, MARGIN, SHARPEN, Job, TileDecoder
-from worldserve.model.default.tokenizer import WEIGHTS as TOKENIZER
-from worldserve.model.default.tokenizer import Encoder, GroundTokenizer, load_tokenizer
+from worldserve.model.default.reference.canvas import seen as seen_px
+from worldserve.model.default.reference.canvas.canvas import (
+    CODE_UNITS,
+    EMPTY,
+    MISSING,
+    TILE,
+    TILE_UNITS,
+    Canvas,
+)
+from worldserve.model.default.reference.canvas.observer import (
+    OBSERVER,
+    load_observer,
+    observed_codes,
+)
+from worldserve.model.default.reference.canvas.quilt import (
+    BANK,
+    GroundBank,
+    fill_tile,
+    look_key,
+    similarity,
+)
+from worldserve.model.default.reference.canvas.tile_decode import (
+    BLEND,
+    MARGIN,
+    SHARPEN,
+    Job,
+    TileDecoder,
+)
+from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS as TOKENIZER
+from worldserve.model.default.reference.canvas.tokenizer import (
+    Encoder,
+    GroundTokenizer,
+    load_tokenizer,
+)
 from worldserve.session.plan import CanvasState
 from worldserve.world.scene import SceneAttrs, parse_prompt
 

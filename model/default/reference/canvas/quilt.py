@@ -26,10 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from worldserve.model.default.canvas import CODE_UNITS, EMPTY, MISSING, TILE, Canvas
+from worldserve.model.default import WEIGHTS_DIR
+from worldserve.model.default.reference.canvas.canvas import (
+    CODE_UNITS,
+    EMPTY,
+    MISSING,
+    TILE,
+    Canvas,
+)
 from worldserve.world.scene import SceneAttrs
 
-BANK = Path(__file__).resolve().parent / "weights" / "ground_bank.npz"
+BANK = WEIGHTS_DIR / "ground_bank.npz"
 RING = 2  # codes around a tile that a candidate must agree with
 CANDIDATES = 512  # windows drawn per tile
 KEEP = 32  # the drawn window is one of this many best (fewer: plain ground that agrees with anything wins)

@@ -1,9 +1,9 @@
 """A session's world canvas: ground codes in world coordinates, written once (issue 38, item 4).
 
-The canvas remembers the place: each code (``model/default/tokenizer.py``) stands for
+The canvas remembers the place: each code (``model/default/reference/canvas/tokenizer.py``) stands for
 CODE_UNITS x CODE_UNITS world units, kept in square tiles of TILE x TILE codes keyed by tile
 coordinates on the world's torus. A tile is written once, when the camera first needs it
-(filled by the prior ahead of the camera, ``model/default/quilt.py``, or by the tokenizer's
+(filled by the prior ahead of the camera, ``model/default/reference/canvas/quilt.py``, or by the tokenizer's
 encoding of an observation, which may cover parts of tiles and replaces what it shows),
 and never redrawn by the prior: ground cannot drift, and returning to a place shows the same place. Tiles
 farther than ``radius`` world units from the camera are evicted, so a session's canvas holds at

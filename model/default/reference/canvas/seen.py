@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from worldserve.model.default.canvas import TILE_UNITS
+from worldserve.model.default.reference.canvas.canvas import TILE_UNITS
 
 FEATHER = 8  # pixels at the observed square's edges over which its weight falls to 0
 
