@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from worldserve.model.default.reference.anchor import AnchorReference, AnchorState
 from worldserve.model.default.reference.canvas.tokenizer import WEIGHTS as TOKENIZER_WEIGHTS
 from worldserve.model.default.reference.canvas.tokenizer import GroundTokenizer, load_tokenizer
 from worldserve.model.default.runner import ModelRunner
-from worldserve.model.default.slot import SessionSlot, anchor_on
 from worldserve.world import World
 
 VIEWS = ("frame", "ground", "tokens")
@@ -93,17 +93,23 @@ def _round_trip(view: np.ndarray, scene: np.ndarray) -> np.ndarray:
     return ((out[0].clamp(-1, 1) + 1) * 127.5).round().byte().permute(1, 2, 0).numpy()
 
 
+class OracleAnchors(AnchorReference):
+    """Anchors that keep their summed shift and never re-anchor on the model's own frame."""
+
+    def advance(self, states: list[AnchorState], newest: torch.Tensor, moved: torch.Tensor) -> None:
+        for i, st in enumerate(states):
+            st.offset = moved[i, -1]
+            st.age += self.cfg.frames_per_chunk
+
+
 class OracleRunner(ModelRunner):
     """A ``ModelRunner`` whose anchors come from ``refresh`` alone."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.ref = OracleAnchors(self.cfg, self.model.camera_shift, self.device, self.dtype)
 
     def refresh(self, session_id: str, view: np.ndarray) -> None:
         """Anchor the session on ``view`` ((H, W, 3) uint8, the renderer's at the session's
         newest frame), nothing moved yet."""
-        s = self._get(session_id)
-        anchor_on(s, self._encode(view[None])[0])
-
-    def _move_anchors(self, states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor) -> None:
-        """Keep each anchor and its summed shift; never re-anchor on the model's own frame."""
-        for i, s in enumerate(states):
-            s.offset = offsets[i]
-            s.anchor_age += self.cfg.frames_per_chunk
+        self._get(session_id).ref.on(self._encode(view[None])[0])

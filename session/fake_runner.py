@@ -22,6 +22,7 @@ import numpy as np
 from worldserve.session.plan import (
     CONTROLS,
     BatchTiming,
+    Capabilities,
     ChunkResult,
     ModelState,
     SessionSpec,
@@ -114,6 +115,19 @@ class FakeRunner:
     @property
     def max_steps(self) -> int:
         return self._max_steps
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(first_chunk_frames=self._first, controls=self.controls)
+
+    def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
+        return size
+
+    def ready_observation(self, scene: str, seed: int, bucket: int, observation: np.ndarray) -> None:
+        return None
+
+    def ready_restore(self, state: ModelState) -> None:
+        return None
 
     def _block_start(self, block_idx: int) -> int:
         return 0 if block_idx == 0 else self._first + (block_idx - 1) * self._fpc

@@ -117,15 +117,30 @@ class Fields:
 
     def get_array(self, key: str, dtype: str, ndim: int) -> np.ndarray:
         """A typed array field of the given dtype and rank."""
+        return self._array(key, (dtype,), (ndim,))
+
+    def get_named_arrays(self, key: str, max_entries: int, max_ndim: int) -> dict[str, np.ndarray]:
+        """A map of at most ``max_entries`` str keys to arrays of any dtype of ``DTYPES`` and
+        rank up to ``max_ndim``: what the keys name and hold is checked by its reader."""
+        v = self._d[key]
+        if not isinstance(v, dict) or len(v) > max_entries or not all(isinstance(k, str) for k in v):
+            raise self._fail(key, f"a map of at most {max_entries} str keys", v)
+        inner = Fields(v, f"{self.path}.{key}", set(v))
+        ranks = tuple(range(max_ndim + 1))
+        return {name: inner._array(name, tuple(DTYPES), ranks) for name in v}
+
+    def _array(self, key: str, dtypes: tuple[str, ...], ranks: tuple[int, ...]) -> np.ndarray:
         m = self.get_map(key, {"dtype", "shape", "data"})
         name = m.get_str("dtype", 16)
-        if name not in DTYPES or name != dtype:
-            raise SnapshotError(f"{m.path}.dtype: expected {dtype!r}, got {name[:16]!r}")
+        if name not in DTYPES or name not in dtypes:
+            want_dtype = repr(dtypes[0]) if len(dtypes) == 1 else f"one of {list(dtypes)}"
+            raise SnapshotError(f"{m.path}.dtype: expected {want_dtype}, got {name[:16]!r}")
         shape_list = m.get_list("shape", 8)
+        ndim = len(shape_list) if len(shape_list) in ranks else ranks[-1]
         if len(shape_list) != ndim or not all(
             isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_INT for n in shape_list
         ):
-            raise SnapshotError(f"{m.path}.shape: expected {ndim} non-negative ints")
+            raise SnapshotError(f"{m.path}.shape: expected {ndim if len(ranks) == 1 else f'at most {ranks[-1]}'} non-negative ints")
         shape = tuple(n for n in shape_list if isinstance(n, int))
         data = m._d["data"]
         if not isinstance(data, bytes):

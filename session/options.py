@@ -23,8 +23,8 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RunnerInfo:
-    """What the scheduler (and the server) need to know about the runner; the optional
-    runner members of session/plan.py with their defaults filled in."""
+    """What the scheduler (and the server) need to know about the runner: its members and
+    its declared ``Capabilities`` (session/plan.py), defaults filled in."""
 
     buckets: tuple[int, ...]
     frames_per_chunk: int  # frames of every block after an epoch's first
@@ -52,11 +52,10 @@ class RunnerInfo:
     def of(cls, runner: Runner, batch_sizes: tuple[int, ...], buckets: tuple[int, ...] | None = None) -> RunnerInfo:
         """The runner's info, serving ``buckets`` (default: all of the runner's)."""
         buckets = tuple(runner.buckets) if buckets is None else buckets
-        size = getattr(runner, "frame_size", None)
-        sizes = tuple((int(h), int(w)) for h, w in map(size, buckets)) if size is not None else ()
-        first = int(getattr(runner, "first_chunk_frames", runner.frames_per_chunk))
-        controls = tuple(getattr(runner, "controls", CONTROLS))
-        return cls(buckets, runner.frames_per_chunk, runner.max_steps, batch_sizes, first, sizes, controls)
+        caps = runner.capabilities
+        sizes = tuple(caps.frame_sizes.get(b, (b, b)) for b in buckets) if caps.frame_sizes else ()
+        first = caps.first_chunk_frames or runner.frames_per_chunk
+        return cls(buckets, runner.frames_per_chunk, runner.max_steps, batch_sizes, first, sizes, caps.controls)
 
     def frames_in_block(self, block_idx: int) -> int:
         """How many frames block ``block_idx`` of an epoch holds."""

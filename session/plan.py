@@ -15,13 +15,12 @@ Physical state (KV cache slots, clean-frame windows, RNG) lives in the runner, k
 session id; ``Runner.export_state`` / ``SessionSpec.restore`` move it between workers as
 a ``ModelState`` of plain arrays.
 
-Model families differ in shape; the contract says how, in optional runner members that
-``session.options.RunnerInfo.of`` reads (a runner without them serves what the default
-family serves):
+Model families differ in shape; a runner declares how in one place, its ``capabilities``
+(``Capabilities``), which ``session.options.RunnerInfo.of`` reads:
 
 - Resolution. A bucket stays one integer, the key of the scheduler's batches and of the
-  ladder's resolution rung; ``frame_size(bucket) -> (height, width)`` says the frames it
-  makes (default: square, ``(bucket, bucket)``). Wan's bucket 480 makes 480x832 frames.
+  ladder's resolution rung; ``frame_sizes`` says the frames each makes (default: square,
+  ``(bucket, bucket)``). Wan's bucket 480 makes 480x832 frames.
 - Frames per block. Block 0 of an epoch holds ``first_chunk_frames`` frames, every later
   block ``frames_per_chunk`` (default: the same). A causal VAE's first chunk decodes to
   fewer frames (Wan: 3 latent frames make 9 pixel frames first, then 12). A restored
@@ -29,9 +28,8 @@ family serves):
 - Controls. ``controls`` names what the family takes, a subset of ``CONTROLS``; a
   text-only family says ``("prompt",)`` and ignores the actions it is given.
 - Model state. ``ModelState`` carries pixel frames (the default family) or latent frames
-  (``latents``, a latent family such as Wan), and the ``family`` that made it; a family
-  that can be restored exactly adds a ``Continuation`` (its cache and what shapes the next
-  frames besides); a family steered by past actions adds an ``ActionTrace``.
+  (``latents``, a latent family such as Wan), the ``family`` that made it and the family's
+  own state as named arrays (``family_state``), which only the family reads.
 """
 
 from __future__ import annotations
@@ -52,74 +50,6 @@ from worldserve.protocol.vocab import encode_action as encode_action
 
 
 @dataclass(slots=True)
-class CanvasState:
-    """A session's world canvas (model/default/reference/canvas/canvas.py): ``keys`` (N, 2) int32 tile keys,
-    ``codes`` (N, TILE, TILE) uint16 ground codes (0xFFFF where none is written yet),
-    ``position`` (2,) float64 the view's top-left in world units, ``seed`` the prior's;
-    ``seen_keys`` (M, 2) int32 and ``seen`` (M, 4, 64, 64) uint8: the pixels observations
-    showed, per tile (colours, then a weight in 255ths; model/default/reference/canvas/seen.py), or None."""
-
-    keys: np.ndarray
-    codes: np.ndarray
-    position: np.ndarray
-    seed: int
-    seen_keys: np.ndarray | None = None
-    seen: np.ndarray | None = None
-
-
-@dataclass(slots=True)
-class Continuation:
-    """What a session's next frames depend on beyond its clean frames, as the source runner
-    holds it, so that a restored session goes on bit for bit as the undisturbed one would.
-
-    The clean frames of ``ModelState`` are rounded to uint8 and the keys/values of a window
-    frame were computed against context that has since rolled out of the window, so a
-    re-cache from the frames alone is close, not exact. A family that exports this (the
-    default family does) restores from it instead; all arrays are float32, exact copies of
-    the model's floats (a bf16 runner's values widen and narrow back without change).
-
-    ``kv``: (2, L, N, T, H, D) keys (rotated in space) and values of the N cached frames in
-    ``ModelState.frames`` order (sinks first, then the window oldest first), L layers, T
-    tokens a frame, H heads of D. ``prev``: the last clean frame (C, H, W). The anchor
-    reference (model/default/reference/anchor.py): ``anchor`` (C, H, W) or None,
-    ``anchor_offset`` (2,) the camera shift summed since it, ``anchor_wait`` frames still to
-    wait before re-anchoring when there is none, ``anchor_age`` frames since it. ``canvas``:
-    the session's world canvas where its runner keeps one, else None.
-    """
-
-    kv: np.ndarray
-    prev: np.ndarray
-    anchor: np.ndarray | None = None
-    anchor_offset: np.ndarray | None = None
-    anchor_wait: int = 0
-    anchor_age: int = 0
-    canvas: CanvasState | None = None
-
-
-@dataclass(slots=True)
-class ActionTrace:
-    """The per-frame actions a steered family's next frames still read, and where its anchor
-    sits, so that a restore re-caches the window under the actions it was made with.
-
-    Matrix-Game's action modules read, for each latent frame, a window of the pixel frames'
-    actions before it (12 of them), and the keys and values its cache holds were computed
-    under those actions; its image condition counts frames from the anchor image. Without
-    this a restored session re-caches with nothing held, counting from frame 0.
-
-    ``keyboard`` (N, K) and ``mouse`` (N, M) float32: the family's own action space (the
-    server's action vectors as the family maps them; M may be 0), one row a pixel frame,
-    rows of pixel frames ``first`` .. ``first + N - 1`` counted from the anchor (the model's
-    frame 0). ``anchor_frame``: the epoch frame (latent frame, for a latent family) that is
-    the anchor's model frame 0.
-    """
-
-    keyboard: np.ndarray
-    mouse: np.ndarray
-    first: int = 0
-    anchor_frame: int = 0
-
-
-@dataclass(slots=True)
 class ModelState:
     """The compact model-side state of one session, enough to rebuild its KV cache.
 
@@ -133,10 +63,11 @@ class ModelState:
     (1, height, width, 3): ``sink_count`` and ``frame_index`` then count latent frames.
     The target worker re-runs the commit pass over them to rebuild the KV cache.
 
-    ``continuation``, where the family exports one, makes the restore exact (see
-    ``Continuation``); without it the target rebuilds the cache from the frames or latents.
-    ``actions``, where the family is steered by past actions (see ``ActionTrace``), lets that
-    rebuild run under the actions the frames were made with.
+    ``family_state``: the family's own state beside its frames, named arrays that the family
+    packs and checks itself (``family_state.py`` checks only their envelope: names, dtypes,
+    ranks and sizes). The default family keeps its cache's keys and values and what its
+    reference holds there, so a restore is exact; Matrix-Game the actions its window was made
+    with; empty: the target rebuilds the cache from the frames or latents alone.
     """
 
     bucket: int
@@ -147,8 +78,7 @@ class ModelState:
     scene: str
     latents: np.ndarray | None = None
     family: str = "default"
-    continuation: Continuation | None = None
-    actions: ActionTrace | None = None
+    family_state: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -229,21 +159,33 @@ class StepOutput:
     errors: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a runner declares beside the members every runner has (see the module's doc)."""
+
+    first_chunk_frames: int = 0  # frames of block 0 of an epoch; 0: ``frames_per_chunk``
+    frame_sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # (h, w) by bucket; absent: square
+    controls: tuple[str, ...] = CONTROLS  # what the family takes, a subset of ``CONTROLS``
+    # ``Runner.ready_observation`` / ``ready_restore`` do work worth a worker thread: a server
+    # calls them there before a session opens or is restored (otherwise they do nothing)
+    ready_observation: bool = False
+    ready_restore: bool = False
+    dtype: str = "float32"  # the float type the model runs in
+    reference: str = ""  # what the model reads beside its cache ("anchor", "canvas"; "": nothing)
+    recipe: dict[str, object] | None = None  # the published recipe a checkpoint family serves
+
+
 class Runner(Protocol):
     """What the engine needs from a model runner. The families' runners
     (``model/default/runner.py``, ``model/wan/runner.py``) are the real ones;
     ``session.fake_runner.FakeRunner`` stands in for scheduler tests.
 
-    Optional members (see the module docstring; ``RunnerInfo.of`` supplies the defaults):
-    ``first_chunk_frames: int`` (frames of block 0), ``frame_size(bucket) -> (height,
-    width)``, ``controls: tuple[str, ...]`` (a subset of ``CONTROLS``) and
-    ``batch_run_as(bucket, steps, size) -> int`` (the batch size a batch of ``size`` chunks
-    really runs as, for a runner that pads batches to a few recorded shapes; warm-up times
-    it so), ``ready_observation(scene, seed, bucket, frame) -> None`` (thread-safe: a
-    server calls it off the model thread with a start's observation before the session
-    opens, so the runner can do its work on that frame there) and ``ready_restore(state) ->
-    None`` (thread-safe: a server calls it off the model thread with the snapshot a session
-    is about to be restored from, before it schedules the session)."""
+    ``capabilities`` declares how the family differs (``Capabilities``). ``batch_run_as``
+    gives the batch size a batch of ``size`` chunks really runs as (a runner that pads
+    batches to a few recorded shapes says so; warm-up times it so). ``ready_observation``
+    and ``ready_restore`` are thread-safe: a server calls them off the model thread, with a
+    start's observation before the session opens and with the snapshot a session is about
+    to be restored from before it is scheduled, so the runner can do its work there."""
 
     @property
     def buckets(self) -> tuple[int, ...]: ...
@@ -259,6 +201,15 @@ class Runner(Protocol):
     def export_state(self, session_id: str) -> ModelState: ...
 
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def batch_run_as(self, bucket: int, steps: int, size: int) -> int: ...
+
+    def ready_observation(self, scene: str, seed: int, bucket: int, observation: np.ndarray) -> None: ...
+
+    def ready_restore(self, state: ModelState) -> None: ...
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         """The (height, width, 3) uint8 frame a fresh session with no observation is

@@ -1,42 +1,27 @@
 """Session snapshots: the compact state that lets another worker resume a session.
 
 ``snapshot(session, model_state) -> bytes`` and ``restore(data) -> (Session, ModelState)``.
-The format is msgpack, one map; this worker writes version 5::
+The format is msgpack, one map; this worker writes version 6::
 
-    {"format": "worldserve/session-snapshot", "version": 5,
+    {"format": "worldserve/session-snapshot", "version": 6,
      "session": {id, token_sha256, epoch, scene, config{...}, counters{...}},
      "log":     {capacity, dropped, start{seed, scene, bucket, steps}, events[...]},
      "model":   {bucket, frames, sink_count, frame_index, rng, scene, family,
-                 latents, continuation, actions}}
+                 latents, family_state}}
 
 ``family`` names the model family ("default" for the embedded one). ``latents`` is nil for
 the default family, which keeps pixel frames: ``frames`` is (N, bucket, bucket, 3), sink
 frames first. A latent family (the Wan family) keeps ``latents``, float32 (N, C, h, w), sink
 frames first, and ``frames`` is empty, (0, height, width, 3), or holds the family's anchor
-image, (1, height, width, 3) (Matrix-Game's). ``continuation`` (session/plan.py; the default
-family exports one) is nil or a map::
+image, (1, height, width, 3) (Matrix-Game's). ``family_state`` is a map of names to arrays,
+the family's own state (session/family_state.py): this module checks its envelope only, the
+family what it holds when it restores. The default family keeps its cache's keys and values
+and its reference's memory there, so that, restored from it, the session makes exactly the
+frames it would have made on the old worker; Matrix-Game the actions its window was made
+with.
 
-    {kv: float32 (2, L, N, T, H, D), prev: float32 (C, H, W), anchor: float32 (C, H, W) or nil,
-     anchor_offset: float32 (2,) or nil, anchor_wait: int, anchor_age: int, canvas}
-
-``canvas`` (optional: nil or absent where the runner keeps no world canvas) is a map
-``{keys: int32 (N, 2), codes: uint16 (N, 16, 16), position: float64 (2,), seed: int, seen}``, at
-most ``MAX_CANVAS_TILES`` tiles; ``seen`` (optional: nil or absent where no observation was
-kept) is ``{keys: int32 (M, 2), pixels: uint8 (M, 4, 64, 64)}``, the pixels observations
-showed per tile (model/default/reference/canvas/seen.py).
-
-with N the number of frames (or latents) the state holds. Restored from it the session
-makes exactly the frames it would have made on the old worker. ``actions`` (an
-``ActionTrace``; Matrix-Game exports one) is nil or a map::
-
-    {keyboard: float32 (N, K), mouse: float32 (N, M), first: int, anchor_frame: int}
-
-one row a pixel frame (K >= 1 and M >= 0 the family's action widths, at most
-``MAX_ACTION_WIDTH``; N at most ``MAX_ACTION_ROWS``), ``anchor_frame`` at most the state's
-``frame_index``.
-
-``latents``, ``continuation`` and ``actions`` are optional: nil or absent where a state has
-none. Versions 1 to 4 were development formats no release wrote; they are not read.
+``latents`` is optional: nil or absent where a state has none. Versions 1 to 5 were
+development formats no release wrote; they are not read.
 
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES``
 (``session/msgfields.py``, stored little-endian). ``restore`` validates everything (format, version, exact key sets, types,
@@ -49,12 +34,12 @@ Decisions:
 - The restored session is DETACHED (TTL counted from the restore) until the client
   resumes with its token. Clock readings (created, last seen) are per-process and are not
   carried; neither is the frame clock's phase (the scheduler's, rebuilt from the
-  counters). The KV cache travels in the continuation: rebuilt from the clean frames it
+  counters). The KV cache travels in the family's state: rebuilt from the clean frames it
   would be close, not exact (they are rounded, and a window frame's keys were computed
-  against context that has left the window). Without one the runner rebuilds it from
+  against context that has left the window). Without it the runner rebuilds it from
   ``model.frames`` or ``model.latents``.
 - A session's actions travel in its replay log (what each block was made with) and, for a
-  family that exports one, in the model state's action trace; no separate controls.
+  family that keeps them, in its family state; no separate controls.
 """
 
 from __future__ import annotations
@@ -75,8 +60,9 @@ from worldserve.session.eventlog import (
     SceneEvent,
     SettingsEvent,
 )
+from worldserve.session.family_state import MAX_ENTRIES, MAX_NDIM, check_envelope
 from worldserve.session.msgfields import MAX_INT, Fields, pack_array, unpack
-from worldserve.session.plan import ACTION_DIM, ActionTrace, CanvasState, Continuation, ModelState
+from worldserve.session.plan import ACTION_DIM, ModelState
 from worldserve.session.session import (
     MAX_BUCKET,
     MAX_SCENE_CHARS,
@@ -88,24 +74,27 @@ from worldserve.session.session import (
 )
 
 FORMAT = "worldserve/session-snapshot"
-VERSION = 5  # the one schema, written and read
+VERSION = 6  # the one schema, written and read
 MAX_FAMILY_CHARS = 64
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_FRAMES = 256  # clean frames in model.frames (sink + window)
 MAX_RNG_BYTES = 1 << 16
-MAX_ACTION_ROWS = 4096  # pixel frames of an action trace
-MAX_ACTION_WIDTH = 64  # a family's keyboard or mouse width
+MAX_ACTION_ROWS = 4096  # frames of one logged block's actions
 
 
 
 def snapshot(
     session: Session, model_state: ModelState, *, max_bytes: int = MAX_SNAPSHOT_BYTES
 ) -> bytes:
-    """Serialize a session and its runner state as version 5. SnapshotError if an array's
+    """Serialize a session and its runner state as version 6. SnapshotError if an array's
     dtype is not in ``DTYPES``, the state's latents do not match its family, or the result
     is over ``max_bytes``."""
     config = session.config
-    cont, actions, latents = model_state.continuation, model_state.actions, model_state.latents
+    latents = model_state.latents
+    try:
+        check_envelope(model_state.family_state)
+    except ValueError as exc:
+        raise SnapshotError(str(exc)) from exc
     if (model_state.family == "default") != (latents is None):
         raise SnapshotError(
             f"family {model_state.family!r}'s model state: latents are kept by a latent family only"
@@ -149,8 +138,7 @@ def snapshot(
             "scene": model_state.scene,
             "family": model_state.family,
             "latents": None if latents is None else pack_array(latents),
-            "continuation": None if cont is None else _pack_continuation(cont),
-            "actions": None if actions is None else _pack_actions(actions),
+            "family_state": {k: pack_array(v) for k, v in model_state.family_state.items()},
         },
     }
     data: bytes = msgpack.packb(doc, use_bin_type=True)
@@ -187,42 +175,6 @@ def restore(
 # Encoding helpers.
 
 
-def _pack_continuation(c: Continuation) -> dict[str, object]:
-    return {
-        "kv": pack_array(np.asarray(c.kv, np.float32)),
-        "prev": pack_array(np.asarray(c.prev, np.float32)),
-        "anchor": None if c.anchor is None else pack_array(np.asarray(c.anchor, np.float32)),
-        "anchor_offset": (
-            None if c.anchor_offset is None else pack_array(np.asarray(c.anchor_offset, np.float32))
-        ),
-        "anchor_wait": c.anchor_wait,
-        "anchor_age": c.anchor_age,
-        "canvas": None if c.canvas is None else _pack_canvas(c.canvas),
-    }
-
-
-def _pack_canvas(c: CanvasState) -> dict[str, object]:
-    seen = None
-    if c.seen is not None and c.seen_keys is not None and len(c.seen):
-        seen = {"keys": pack_array(np.asarray(c.seen_keys, np.int32)), "pixels": pack_array(np.asarray(c.seen, np.uint8))}
-    return {
-        "keys": pack_array(np.asarray(c.keys, np.int32)),
-        "codes": pack_array(np.asarray(c.codes, np.uint16)),
-        "position": pack_array(np.asarray(c.position, np.float64)),
-        "seed": int(c.seed),
-        "seen": seen,
-    }
-
-
-def _pack_actions(a: ActionTrace) -> dict[str, object]:
-    return {
-        "keyboard": pack_array(np.asarray(a.keyboard, np.float32)),
-        "mouse": pack_array(np.asarray(a.mouse, np.float32)),
-        "first": a.first,
-        "anchor_frame": a.anchor_frame,
-    }
-
-
 def _pack_start(start: EpochStart) -> dict[str, object]:
     return {"seed": start.seed, "scene": start.scene, "bucket": start.bucket, "steps": start.steps}
 
@@ -257,16 +209,8 @@ _CONFIG_KEYS = {"fps", "bucket", "steps", "lookahead", "mode", "priority", "seed
 _COUNTER_KEYS = {"blocks_committed", "last_block_idx", "frames_due", "frames_committed"}
 _LOG_KEYS = {"capacity", "dropped", "start", "events"}
 _START_KEYS = {"seed", "scene", "bucket", "steps"}
-_MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene", "family"}
-_MODEL_OPTIONAL = frozenset({"latents", "continuation", "actions"})
-_CONTINUATION_KEYS = {"kv", "prev", "anchor", "anchor_offset", "anchor_wait", "anchor_age"}
-_CONTINUATION_OPTIONAL = frozenset({"canvas"})
-_CANVAS_KEYS = {"keys", "codes", "position", "seed"}
-_CANVAS_OPTIONAL = frozenset({"seen"})
-_SEEN_KEYS = {"keys", "pixels"}
-MAX_CANVAS_TILES = 1024  # more than a canvas keeps (model/default/reference/canvas/canvas.py: the torus's 256 tiles)
-SEEN_SIDE = 64  # a seen tile's pixels per side (model/default/reference/canvas/seen.py: a tile's world units)
-_ACTION_KEYS = {"keyboard", "mouse", "first", "anchor_frame"}
+_MODEL_KEYS = {"bucket", "frames", "sink_count", "frame_index", "rng", "scene", "family", "family_state"}
+_MODEL_OPTIONAL = frozenset({"latents"})
 _EVENT_KEYS = {
     "action": {"kind", "block", "seq", "action"},
     "scene": {"kind", "block", "scene"},
@@ -410,89 +354,14 @@ def _restore_latent_model(m: Fields, max_frames: int) -> ModelState:
 
 def _restore_state(m: Fields, max_frames: int) -> ModelState:
     """The "model" map: a pixel state (the default family: ``latents`` nil) or a latent
-    family's, with its continuation and action trace where it has them."""
+    family's, with the family's own state (its envelope checked here, its meaning by the
+    family when it restores)."""
     pixel = m.get_str("family", MAX_FAMILY_CHARS) == "default"
     if pixel and m.present("latents"):
         raise SnapshotError(f"{m.path}.latents: expected nil for the default family")
     if not pixel and not m.present("latents"):
         raise SnapshotError(f"{m.path}.latents: a latent family's state needs its latents")
     state = _restore_model(m, max_frames) if pixel else _restore_latent_model(m, max_frames)
-    held = state.frames.shape[0] if state.latents is None else state.latents.shape[0]
-    if m.present("continuation"):
-        state.continuation = _restore_continuation(m.get_map("continuation", _CONTINUATION_KEYS, _CONTINUATION_OPTIONAL), held)
-    if m.present("actions"):
-        state.actions = _restore_actions(m.get_map("actions", _ACTION_KEYS), state.frame_index)
+    state.family_state = m.get_named_arrays("family_state", MAX_ENTRIES, MAX_NDIM)
+    check_envelope(state.family_state, f"{m.path}.family_state")
     return state
-
-
-def _restore_actions(m: Fields, frame_index: int) -> ActionTrace:
-    keyboard = m.get_array("keyboard", "float32", 2)
-    mouse = m.get_array("mouse", "float32", 2)
-    rows = keyboard.shape[0]
-    if rows > MAX_ACTION_ROWS or not 1 <= keyboard.shape[1] <= MAX_ACTION_WIDTH:
-        raise SnapshotError(
-            f"{m.path}.keyboard: expected (N <= {MAX_ACTION_ROWS}, 1..{MAX_ACTION_WIDTH}), got {keyboard.shape}"
-        )
-    if mouse.shape[0] != rows or mouse.shape[1] > MAX_ACTION_WIDTH:
-        raise SnapshotError(
-            f"{m.path}.mouse: expected ({rows}, 0..{MAX_ACTION_WIDTH}) like the keyboard's rows, got {mouse.shape}"
-        )
-    for name, arr in (("keyboard", keyboard), ("mouse", mouse)):
-        if not np.isfinite(arr).all():
-            raise SnapshotError(f"{m.path}.{name}: not all finite")
-    return ActionTrace(
-        keyboard=keyboard,
-        mouse=mouse,
-        first=m.get_int("first", 0, MAX_INT),
-        anchor_frame=m.get_int("anchor_frame", 0, frame_index),
-    )
-
-
-def _restore_continuation(m: Fields, frames: int) -> Continuation:
-    kv = m.get_array("kv", "float32", 6)
-    if kv.shape[0] != 2 or kv.shape[2] != frames:
-        raise SnapshotError(f"{m.path}.kv: expected (2, L, {frames}, T, H, D), got {kv.shape}")
-    prev = m.get_array("prev", "float32", 3)
-    anchor = m.get_optional_array("anchor", "float32", 3)
-    if anchor is not None and anchor.shape != prev.shape:
-        raise SnapshotError(f"{m.path}.anchor: expected prev's shape {prev.shape}, got {anchor.shape}")
-    offset = m.get_optional_array("anchor_offset", "float32", 1)
-    if offset is not None and offset.shape != (2,):
-        raise SnapshotError(f"{m.path}.anchor_offset: expected shape (2,), got {offset.shape}")
-    for name, arr in (("kv", kv), ("prev", prev), ("anchor", anchor), ("anchor_offset", offset)):
-        if arr is not None and not np.isfinite(arr).all():
-            raise SnapshotError(f"{m.path}.{name}: not all finite")
-    return Continuation(
-        kv=kv,
-        prev=prev,
-        anchor=anchor,
-        anchor_offset=offset,
-        anchor_wait=m.get_int("anchor_wait", 0, MAX_INT),
-        anchor_age=m.get_int("anchor_age", 0, MAX_INT),
-        canvas=_restore_canvas(m.get_map("canvas", _CANVAS_KEYS, _CANVAS_OPTIONAL)) if m.present("canvas") else None,
-    )
-
-
-def _restore_canvas(m: Fields) -> CanvasState:
-    keys = m.get_array("keys", "int32", 2)
-    codes = m.get_array("codes", "uint16", 3)
-    n = keys.shape[0]
-    if keys.shape != (n, 2) or codes.shape[0] != n or codes.shape[1] != codes.shape[2] or n > MAX_CANVAS_TILES:
-        raise SnapshotError(f"{m.path}: keys {keys.shape} and codes {codes.shape} are not N tiles (N <= {MAX_CANVAS_TILES})")
-    if len({(int(a), int(b)) for a, b in keys}) != n:
-        raise SnapshotError(f"{m.path}.keys: a tile is listed twice")
-    position = m.get_array("position", "float64", 1)
-    if position.shape != (2,) or not np.isfinite(position).all():
-        raise SnapshotError(f"{m.path}.position: expected two finite numbers, got {position}")
-    seen_keys = seen = None
-    if m.present("seen"):
-        sm = m.get_map("seen", _SEEN_KEYS)
-        seen_keys, seen = sm.get_array("keys", "int32", 2), sm.get_array("pixels", "uint8", 4)
-        k = seen_keys.shape[0]
-        if seen_keys.shape != (k, 2) or seen.shape != (k, 4, SEEN_SIDE, SEEN_SIDE) or k > MAX_CANVAS_TILES:
-            raise SnapshotError(f"{sm.path}: keys {seen_keys.shape} and pixels {seen.shape} are not M tiles of "
-                                f"(4, {SEEN_SIDE}, {SEEN_SIDE}) (M <= {MAX_CANVAS_TILES})")
-        if len({(int(a), int(b)) for a, b in seen_keys}) != k:
-            raise SnapshotError(f"{sm.path}.keys: a tile is listed twice")
-    return CanvasState(keys=keys, codes=codes, position=position, seed=m.get_int("seed", 0, MAX_INT),
-                       seen_keys=seen_keys, seen=seen)

@@ -83,9 +83,7 @@ def padded_timings(runner: Runner, timings: list[BatchTiming], largest: int) -> 
     """For a runner that pads batches (``batch_run_as``), each unwarmed size up to ``largest``
     timed as the warmed size it runs as: a batch of 3 padded to 4 costs what 4 does, where
     interpolating between 2 and 4 would predict less."""
-    run_as = getattr(runner, "batch_run_as", None)
-    if run_as is None:
-        return []
+    run_as = runner.batch_run_as  # the identity where a runner does not pad
     measured = {(t.bucket, t.steps, t.size): t for t in timings}
     out: list[BatchTiming] = []
     for bucket, steps in sorted({(b, s) for b, s, _ in measured}):

@@ -15,7 +15,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -27,18 +26,17 @@ from worldserve.model.default.frames import resize_frames
 from worldserve.model.default.kv_cache import KVCachePool
 from worldserve.model.default.net.config import ModelConfig
 from worldserve.model.default.net.dit import WorldModel
-from worldserve.model.default.reference.anchor import anchor_reference, clamped_actions
-from worldserve.model.default.reference.canvas.ground import TRUST, GroundPainter, SessionGround
-from worldserve.model.default.reference.canvas.restores import ReadyRestores
-from worldserve.model.default.reference.canvas.start_views import StartViews, Views
+from worldserve.model.default.reference.anchor import AnchorReference, clamped_actions
+from worldserve.model.default.reference.base import Reference
+from worldserve.model.default.reference.canvas.ground import TRUST, GroundPainter
+from worldserve.model.default.reference.canvas.reference import CanvasReference
 from worldserve.model.default.reference.canvas.tile_decode import SHARPEN, beside_chunks
+from worldserve.model.default.reference.start_views import Views
 from worldserve.model.default.slot import (
     SessionSlot,
-    anchor_on,
     cached_ids,
-    export_continuation,
-    install_continuation,
-    move_anchors,
+    export_cache,
+    install_cache,
     reseed,
 )
 from worldserve.model.default.trace_cache import gather_traces
@@ -49,6 +47,7 @@ from worldserve.model.plan_walk import deliver, prepare, session_state
 from worldserve.session.plan import (
     Batch,
     BatchTiming,
+    Capabilities,
     ChunkWork,
     ModelState,
     SessionSpec,
@@ -60,8 +59,6 @@ from worldserve.session.warmup import warm_up
 from worldserve.world.scene import parse_prompt
 
 log = logging.getLogger(__name__)
-
-SCENE_SETTLE_FRAMES = 8  # after a prompt change, frames to re-colour before the view re-anchors
 
 SceneEncoder = Callable[[str], np.ndarray]
 StartFrame = Callable[[str, int, int], np.ndarray]  # (scene, seed, bucket) -> (bucket, bucket, 3) uint8
@@ -97,8 +94,9 @@ class ModelRunner:
         between kernels; ``graphs`` alone runs their buffers eagerly there (the tests).
         ``trace_cache``: a directory keeping recorded traces between starts (``trace_cache``).
         ``ground``: keep a world canvas per session and take every frame's reference from it
-        (``model/default/reference/canvas/ground.py``) instead of the anchor; ``start_views``, a fresh session's
-        view and the ground under it, written into its canvas (``start_views.py``)."""
+        (``reference/canvas/``) instead of the anchor (``reference/anchor.py``);
+        ``start_views``, a fresh session's view and the ground under it, written into its
+        canvas (``reference/start_views.py``)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -117,13 +115,10 @@ class ModelRunner:
         on = graphs or (trace and self.device.type == "cpu")
         self.graphs = ChunkGraphs(self.model, dtype, self.device, limit=shapes, trace=trace) if on else None
         self.trace_cache = trace_cache
-        self.ground = ground
-        canvas_views = None if ground is None else start_views
-        self.restores = ReadyRestores(ground.release if ground is not None else lambda g: None)
-        self.starts = None
-        if start_frame is not None:  # with a canvas, a served session's is made with its start frame
-            self.starts = StartViews(start_frame, canvas_views, ready=None if ground is None else ground.ready_scene,
-                                     release=None if ground is None else ground.release)
+        shift = self.model.camera_shift
+        self.ref: Reference = (AnchorReference(self.cfg, shift, self.device, dtype) if ground is None
+                               else CanvasReference(ground, shift, self.device))
+        self.starts = self.ref.start_views(start_frame, start_views)
 
     @classmethod
     def from_pretrained(
@@ -174,6 +169,17 @@ class ModelRunner:
     def max_steps(self) -> int:
         return self.cfg.denoising_steps
 
+    @property
+    def ground(self) -> GroundPainter | None:
+        """The world canvas's painter, where the runner keeps one (benches read its decoder)."""
+        return self.ref.painter if isinstance(self.ref, CanvasReference) else None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        canvas = self.ref.kind == "canvas"
+        return Capabilities(ready_observation=canvas and self.starts is not None, ready_restore=canvas,
+                            dtype=str(self.dtype).removeprefix("torch."), reference=self.ref.kind)
+
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepOutput:
         out = StepOutput()
@@ -193,8 +199,8 @@ class ModelRunner:
         return size if self.graphs is None else self.graphs.run_as(bucket, steps, size)
 
     def export_state(self, session_id: str) -> ModelState:
-        """The session's compact state, with its ``Continuation``: restored from it, the
-        session makes exactly the frames it would have made here."""
+        """The session's compact state, with its family state (``slot.py``): restored from
+        it, the session makes exactly the frames it would have made here."""
         s = self._get(session_id)
         frames = [*s.sinks, *s.window]
         empty = np.zeros((0, s.bucket, s.bucket, 3), np.uint8)
@@ -205,7 +211,7 @@ class ModelRunner:
             frame_index=s.frame_index,
             rng=s.gen.get_state().numpy().copy(),
             scene=s.scene_text,
-            continuation=export_continuation(self.cfg, self.pools[s.bucket], s),
+            family_state={**export_cache(self.cfg, self.pools[s.bucket], s), **self.ref.export(s.ref)},
         )
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
@@ -220,19 +226,14 @@ class ModelRunner:
         self.cfg.check_bucket(bucket)
         if observation.dtype != np.uint8 or observation.ndim != 3 or observation.shape[2] != 3:
             return  # refused with a clear error when the session opens (``_observe``)
-        if self.starts is not None and self.ground is not None:
+        if self.starts is not None and self.ref.kind == "canvas":
             self.starts.keep_observation(scene, seed, bucket, observation)
 
     def ready_restore(self, state: ModelState) -> None:
         """A snapshot a session is about to be restored from (thread-safe, for a worker
         thread): with a canvas, it is rebuilt and its first tiles decoded now, and the
         restore adopts it (``restores.py``)."""
-        canvas = state.continuation.canvas if state.continuation is not None else None
-        if self.ground is not None and canvas is not None:
-            try:
-                self.restores.put(canvas, self.ground.ready_restore(canvas, parse_prompt(state.scene)))
-            except ValueError:
-                return  # refused with a clear error when the session is restored (``_restore``)
+        self.ref.ready_restore(state)
 
     def prepare_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
         """Before a warm-up of ``shapes`` ((bucket, steps, batch size)): with CPU traces, load
@@ -255,8 +256,7 @@ class ModelRunner:
         s = self.sessions.pop(session_id, None)
         if s is not None:
             self.pools[s.bucket].release(s.slot)
-            if self.ground is not None and s.ground is not None:
-                self.ground.release(s.ground)  # its queued tiles would hold up live sessions'
+            self.ref.release(s.ref)
 
     def _open(self, spec: SessionSpec) -> None:
         if spec.session_id in self.sessions:
@@ -269,19 +269,19 @@ class ModelRunner:
             bucket=b, slot=slot, frame_index=0,
             prev=torch.zeros(c, b, b, dtype=self.dtype, device=self.device),
             scene_text=spec.scene, scene=self._scene(spec.scene), gen=gen,
-            window=deque(maxlen=self.cfg.window_frames),
+            ref=self.ref.open(spec.seed, spec.scene), window=deque(maxlen=self.cfg.window_frames),
         )
         self.sessions[spec.session_id] = s
-        if self.ground is not None:
-            s.ground = self.ground.start(spec.seed, parse_prompt(spec.scene))
         try:
             if spec.restore is not None:
                 self._restore(s, spec.restore)
             elif spec.observation is not None:  # a server's ``first_frame`` (its ground kept) or the client's
                 kept = self.starts.take(spec) if self.starts is not None else None
-                if kept is not None and isinstance(kept.ready, SessionGround):
-                    s.ground = kept.ready  # its canvas, made with the frame (``GroundPainter.ready``)
-                    self._observe(s, spec.observation, canvas=False)
+                ready = self.ref.adopt(kept)
+                if ready is not None:
+                    self.ref.release(s.ref)
+                    s.ref = ready  # made with the frame, off the model thread
+                    self._observe(s, spec.observation, write=False)
                 else:
                     self._observe(s, spec.observation, kept.ground if kept is not None else None)
             elif self.starts is not None:
@@ -298,12 +298,9 @@ class ModelRunner:
             # The cached frames keep the keys/values they were committed with, under the old
             # scene, as in training: the next chunks are conditioned on the new scene and
             # re-colour the view from there. A later re-cache (restore, bucket switch) uses
-            # the current scene for every frame. The anchor's colours are the old scene's:
-            # it is dropped, and the view re-anchors once it has re-coloured.
+            # the current scene for every frame.
             s.scene_text, s.scene = upd.scene, self._scene(upd.scene)
-            s.anchor, s.anchor_wait = None, SCENE_SETTLE_FRAMES
-            if self.ground is not None:  # the same codes, re-skinned by the decoder
-                self.ground.rescene(self._ground(s), parse_prompt(upd.scene))
+            self.ref.rescene(s.ref, upd.scene)
         if upd.observation is not None:
             self._observe(s, upd.observation)
 
@@ -325,24 +322,18 @@ class ModelRunner:
             # state does not fit this one's, so the noise goes on from a stream of its own
             s.gen.manual_seed(reseed(st))
             log.info("snapshot's noise state is from another device kind: noise reseeded")
-        if st.continuation is not None:
-            install_continuation(self.cfg, self.pools[s.bucket], s, st.continuation, self.device, self.dtype)
-            if self.ground is not None:
-                if st.continuation.canvas is not None:
-                    look = parse_prompt(s.scene_text)
-                    s.ground = self.restores.take(st.continuation.canvas, lambda g: g.look == look) or \
-                        self.ground.restore(st.continuation.canvas, look)
-                elif n:  # a state from a runner without a canvas: the newest frame starts it
-                    self.ground.observe(self._ground(s), st.frames[-1])
-            return
-        # no continuation: rebuilt from the frames, close but not exact (their uint8 rounding,
-        # and context that rolled out of the window), anchored on the newest frame
-        if n:
+        exact = install_cache(self.cfg, self.pools[s.bucket], s, st.family_state, self.device, self.dtype)
+        if not exact and n:
+            # no cache: rebuilt from the frames, close but not exact (their uint8 rounding, and
+            # context that rolled out of the window), from the newest frame
             s.prev = self._encode(st.frames[-1:])[0]
-            anchor_on(s, s.prev)
-            if self.ground is not None:
-                self.ground.observe(self._ground(s), st.frames[-1])
-        self._recache(s)
+        installed = self.ref.install(s.ref, st.family_state, s.scene_text)
+        if installed is not None:
+            s.ref = installed
+        elif n:  # a state with nothing of this reference's: the newest frame starts it
+            self.ref.rebuild(s.ref, st.frames[-1], s.prev)
+        if not exact:
+            self._recache(s)
 
     def _scene(self, text: str) -> torch.Tensor:
         vec = np.asarray(self.scene_encoder(text), dtype=np.float32)
@@ -366,9 +357,7 @@ class ModelRunner:
         s.prev = self._encode(last[-1][None])[0] if last else torch.zeros(
             self.cfg.channels, bucket, bucket, dtype=self.dtype, device=self.device
         )
-        s.anchor = None
-        if last:
-            anchor_on(s, s.prev)
+        self.ref.resized(s.ref, s.prev if last else None)
         self._recache(s)
 
     def _recache(self, s: SessionSlot) -> None:
@@ -392,14 +381,14 @@ class ModelRunner:
         assert kv is not None
         pool.commit([s.slot], np.asarray([ids]), kv[0], kv[1])
 
-    def _observe(self, s: SessionSlot, frame: np.ndarray, ground: np.ndarray | None = None, canvas: bool = True) -> None:
-        """Commit a real frame as the session's next frame (re-anchoring the model); with a
-        world canvas, write the place it shows (or ``ground``, the same view's ground alone;
-        ``canvas`` False: written already)."""
+    def _observe(self, s: SessionSlot, frame: np.ndarray, ground: np.ndarray | None = None, write: bool = True) -> None:
+        """Commit a real frame as the session's next frame (re-anchoring the model), and
+        write the place it shows into the reference's memory (or ``ground``, the same view's
+        ground alone; ``write`` False: written already)."""
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
             raise ValueError(f"observation must be (H, W, 3) uint8, got {frame.shape} {frame.dtype}")
-        if self.ground is not None and canvas:
-            self.ground.observe(self._ground(s), frame if ground is None else ground, seen=ground is None)
+        if write:
+            self.ref.write(s.ref, frame, ground)
         if frame.shape[:2] != (s.bucket, s.bucket):
             frame = resize_frames(frame[None], s.bucket)[0]
         fc = self.cfg.frames_per_chunk
@@ -412,7 +401,7 @@ class ModelRunner:
 
     def _run_chunk(self, bucket: int, steps: int, items: list[ChunkWork]) -> np.ndarray:
         """Generate and commit one chunk for each item; returns (B, F, H, W, 3) uint8."""
-        with self.ground.busy() if self.ground is not None else nullcontext():
+        with self.ref.busy():
             return self._chunk(bucket, steps, items)
 
     def _chunk(self, bucket: int, steps: int, items: list[ChunkWork]) -> np.ndarray:
@@ -430,57 +419,29 @@ class ModelRunner:
             self.graphs.get(bucket, steps, len(items)).capture_now()
         ctx = pool.context([s.slot for s in states], np.array([s.frame_index for s in states]))
         actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
-        prev, offsets = self._prev_inputs(states, actions)
+        prev, moved = self._prev_inputs(states, actions)
         scene = torch.stack([s.scene for s in states])
         levels = cfg.noise_levels(steps)
         inp = model.prepare_chunk(prev, actions, scene, [*levels, 0.0])  # shared by every forward
         shape = (fc, c, bucket, bucket)
         pixels, clean, k, v = model.sample_chunk(inp, ctx, lambda i: self._noise(states, shape), self.dtype)
         frames = pixels.cpu().numpy()
-        self._advance(states, clean, frames, k, v, offsets)
+        self._advance(states, clean, frames, k, v, moved)
         return frames
 
     def _prev_inputs(self, states: list[SessionSlot], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The chunk's ``prev`` input (B, F, prev_channels, H, W) and each frame's anchor
-        offset (B, F, 2): the session's offset plus the camera shift the model estimates for
-        this chunk's actions (clipped to the action ranges)."""
-        cfg = self.cfg
+        """The chunk's ``prev`` input (B, F, prev_channels, H, W): the previous frame and the
+        reference (``reference/base.py``) for actions clipped to the ranges training saw;
+        and what the reference takes after the chunk."""
         b, fc = actions.shape[:2]
         prev = torch.stack([s.prev for s in states])[:, None].expand(b, fc, *states[0].prev.shape)
-        clipped = clamped_actions(cfg, actions)
-        if self.ground is not None:
-            return torch.cat((prev, self._canvas_references(states, clipped).to(prev.dtype)), 2), clipped[..., :2]
-        start = torch.stack([self._no_shift() if s.offset is None else s.offset for s in states])  # (B, 2)
-        offsets = start[:, None] + self.model.camera_shift(clipped, states[0].bucket).cumsum(1)  # (B, F, 2)
-        c, h = cfg.channels, states[0].prev.shape[-1]
-        anchors = torch.stack([s.prev if s.anchor is None else s.anchor for s in states])
-        valid = torch.tensor([s.anchor is not None for s in states], device=self.device)
-        ref = anchor_reference(
-            anchors[:, None].expand(b, fc, c, h, h).reshape(b * fc, c, h, h), offsets.reshape(b * fc, 2),
-            valid[:, None].expand(b, fc).reshape(-1),
-        ).view(b, fc, c + 1, h, h)
-        return torch.cat((prev, ref.to(prev.dtype)), 2), offsets
-
-    def _canvas_references(self, states: list[SessionSlot], clipped: torch.Tensor) -> torch.Tensor:
-        """Each frame's reference from the session's world canvas (B, F, C + 1, H, W)."""
-        assert self.ground is not None
-        shifts = self.model.camera_shift(clipped, states[0].bucket).float().cpu().numpy()  # (B, F, 2) px
-        return self.ground.references([self._ground(s) for s in states], shifts, states[0].bucket).to(self.device)
-
-    @staticmethod
-    def _ground(s: SessionSlot) -> SessionGround:
-        if s.ground is None:
-            raise RuntimeError("session has no world canvas")
-        return s.ground
+        ref, moved = self.ref.inputs([s.ref for s in states], prev, clamped_actions(self.cfg, actions))
+        return torch.cat((prev, ref.to(prev.dtype)), 2), moved
 
     def _without_reference(self, prev: torch.Tensor) -> torch.Tensor:
         """Previous frames (B, F, C, H, W) as a ``prev`` input with no anchor reference
         (all-zero reference channels, mask 0)."""
         return F.pad(prev, (0, 0, 0, 0, 0, self.cfg.prev_channels - self.cfg.channels))
-
-    def _no_shift(self) -> torch.Tensor:
-        """A summed camera shift of zero (2,), float32."""
-        return torch.zeros(2, device=self.device, dtype=torch.float32)
 
     def _graphable(self, states: list[SessionSlot]) -> bool:
         """Whether a chunk has what a captured chunk assumes: one-frame chunks past the sink
@@ -501,7 +462,7 @@ class ModelRunner:
             assert ctx.mask is not None
             graph.mask[:b] = ctx.mask
         actions = torch.from_numpy(np.stack([it.actions for it in items])).to(self.device, self.dtype)
-        prev, offsets = self._prev_inputs(states, actions)
+        prev, moved = self._prev_inputs(states, actions)
         graph.prev[:b] = prev[:, 0]
         graph.actions[:b] = actions
         graph.scene[:b] = torch.stack([s.scene for s in states])
@@ -517,7 +478,7 @@ class ModelRunner:
             return self._run_chunk(bucket, steps, items)
         frames = pixels[:b].cpu().numpy()
         # the graph's outputs are overwritten by its next replay: keep copies
-        self._advance(states, clean[:b].clone(), frames, k[:, :b], v[:, :b], offsets)
+        self._advance(states, clean[:b].clone(), frames, k[:, :b], v[:, :b], moved)
         return frames
 
     def _commit(self, states: list[SessionSlot], clean: torch.Tensor, actions: torch.Tensor) -> None:
@@ -530,12 +491,12 @@ class ModelRunner:
         scene = torch.stack([s.scene for s in states])
         k, v = self.model.commit_chunk(clean, prev, actions, scene, ctx)
         self._advance(states, clean, self.model.decode(clean).cpu().numpy(), k, v)
-        for s in states:  # a real frame is the best anchor there is
-            anchor_on(s, s.prev)
+        for s in states:  # a real frame is the best reference there is
+            self.ref.settle(s.ref, s.prev)
 
     def _advance(
         self, states: list[SessionSlot], clean: torch.Tensor, frames: np.ndarray,
-        k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor | None = None,
+        k: torch.Tensor, v: torch.Tensor, moved: torch.Tensor | None = None,
     ) -> None:
         fc, s_max = self.cfg.frames_per_chunk, self.cfg.sink_frames
         ids = np.array([[s.frame_index + f for f in range(fc)] for s in states])
@@ -548,17 +509,8 @@ class ModelRunner:
                     s.window.append(frames[i, f])
                 s.frame_index += 1
             s.prev = clean[i, -1]
-        if offsets is not None:
-            self._move_anchors(states, clean[:, -1], offsets[:, -1])
-
-    def _move_anchors(self, states: list[SessionSlot], newest: torch.Tensor, offsets: torch.Tensor) -> None:
-        """After a generated chunk: the anchors move or re-anchor (``slot.move_anchors``); with a
-        world canvas, the camera moves to the chunk's last place instead."""
-        if self.ground is not None:
-            for s in states:
-                self.ground.moved(self._ground(s))
-            return
-        move_anchors(states, newest, offsets, self.cfg.frames_per_chunk)
+        if moved is not None:
+            self.ref.advance([s.ref for s in states], clean[:, -1], moved)
 
     def _noise(self, states: list[SessionSlot], shape: tuple[int, ...]) -> torch.Tensor:
         """Fresh noise from each session's own generator, so batching never changes it; drawn

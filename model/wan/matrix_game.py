@@ -29,7 +29,7 @@ first latent frame is the image's), the action history starts again, and the VAE
 on so the picture stays continuous.
 
 A migration carries the anchor image (``ModelState.frames``), the kept latents (the latest
-``decoder_context``), the noise state, and an ``ActionTrace``: the pixel-frame actions the kept
+``decoder_context``), the noise state, and in its family state the pixel-frame actions the kept
 frames were made with and the anchor's epoch frame. The target replays the kept latents from
 the anchor on, chunk by chunk as they were made, through commit passes under those actions
 (``_replay``), so the caches (self-attention, keyboard, mouse) hold what the source's held,
@@ -68,7 +68,9 @@ from worldserve.model.wan.layout import check_image_layout
 from worldserve.model.wan.recipes import Recipe, Served
 from worldserve.model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession, load_backbone
 from worldserve.model.wan.vae_stream import StreamingDecoder
-from worldserve.session.plan import ActionTrace, ModelState, SessionSpec, SessionUpdate
+from worldserve.session.family_state import entry, pack_scalar, scalar
+from worldserve.session.msgfields import MAX_INT
+from worldserve.session.plan import ModelState, SessionSpec, SessionUpdate
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +162,8 @@ class MatrixGameRunner(WanRunner):
         assert s.anchor is not None and s.history is not None
         st.frames = s.anchor.image[None].copy()  # (1, H, W, 3): the anchor image
         h = s.history
-        st.actions = ActionTrace(keyboard=h.keyboard.copy(), mouse=h.mouse.copy(), first=h.first,
-                                 anchor_frame=s.anchor.frame)
+        st.family_state.update(action_keyboard=h.keyboard.copy(), action_mouse=h.mouse.copy(),
+                               action_first=pack_scalar(h.first), action_anchor_frame=pack_scalar(s.anchor.frame))
         return st
 
     # --- session state ---
@@ -223,26 +225,35 @@ class MatrixGameRunner(WanRunner):
         assert isinstance(s, MatrixGameSession) and s.history is not None and s.anchor is not None
         a = self._action_cfg
         r = a.vae_time_compression_ratio
-        if st.actions is None:  # an older worker's snapshot: re-cached with nothing held
+        if "action_keyboard" not in st.family_state:  # a state without its actions: re-cached with nothing held
             n = pixel_frames_of(st.frame_index, self.cfg.chunk_frames, r)[0]
             s.history.extend(np.zeros((n, a.keyboard_dim_in), np.float32),
                              np.zeros((n, s.history.mouse.shape[1]), np.float32), self.keep_actions)
         else:
-            t = st.actions
-            if not 0 <= t.anchor_frame <= st.frame_index:
-                raise ValueError(f"snapshot's anchor frame {t.anchor_frame} is not in 0..{st.frame_index}")
-            want = (a.keyboard_dim_in, s.history.mouse.shape[1])
-            if (t.keyboard.ndim, t.mouse.ndim) != (2, 2) or (t.keyboard.shape[1], t.mouse.shape[1]) != want \
-                    or len(t.keyboard) != len(t.mouse):
-                raise ValueError(f"snapshot's actions are keyboard {t.keyboard.shape} and mouse {t.mouse.shape}; "
-                                 f"the {self.variant} variant takes (N, {want[0]}) and (N, {want[1]})")
-            end = pixel_frames_of(st.frame_index - t.anchor_frame, 0, r)[0]  # pixel frames made since the anchor
-            if t.first + len(t.keyboard) != end:
-                raise ValueError(f"snapshot's actions cover pixel frames {t.first}..{t.first + len(t.keyboard) - 1}; "
-                                 f"{st.frame_index - t.anchor_frame} latent frames since the anchor made {end}")
-            s.history = ActionHistory(a, t.keyboard.astype(np.float32), t.mouse.astype(np.float32), t.first)
-            s.anchor.frame = t.anchor_frame
+            keyboard, mouse, first, anchor_frame = self._action_trace(st)
+            end = pixel_frames_of(st.frame_index - anchor_frame, 0, r)[0]  # pixel frames made since the anchor
+            if first + len(keyboard) != end:
+                raise ValueError(f"snapshot's actions cover pixel frames {first}..{first + len(keyboard) - 1}; "
+                                 f"{st.frame_index - anchor_frame} latent frames since the anchor made {end}")
+            s.history = ActionHistory(a, keyboard, mouse, first)
+            s.anchor.frame = anchor_frame
         super()._restore(s, st)
+
+    def _action_trace(self, st: ModelState) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """The actions a state's window was made with, checked against this variant: keyboard
+        (N, K) and mouse (N, M) float32, one row a pixel frame from ``first`` on, counted from
+        the anchor, and the latent frame that is the anchor's frame 0."""
+        fs, a, family = st.family_state, self._action_cfg, "matrix_game"
+        keyboard = entry(fs, "action_keyboard", "float32", (None, a.keyboard_dim_in), family=family)
+        assert keyboard is not None
+        mouse = entry(fs, "action_mouse", "float32", (len(keyboard), self._mouse_width()), family=family)
+        assert mouse is not None
+        first = scalar(fs, "action_first", 0, MAX_INT, family=family)
+        anchor_frame = scalar(fs, "action_anchor_frame", 0, st.frame_index, family=family)
+        return keyboard, mouse, first, anchor_frame
+
+    def _mouse_width(self) -> int:
+        return ActionHistory.empty(self._action_cfg).mouse.shape[1]
 
     def _rebuild(self, s: WanSession) -> None:
         self._replay(s, len(s.recent))

@@ -16,19 +16,13 @@ has its own slot, prompt, noise and frame position), then one commit, then one d
 Per session the runner keeps (``WanSession``): a slot in the KV cache pool of its bucket, the
 prompt's cross-attention K/V (from a cached UMT5 embedding: a prompt costs one encoder pass
 per runner), the VAE stream, a noise generator, and the clean latents still needed: the sink
-frames, and the latest ``decoder_context`` frames after them (the window's frames are the last
-of these). They make the session's ``ModelState``: a restore (or a migration) re-runs the
-commit pass over the sinks and the window (``model.recache``) and decodes the kept frames to
-rebuild the VAE stream's feature cache, whose receptive field is 37 latent frames for Wan2.1's
-VAE. The result equals the undisturbed session while everything it committed is still in the
-cache; after the window has rolled, the oldest window frames' deep-layer keys and values
-differ from the ones computed as they were generated (their context has left the window), as
-with LongLive's re-cache. A prompt change re-caches the window the same way under the new
-prompt.
-
-Frames per block: a session's first chunk decodes to ``1 + 4 (F - 1)`` frames (9 for Wan),
-every later one to ``4 F`` (12). Controls: the prompt only; actions and observations are
-ignored. One thread owns a runner: it is not thread-safe.
+frames, and the latest ``decoder_context`` frames after them (the window's the last of these).
+They make the session's ``ModelState``: a restore re-runs the commit pass over the sinks and
+the window (``model.recache``) and decodes the kept frames to rebuild the VAE stream's cache
+(37 latent frames of reach for Wan2.1's VAE): exact while everything committed is still in the
+cache; after the window has rolled, close (as LongLive's re-cache). A prompt change re-caches
+the window the same way. A first chunk decodes to ``1 + 4 (F - 1)`` frames (9), every later
+one to ``4 F`` (12). The prompt only steers it. One thread owns a runner: not thread-safe.
 """
 
 from __future__ import annotations
@@ -59,6 +53,7 @@ from worldserve.model.wan.vae_stream import StreamingDecoder, VaeStream, pixel_f
 from worldserve.session.plan import (
     Batch,
     BatchTiming,
+    Capabilities,
     ChunkWork,
     ModelState,
     SessionSpec,
@@ -229,11 +224,6 @@ class WanRunner:
     # --- the Runner protocol ---
 
     @property
-    def served_recipe(self) -> dict[str, object]:
-        """The recipe served, as /v1/load shows it."""
-        return self.served.describe(self.cfg)
-
-    @property
     def buckets(self) -> tuple[int, ...]:
         return tuple(self.sizes)
 
@@ -249,8 +239,19 @@ class WanRunner:
     def max_steps(self) -> int:
         return len(self.cfg.timesteps)
 
-    def frame_size(self, bucket: int) -> tuple[int, int]:
-        return self._size(bucket)
+    @property
+    def capabilities(self) -> Capabilities:
+        """Frames per block and size, what it takes, and the recipe served, as /v1/load shows it."""
+        return Capabilities(first_chunk_frames=self.first_chunk_frames, frame_sizes={b: self._size(b) for b in self.buckets},
+                            controls=self.controls, dtype=str(self.dtype).removeprefix("torch."),
+                            recipe=self.served.describe(self.cfg))
+
+    def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
+        return size  # batches run as they are; nothing is readied ahead (below)
+
+    def ready_observation(self, scene: str, seed: int, bucket: int, observation: np.ndarray) -> None: ...
+
+    def ready_restore(self, state: ModelState) -> None: ...
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepOutput:

@@ -52,14 +52,14 @@ def test_an_oracle_session_keeps_the_given_view_however_far_and_long_it_goes() -
     s = runner.sessions["s"]
     for i in range(REANCHOR_FRAMES + 40):  # past the age limit and out of view: the served runner re-anchors
         _right(runner, i)
-    assert torch.equal(WorldModel.decode(s.anchor), torch.from_numpy(obs))
-    assert torch.allclose(s.offset, torch.tensor([0.0, -(REANCHOR_FRAMES + 40.0)]))
+    assert torch.equal(WorldModel.decode(s.ref.anchor), torch.from_numpy(obs))
+    assert torch.allclose(s.ref.offset, torch.tensor([0.0, -(REANCHOR_FRAMES + 40.0)]))
     view = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
     runner.refresh("s", view)
-    assert torch.equal(WorldModel.decode(s.anchor), torch.from_numpy(view))
-    assert torch.allclose(s.offset, torch.zeros(2))
+    assert torch.equal(WorldModel.decode(s.ref.anchor), torch.from_numpy(view))
+    assert torch.allclose(s.ref.offset, torch.zeros(2))
     _right(runner, REANCHOR_FRAMES + 40)
-    assert torch.allclose(s.offset, torch.tensor([0.0, -1.0]))
+    assert torch.allclose(s.ref.offset, torch.tensor([0.0, -1.0]))
 
 
 def test_an_oracle_refreshes_on_its_period_and_refuses_what_training_never_showed() -> None:

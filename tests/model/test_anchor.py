@@ -11,10 +11,10 @@ from worldserve.bench.quality import shifted
 from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.reference.anchor import (
     REANCHOR_SHARE,
+    SCENE_SETTLE_FRAMES,
     anchor_reference,
     visible_share,
 )
-from worldserve.model.default.runner import SCENE_SETTLE_FRAMES
 from worldserve.session.plan import (
     ACTION_DIM,
     KEYS,
@@ -113,17 +113,17 @@ def test_the_runner_anchors_on_observations_and_sums_the_shift() -> None:
     obs = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
     runner.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", observation=obs)]))
     s = runner.sessions["s"]
-    assert s.anchor is not None and torch.equal(WorldModel.decode(s.anchor), torch.from_numpy(obs))
+    assert s.ref.anchor is not None and torch.equal(WorldModel.decode(s.ref.anchor), torch.from_numpy(obs))
     for i in range(3):
         _step(runner, "s", i)
-    assert torch.allclose(s.offset, torch.tensor([0.0, -3.0]))
+    assert torch.allclose(s.ref.offset, torch.tensor([0.0, -3.0]))
     _step(runner, "s", 3, key=None)  # still: nothing added
-    assert torch.allclose(s.offset, torch.tensor([0.0, -3.0]))
+    assert torch.allclose(s.ref.offset, torch.tensor([0.0, -3.0]))
     # far enough that under a quarter of the anchor stays in view: the newest frame anchors
     steps = int(np.ceil(31 * (1 - REANCHOR_SHARE))) - 3
     for i in range(steps):
         _step(runner, "s", 4 + i)
-    assert torch.allclose(s.offset, torch.zeros(2)) and torch.equal(s.anchor, s.prev)
+    assert torch.allclose(s.ref.offset, torch.zeros(2)) and torch.equal(s.ref.anchor, s.prev)
 
 
 def test_a_prompt_change_drops_the_anchor_until_the_view_has_recoloured() -> None:
@@ -131,14 +131,14 @@ def test_a_prompt_change_drops_the_anchor_until_the_view_has_recoloured() -> Non
     runner.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x")]))
     s = runner.sessions["s"]
     _step(runner, "s", 0)
-    assert s.anchor is not None  # no observation: the first frame made anchors
+    assert s.ref.anchor is not None  # no observation: the first frame made anchors
     runner.execute(StepPlan(updates=[SessionUpdate("s", scene="y")]))
-    assert s.anchor is None
+    assert s.ref.anchor is None
     for i in range(SCENE_SETTLE_FRAMES - 1):
         _step(runner, "s", 1 + i)
-        assert s.anchor is None
+        assert s.ref.anchor is None
     _step(runner, "s", SCENE_SETTLE_FRAMES)
-    assert s.anchor is not None and torch.equal(s.anchor, s.prev)
+    assert s.ref.anchor is not None and torch.equal(s.ref.anchor, s.prev)
 
 
 def test_a_restore_keeps_the_anchor_and_its_shift() -> None:
@@ -147,27 +147,27 @@ def test_a_restore_keeps_the_anchor_and_its_shift() -> None:
     for i in range(4):
         _step(a, "s", i)
     src = a.sessions["s"]
-    assert src.anchor is not None and not torch.equal(src.anchor, src.prev)  # an older anchor
+    assert src.ref.anchor is not None and not torch.equal(src.ref.anchor, src.prev)  # an older anchor
     b.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", restore=a.export_state("s"))]))
     s = b.sessions["s"]
-    assert s.anchor is not None and torch.equal(s.anchor, src.anchor) and torch.equal(s.prev, src.prev)
-    assert torch.equal(s.offset, src.offset) and (s.anchor_age, s.anchor_wait) == (src.anchor_age, src.anchor_wait)
+    assert s.ref.anchor is not None and torch.equal(s.ref.anchor, src.ref.anchor) and torch.equal(s.prev, src.prev)
+    assert torch.equal(s.ref.offset, src.ref.offset) and (s.ref.age, s.ref.wait) == (src.ref.age, src.ref.wait)
 
 
-def test_a_restore_without_continuation_and_a_bucket_switch_anchor_on_the_newest_frame() -> None:
+def test_a_restore_without_family_state_and_a_bucket_switch_anchor_on_the_newest_frame() -> None:
     a, b = _anchor_runner(), _anchor_runner()
     a.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x")]))
     for i in range(4):
         _step(a, "s", i)
     state = a.export_state("s")
-    state.continuation = None  # as a family that exports none, or an older snapshot
+    state.family_state = {}  # as a family that keeps none
     b.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", restore=state)]))
     s = b.sessions["s"]
-    assert torch.equal(s.anchor, s.prev) and torch.allclose(s.offset, torch.zeros(2))
+    assert torch.equal(s.ref.anchor, s.prev) and torch.allclose(s.ref.offset, torch.zeros(2))
     b.execute(StepPlan(updates=[SessionUpdate("s", bucket=64)]))
-    assert s.anchor is not None and s.anchor.shape[-1] == 64 and torch.equal(s.anchor, s.prev)
+    assert s.ref.anchor is not None and s.ref.anchor.shape[-1] == 64 and torch.equal(s.ref.anchor, s.prev)
     _step(b, "s", 4, bucket=64)
-    assert torch.allclose(s.offset, torch.tensor([0.0, -2.0]))  # twice the pixels at twice the size
+    assert torch.allclose(s.ref.offset, torch.tensor([0.0, -2.0]))  # twice the pixels at twice the size
 
 
 def test_a_batch_of_anchored_sessions_gives_each_what_it_gets_alone() -> None:
@@ -204,7 +204,7 @@ def test_a_bf16_runner_sums_the_shift_in_fp32() -> None:
     for i in range(4):
         _step(runner, "s", i)
     # the first frame made anchors; three more chunks each add a third of a pixel, exactly
-    assert torch.allclose(runner.sessions["s"].offset, torch.tensor([0.0, -1.0]), atol=1e-6)
+    assert torch.allclose(runner.sessions["s"].ref.offset, torch.tensor([0.0, -1.0]), atol=1e-6)
 
 
 def test_an_anchor_older_than_training_showed_gives_way_to_the_newest_frame() -> None:
@@ -214,9 +214,9 @@ def test_an_anchor_older_than_training_showed_gives_way_to_the_newest_frame() ->
     obs = np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)
     runner.execute(StepPlan(new_sessions=[SessionSpec("s", 32, seed=0, scene="x", observation=obs)]))
     s = runner.sessions["s"]
-    first = s.anchor
+    first = s.ref.anchor
     for i in range(REANCHOR_FRAMES - 1):  # standing still: the view never leaves the anchor
         _step(runner, "s", i, key=None)
-    assert torch.equal(s.anchor, first) and s.anchor_age == REANCHOR_FRAMES - 1
+    assert torch.equal(s.ref.anchor, first) and s.ref.age == REANCHOR_FRAMES - 1
     _step(runner, "s", REANCHOR_FRAMES - 1, key=None)
-    assert s.anchor_age == 0 and torch.equal(s.anchor, s.prev)
+    assert s.ref.age == 0 and torch.equal(s.ref.anchor, s.prev)

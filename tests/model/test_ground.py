@@ -123,7 +123,7 @@ def test_memory_stays_bounded_however_far_the_session_goes() -> None:
     runner = _runner()
     runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 4, SCENE)]))
     run_chunks(runner, 0, [key_action(2)] * 150)  # 2 units a frame: 300 units
-    g = runner.sessions["s"].ground
+    g = runner.sessions["s"].ref
     # codes: at most the torus's 256 tiles (128 KB), whatever the session saw is kept
     assert g is not None and 0 < len(g.canvas.tiles) <= g.canvas.max_tiles == (MAP_SIZE // TILE_UNITS) ** 2 == 256
     g.settle()
@@ -163,7 +163,7 @@ def test_a_restored_session_goes_on_with_the_same_ground_and_frames(scene_change
     if scene_change:
         src.execute(StepPlan(updates=[SessionUpdate("s", scene="a snowy village at night")]))
     state = src.export_state("s")
-    assert state.continuation is not None and state.continuation.canvas is not None
+    assert "canvas_codes" in state.family_state
     session = Session.create(SessionConfig(fps=24.0, bucket=BUCKET, steps=2), scene=SCENE)[0]
     restored = restore(snapshot(session, state))[1]
     dst = _runner()
@@ -171,7 +171,7 @@ def test_a_restored_session_goes_on_with_the_same_ground_and_frames(scene_change
     later = [key_action(1)] * 12 + [key_action(2)] * 12
     a, b = run_chunks(src, 30, later), run_chunks(dst, 30, later)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    ga, gb = src.sessions["s"].ground, dst.sessions["s"].ground
+    ga, gb = src.sessions["s"].ref, dst.sessions["s"].ref
     assert ga is not None and gb is not None
     ka, ca = ga.canvas.to_arrays()
     kb, cb = gb.canvas.to_arrays()
@@ -194,8 +194,8 @@ def test_a_session_opened_on_the_start_frame_a_server_made_off_thread_starts_on_
     served.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed, SCENE, observation=first)]))
     a, b = run_chunks(own, 0, path), run_chunks(served, 0, path)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    ka, ca = own.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]
-    kb, cb = served.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]
+    ka, ca = own.sessions["s"].ref.canvas.to_arrays()  # type: ignore[union-attr]
+    kb, cb = served.sessions["s"].ref.canvas.to_arrays()  # type: ignore[union-attr]
     assert np.array_equal(ka, kb) and np.array_equal(ca, cb)
     # any other observation is what the client saw: written as it is, actors and all
     view = start_frame(SCENE, seed, BUCKET)
@@ -203,7 +203,7 @@ def test_a_session_opened_on_the_start_frame_a_server_made_off_thread_starts_on_
     client.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed, SCENE, observation=view.copy())]))
     as_seen = _painter().start(seed, parse_prompt(SCENE))
     _painter().observe(as_seen, view)
-    kc, cc = client.sessions["s"].ground.canvas.to_arrays()  # type: ignore[union-attr]
+    kc, cc = client.sessions["s"].ref.canvas.to_arrays()  # type: ignore[union-attr]
     ks, cs = as_seen.canvas.to_arrays()
     assert np.array_equal(kc, ks) and np.array_equal(cc, cs)
 
@@ -367,6 +367,6 @@ def test_the_runner_releases_a_freed_session_s_ground() -> None:
     runner.ground.release = released.append  # type: ignore[method-assign]
     runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 4, SCENE)]))
     run_chunks(runner, 0, [key_action(2)] * 2)
-    g = runner.sessions["s"].ground
+    g = runner.sessions["s"].ref
     runner.free("s")
     assert released == [g]

@@ -70,14 +70,14 @@ def test_a_restored_session_makes_exactly_the_frames_of_the_undisturbed_one(
     assert all(np.array_equal(a, b) for a, b in zip(undisturbed, migrated, strict=True))
 
 
-def test_without_the_continuation_the_restore_is_only_close() -> None:
+def test_without_the_family_state_the_restore_is_only_close() -> None:
     # what a snapshot without one gives: the cache rebuilt from rounded frames, the anchor on
-    # the newest frame; the continuation is what makes the test above exact
+    # the newest frame; the family state is what makes the test above exact
     src = _runner()
     src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, SEED, SCENE)]))
     _run(src, 0, 6, np.random.default_rng(0))
     state = src.export_state("s")
-    state.continuation = None
+    state.family_state = {}
     dst = _runner()
     dst.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, SEED, SCENE, restore=state)]))
     a = _run(src, 6, 4, np.random.default_rng(2))
@@ -85,7 +85,7 @@ def test_without_the_continuation_the_restore_is_only_close() -> None:
     assert not all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def test_a_continuation_that_does_not_fit_the_model_fails_that_session_only() -> None:
+def test_a_family_state_that_does_not_fit_the_model_fails_that_session_only() -> None:
     src = _runner()
     src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, SEED, SCENE)]))
     _run(src, 0, 3, np.random.default_rng(0))
@@ -94,9 +94,9 @@ def test_a_continuation_that_does_not_fit_the_model_fails_that_session_only() ->
     out = other.execute(StepPlan(new_sessions=[
         SessionSpec("s", BUCKET, SEED, SCENE, restore=state), SessionSpec("t", BUCKET, 1, SCENE),
     ]))
-    assert "keys/values" in out.errors["s"] and "t" not in out.errors
+    assert "default.kv: expected float32" in out.errors["s"] and "t" not in out.errors
     assert "s" not in other.sessions and "t" in other.sessions
     small = make_runner(tiny_config(buckets=(16, 32), base_bucket=16))  # another frame size
-    assert state.continuation is not None and state.continuation.anchor is not None
+    assert "anchor" in state.family_state
     out = small.execute(StepPlan(new_sessions=[SessionSpec("s", 16, SEED, SCENE, restore=state)]))
     assert "s" in out.errors

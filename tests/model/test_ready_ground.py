@@ -12,8 +12,8 @@ import torch
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
 from worldserve.model.default.reference.canvas.canvas import TILE_UNITS
 from worldserve.model.default.reference.canvas.ground import GroundPainter, SessionGround
-from worldserve.model.default.reference.canvas.start_views import StartViews
 from worldserve.model.default.reference.canvas.tile_decode import DecodeCounts
+from worldserve.model.default.reference.start_views import StartViews
 from worldserve.session.plan import SessionSpec, StepPlan
 from worldserve.world import start_frame, start_views
 from worldserve.world.scene import SceneAttrs
@@ -34,7 +34,7 @@ def test_the_model_thread_opens_a_served_session_and_draws_its_first_frame_with_
         run_chunks(runner, 0, [key_action(0)])
         done = painter.decoder.counts.since(before)
         assert (done.inline, done.inline_fills) == (0, 0)  # nothing decoded or filled on this thread
-        g = runner.sessions["s"].ground
+        g = runner.sessions["s"].ref
         assert isinstance(g, SessionGround) and len(g.pixels) >= 4
     finally:
         painter.close()
@@ -56,7 +56,7 @@ def test_a_client_s_start_observation_is_made_ready_off_the_model_thread_to_the_
             frames = run_chunks(runner, 0, path[:1])
             done = painter.decoder.counts.since(before)
             frames += run_chunks(runner, 1, path[1:])
-            g = runner.sessions["s"].ground
+            g = runner.sessions["s"].ref
             assert isinstance(g, SessionGround)
             runs.append((frames, g.canvas.to_arrays(), done.inline + done.inline_fills))
         (plain, canvas_a, _), (made, canvas_b, inline) = runs

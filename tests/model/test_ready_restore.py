@@ -10,9 +10,10 @@ import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
 from worldserve.model.default.reference.canvas.ground import GroundPainter, SessionGround
+from worldserve.model.default.reference.canvas.reference import CanvasReference
 from worldserve.model.default.reference.canvas.restores import ReadyRestores
 from worldserve.model.default.runner import ModelRunner
-from worldserve.session.plan import CanvasState, SessionSpec, StepPlan
+from worldserve.session.plan import SessionSpec, StepPlan
 
 BUCKET = 64
 SCENE = "a grassy village by day"
@@ -30,20 +31,20 @@ def test_a_snapshot_made_ready_off_the_model_thread_restores_with_nothing_decode
         src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, SCENE)]))
         run_chunks(src, 0, [key_action(0)] * 9 + [key_action(3)] * 5)  # off the tile grid, new ground on the way
         state = src.export_state("s")
-        assert state.continuation is not None and state.continuation.canvas is not None
+        assert "canvas_codes" in state.family_state
         later = [key_action(1)] * 3 + [key_action(2)] * 3
         runs = []
         for ready in (False, True):
             dst = runner()
             if ready:
                 dst.ready_restore(state)  # a server's worker thread, before the session is scheduled
-                assert len(dst.restores) == 1
+                assert len(dst.ref.restores) == 1
             before = painter.decoder.counts.copy()
             dst.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, SCENE, restore=state)]))
             first = run_chunks(dst, 14, later[:1])
             done = painter.decoder.counts.since(before)
             runs.append((first + run_chunks(dst, 15, later[1:]), done.inline + done.inline_fills + done.waited))
-            assert len(dst.restores) == 0
+            assert len(dst.ref.restores) == 0
         (plain, inline_plain), (made, inline_made) = runs
         assert inline_plain > 0  # rebuilt there, the model thread decoded the view's tiles itself
         assert inline_made == 0  # nor waited for there
@@ -61,12 +62,11 @@ def test_a_snapshot_restored_under_another_look_is_rebuilt_and_its_ready_canvas_
         state = src.export_state("s")
         dst = make_runner(tiny_config(), ground=painter)
         dst.ready_restore(state)
-        canvas = state.continuation.canvas if state.continuation is not None else None
-        assert canvas is not None
-        made = dst.restores._kept[id(canvas)][1]
+        assert isinstance(dst.ref, CanvasReference)
+        made = dst.ref.restores._kept[id(state.family_state["canvas_codes"])][1]
         other = "a snowy desert at night"  # another look: the ready canvas's codes are not its
         dst.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 3, other, restore=state)]))
-        g = dst.sessions["s"].ground
+        g = dst.sessions["s"].ref
         assert isinstance(g, SessionGround) and g is not made and g.look != made.look
         assert not made.pixels and not made.ahead  # released
     finally:
@@ -77,8 +77,8 @@ def test_ready_restores_keep_the_newest_and_release_the_rest() -> None:
     released: list[str] = []
     kept = ReadyRestores(released.append, keep=2)
 
-    def state() -> CanvasState:
-        return CanvasState(np.zeros((0, 2), np.int32), np.zeros((0, 16, 16), np.uint16), np.zeros(2), 0)
+    def state() -> np.ndarray:  # what a snapshot is found by: its canvas codes array
+        return np.zeros((0, 16, 16), np.uint16)
 
     a, b, c = state(), state(), state()
     kept.put(a, "A")

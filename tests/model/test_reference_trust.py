@@ -59,7 +59,7 @@ def test_a_trusting_compositor_shows_the_canvas_under_it() -> None:
         runner = make_runner(tiny_config(reference_trust=trust), ground=_painter())
         runner.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, SCENE)]))
         frame = run_chunks(runner, 0, [np.zeros((1, ACTION_DIM), np.float32)] * 3)[-1]
-        g = runner.sessions["s"].ground
+        g = runner.sessions["s"].ref
         assert g is not None
         ref = _painter().reference(g, g.position[None], BUCKET)[0, :3]
         return frame, ((ref.permute(1, 2, 0).numpy() + 1) * 127.5).clip(0, 255).astype(np.uint8)

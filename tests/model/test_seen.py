@@ -8,7 +8,6 @@ import functools
 
 import msgpack
 import numpy as np
-import pytest
 import torch
 
 from tests.model.conftest import key_action, make_runner, run_chunks, tiny_config
@@ -17,7 +16,7 @@ from worldserve.model.default.reference.canvas.canvas import TILE_UNITS
 from worldserve.model.default.reference.canvas.ground import GroundPainter
 from worldserve.session.plan import SessionSpec, StepPlan
 from worldserve.session.session import Session, SessionConfig
-from worldserve.session.snapshot import SnapshotError, restore, snapshot
+from worldserve.session.snapshot import restore, snapshot
 from worldserve.world import World
 from worldserve.world.scene import SceneAttrs
 
@@ -127,8 +126,7 @@ def test_a_snapshot_carries_the_seen_pixels_and_the_restored_session_makes_the_s
 
     run_chunks(src, 0, [key_action(1)] * 3)
     state = src.export_state("s")
-    canvas = state.continuation.canvas if state.continuation is not None else None
-    assert canvas is not None and canvas.seen is not None and len(canvas.seen) >= 1
+    assert len(state.family_state["canvas_seen"]) >= 1
     session = Session.create(SessionConfig(fps=24.0, bucket=BUCKET, steps=2), scene=SCENE)[0]
     data = snapshot(session, state)
     restored = restore(data)[1]
@@ -136,13 +134,15 @@ def test_a_snapshot_carries_the_seen_pixels_and_the_restored_session_makes_the_s
     dst.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, state.scene, restore=restored)]))
     a, b = run_chunks(src, 3, [key_action(1)] * 6), run_chunks(dst, 3, [key_action(1)] * 6)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    ga, gb = src.sessions["s"].ground, dst.sessions["s"].ground
+    ga, gb = src.sessions["s"].ref, dst.sessions["s"].ref
     assert ga is not None and gb is not None and ga.seen.keys() == gb.seen.keys()
     assert all(np.array_equal(ga.seen[k], gb.seen[k]) for k in ga.seen)
 
     # a malformed seen layer is refused with a clear error, not taken in
     obj = msgpack.unpackb(data, raw=False)
-    seen = obj["model"]["continuation"]["canvas"]["seen"]
-    seen["pixels"]["shape"] = [seen["pixels"]["shape"][0], 4, 32, 128]
-    with pytest.raises(SnapshotError, match="seen"):
-        restore(msgpack.packb(obj, use_bin_type=True))
+    seen = obj["model"]["family_state"]["canvas_seen"]
+    seen["shape"] = [seen["shape"][0], 4, 32, 128]
+    bad = restore(msgpack.packb(obj, use_bin_type=True))[1]
+    other = make_runner(tiny_config(), ground=_painter())
+    out = other.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, 9, state.scene, restore=bad)]))
+    assert "canvas_seen: expected uint8" in out.errors["s"] and "s" not in other.sessions

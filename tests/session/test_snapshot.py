@@ -11,7 +11,7 @@ import pytest
 
 from tests.session.fakes import FakeClock, action, applied, model_state
 from worldserve.session.errors import SnapshotError
-from worldserve.session.plan import ActionTrace, ModelState
+from worldserve.session.plan import ModelState
 from worldserve.session.session import Session, SessionConfig, SessionStatus
 from worldserve.session.snapshot import FORMAT, MAX_FRAMES, VERSION, restore, snapshot
 from worldserve.session.store import SessionStore
@@ -50,7 +50,7 @@ def test_round_trip_is_exact() -> None:
     state = model_state(bucket=8, frames=5, scene="desert")
     clock = FakeClock(50.0)
     data = snapshot(session, state)
-    assert unpack(data)["version"] == VERSION == 5 and "controls" not in unpack(data)["session"]
+    assert unpack(data)["version"] == VERSION == 6 and "controls" not in unpack(data)["session"]
     restored, model = restore(data, clock=clock)
 
     assert restored.id == session.id and restored.token_hash == session.token_hash
@@ -190,29 +190,23 @@ def test_malformed_field_is_a_snapshot_error_naming_it(edit: Any, needle: str) -
         restore(data)
 
 
-def trace() -> ActionTrace:
-    keyboard = np.eye(4, dtype=np.float32)[[0, 1, 1, 3, 2]]
-    mouse = np.linspace(-0.5, 0.5, 10, dtype=np.float32).reshape(5, 2)
-    return ActionTrace(keyboard=keyboard, mouse=mouse, first=3, anchor_frame=2)
-
-
 def test_a_snapshot_without_the_optional_model_fields_restores_the_same_state() -> None:
     session, token = busy_session()
     state = model_state(bucket=8, frames=5, scene="desert")
     doc = unpack(snapshot(session, state))
-    assert {doc["model"].pop(k) for k in ("latents", "continuation", "actions")} == {None}
+    assert doc["model"].pop("latents") is None
     restored, model = restore(msgpack.packb(doc, use_bin_type=True), clock=FakeClock(50.0))
     assert restored.id == session.id and restored.check_token(token)
     assert np.array_equal(model.frames, state.frames) and model.frame_index == state.frame_index
-    assert model.continuation is None and model.actions is None
+    assert model.family_state == {} and model.latents is None
 
 
-@pytest.mark.parametrize("version", [1, 4, 6])
+@pytest.mark.parametrize("version", [1, 5, 7])
 def test_a_snapshot_of_another_version_is_refused_naming_the_one_read(version: int) -> None:
     session, _ = busy_session()
     doc = unpack(snapshot(session, model_state(bucket=8, frames=5)))
     doc["version"] = version
-    with pytest.raises(SnapshotError, match=f"unsupported version {version}; this worker reads 5"):
+    with pytest.raises(SnapshotError, match=f"unsupported version {version}; this worker reads 6"):
         restore(msgpack.packb(doc, use_bin_type=True))
 
 

@@ -113,12 +113,12 @@ def test_the_snapshot_carries_the_actions_and_the_anchors_frame(weights: Path) -
     sent = [actions(src, b, np.random.default_rng(b)) for b in (2, 3)]
     for b, a in zip((2, 3), sent, strict=True):
         assert not src.execute(StepPlan(batches=[Batch(BUCKET, 3, [ChunkWork("s", b, a)])])).errors
-    trace = through_snapshot(src.export_state("s")).actions
-    assert trace is not None and trace.anchor_frame == 4 and trace.first == 0
+    trace = through_snapshot(src.export_state("s")).family_state
+    assert int(trace["action_anchor_frame"]) == 4 and int(trace["action_first"]) == 0
     # model frames 0..3 since the anchor: pixel frames 0..12, the newest 13 rows of the two blocks
     forward = np.concatenate(sent)[-13:, :4]
-    np.testing.assert_array_equal(trace.keyboard, forward)
-    np.testing.assert_allclose(trace.mouse, np.concatenate(sent)[-13:, [5, 4]] * [-0.1, 0.1], rtol=1e-6)
+    np.testing.assert_array_equal(trace["action_keyboard"], forward)
+    np.testing.assert_allclose(trace["action_mouse"], np.concatenate(sent)[-13:, [5, 4]] * [-0.1, 0.1], rtol=1e-6)
 
 
 def test_past_the_kept_latents_the_replay_is_exact_once_it_spans_the_caches_depth(weights: Path) -> None:
@@ -147,7 +147,7 @@ def test_a_replay_shorter_than_the_depth_is_close_and_closes_in(weights: Path) -
 def test_without_the_action_trace_the_restore_goes_another_way(weights: Path) -> None:
     # an older worker's snapshot: the window re-cached with nothing held, from frame 0
     def drop(state: ModelState) -> None:
-        state.actions = None
+        state.family_state = {}
 
     (want, _), (got, _) = migrate(runner(weights), runner(weights), 4, 4, state_edit=drop)
     diff = [float(np.abs(a.astype(int) - b).mean()) for a, b in zip(want, got, strict=True)]
@@ -160,15 +160,14 @@ def test_an_action_trace_that_does_not_fit_fails_that_session_only(weights: Path
     run(src, range(3), np.random.default_rng(0))
     dst = runner(weights)
     short = src.export_state("s")
-    assert short.actions is not None
-    short.actions.keyboard, short.actions.mouse = short.actions.keyboard[1:], short.actions.mouse[1:]
+    fs = short.family_state
+    fs["action_keyboard"], fs["action_mouse"] = fs["action_keyboard"][1:], fs["action_mouse"][1:]
     wide = src.export_state("s")
-    assert wide.actions is not None
-    wide.actions.keyboard = np.zeros((len(wide.actions.keyboard), 7), np.float32)
+    wide.family_state["action_keyboard"] = np.zeros((len(wide.family_state["action_keyboard"]), 7), np.float32)
     out = dst.execute(StepPlan(new_sessions=[
         SessionSpec("short", BUCKET, SEED, "", restore=short), SessionSpec("wide", BUCKET, SEED, "", restore=wide),
         SessionSpec("fresh", BUCKET, SEED, ""),
     ]))
     assert "cover pixel frames 0..19" in out.errors["short"] and "made 21" in out.errors["short"]
-    assert "universal variant takes (N, 4)" in out.errors["wide"]
+    assert "matrix_game.action_keyboard: expected float32 (N, 4)" in out.errors["wide"]
     assert "fresh" not in out.errors and set(dst.sessions) == {"fresh"}

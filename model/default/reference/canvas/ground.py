@@ -82,6 +82,7 @@ from worldserve.model.default.reference.canvas.quilt import (
     look_key,
     similarity,
 )
+from worldserve.model.default.reference.canvas.state import CanvasState
 from worldserve.model.default.reference.canvas.tile_decode import (
     BLEND,
     MARGIN,
@@ -95,7 +96,6 @@ from worldserve.model.default.reference.canvas.tokenizer import (
     GroundTokenizer,
     load_tokenizer,
 )
-from worldserve.session.plan import CanvasState
 from worldserve.world.scene import SceneAttrs, parse_prompt
 
 VIEW_UNITS = TILE_UNITS  # world units a view covers at every bucket

@@ -17,23 +17,21 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from worldserve.session.plan import CanvasState
-
 KEEP = 8  # canvases kept for snapshots not restored yet (a canvas holds ~1 MB of decoded tiles)
 
 
 class ReadyRestores:
-    """Canvases made ahead for snapshots, found again by the snapshot's ``CanvasState``
-    object itself (the one the restore receives); the oldest past ``keep``, and any taken for
-    another look, are handed to ``release``."""
+    """Canvases made ahead for snapshots, found again by an object of the snapshot itself
+    (its codes array, the one the restore receives); the oldest past ``keep``, and any taken
+    for another look, are handed to ``release``."""
 
     def __init__(self, release: Callable[[Any], None], keep: int = KEEP) -> None:
         self._release = release
         self.keep = keep
-        self._kept: OrderedDict[int, tuple[CanvasState, Any]] = OrderedDict()  # by id, the state held: its id not reused
+        self._kept: OrderedDict[int, tuple[object, Any]] = OrderedDict()  # by id, the state held: its id not reused
         self._lock = threading.Lock()
 
-    def put(self, state: CanvasState, ground: Any) -> None:
+    def put(self, state: object, ground: Any) -> None:
         with self._lock:
             old = self._kept.pop(id(state), None)
             self._kept[id(state)] = (state, ground)
@@ -43,7 +41,7 @@ class ReadyRestores:
         for g in dropped:
             self._release(g)
 
-    def take(self, state: CanvasState, fits: Callable[[Any], bool]) -> Any | None:
+    def take(self, state: object, fits: Callable[[Any], bool]) -> Any | None:
         """The canvas made for ``state`` where ``fits`` it (forgotten then), else None."""
         with self._lock:
             kept = self._kept.pop(id(state), None)
