@@ -56,7 +56,7 @@ class LoadOptions:
     cpu_trace: bool = True  # on the CPU, chunks as TorchScript traces (model/default/chunk_graph.py)
     canvas: bool = False  # the default model's world canvas (model/default/reference/canvas/ground.py)
     canvas_decode: str = "auto"  # where its tiles decode ahead: auto, between or beside chunks (tile_decode.py)
-    canvas_trust: float = 4.0  # on the canvas, the model's reference_trust (model/default/reference/canvas/ground.py TRUST)
+    canvas_trust: float = 4.0  # on the canvas, the reference_trust (model/default/reference/canvas/ground.py TRUST)
     canvas_sharpen: float = 1.0  # on the canvas, the unsharp mask on its decoded tiles (tile_decode.py SHARPEN)
     trace_cache: bool = False  # keep recorded traces between starts (model/default/trace_cache.py)
     trace_cache_dir: Path | None = None  # where; None: $XDG_CACHE_HOME/worldserve/traces

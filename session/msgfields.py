@@ -140,7 +140,8 @@ class Fields:
         if len(shape_list) != ndim or not all(
             isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_INT for n in shape_list
         ):
-            raise SnapshotError(f"{m.path}.shape: expected {ndim if len(ranks) == 1 else f'at most {ranks[-1]}'} non-negative ints")
+            count = ndim if len(ranks) == 1 else f"at most {ranks[-1]}"
+            raise SnapshotError(f"{m.path}.shape: expected {count} non-negative ints")
         shape = tuple(n for n in shape_list if isinstance(n, int))
         data = m._d["data"]
         if not isinstance(data, bytes):

@@ -489,7 +489,8 @@ class Scheduler:
                 continue
             s = rec.ladder.settings
             key = (s.bucket, s.steps)
-            if rec.clock.display(rec.display_slot) - self.options.margin < now + self.cost.predict(s.bucket, s.steps, 1):
+            alone = self.cost.predict(s.bucket, s.steps, 1)
+            if rec.clock.display(rec.display_slot) - self.options.margin < now + alone:
                 counts[key] = counts.get(key, 0) + 1
         return {
             key: self.cost.predict(key[0], key[1], min(n, self._max_batch)) for key, n in counts.items()

@@ -24,8 +24,9 @@ with.
 development formats no release wrote; they are not read.
 
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES``
-(``session/msgfields.py``, stored little-endian). ``restore`` validates everything (format, version, exact key sets, types,
-ranges, dtype and shape against the byte length, ``max_bytes`` and ``max_frames``) and
+(``session/msgfields.py``, stored little-endian). ``restore`` validates everything (format,
+version, exact key sets, types, ranges, dtype and shape against the byte length, ``max_bytes``
+and ``max_frames``) and
 raises ``SnapshotError`` on anything malformed, never another exception. No pickle.
 
 Decisions:

@@ -373,7 +373,8 @@ class CausalWanModel(nn.Module):
         cfg = self.cfg
         ids = [int(i) for i in frame_ids]
         if latents.dim() != 4 or latents.shape[1] != len(ids) or not ids or ids != list(range(ids[0], ids[-1] + 1)):
-            raise ValueError(f"slot {slot}: latents {tuple(latents.shape)} and frame ids {ids} are not N consecutive frames")
+            raise ValueError(
+                f"slot {slot}: latents {tuple(latents.shape)} and frame ids {ids} are not N consecutive frames")
         if keep_sinks == (ids[0] == 0) and cfg.sink_frames:
             raise ValueError(f"slot {slot}: frames from {ids[0]} with keep_sinks={keep_sinks}")
         scratch = WanKVCache.create(cfg.with_recipe(window_frames=max(len(ids), cfg.chunk_frames)), cache.height,

@@ -50,7 +50,8 @@ class ActionConfig:
                 raise ValueError(f"ActionConfig.{name} must be >= 1, got {getattr(self, name)!r}")
         if not self.enable_keyboard:
             raise ValueError("ActionConfig.enable_keyboard is False: every Matrix-Game variant takes the keyboard")
-        for name, width in (("keyboard_hidden_dim", self.keyboard_hidden_dim), ("mouse_hidden_dim", self.mouse_hidden_dim)):
+        widths = (("keyboard_hidden_dim", self.keyboard_hidden_dim), ("mouse_hidden_dim", self.mouse_hidden_dim))
+        for name, width in widths:
             if (name == "keyboard_hidden_dim" or self.enable_mouse) and width % self.heads_num:
                 raise ValueError(f"ActionConfig.{name} {width!r} is not divisible by heads_num {self.heads_num!r}")
         if self.enable_mouse and min(self.mouse_dim_in, self.mouse_hidden_dim) < 1:
@@ -123,7 +124,8 @@ class WanConfig:
         if self.head_dim % 2:
             raise ValueError(f"WanConfig head_dim {self.head_dim!r} (dim / num_heads) must be even for RoPE")
         if min(self.rope_pairs) < 1:
-            raise ValueError(f"WanConfig head_dim {self.head_dim!r} is too small to split RoPE over frames, height, width")
+            raise ValueError(
+                f"WanConfig head_dim {self.head_dim!r} is too small to split RoPE over frames, height, width")
         if self.freq_dim % 2:
             raise ValueError(f"WanConfig.freq_dim must be even, got {self.freq_dim!r}")
         if len(self.patch_size) != 3 or min(self.patch_size) < 1:
@@ -139,7 +141,8 @@ class WanConfig:
             )
         if self.action_config is not None:
             if self.model_type != "i2v":
-                raise ValueError("WanConfig.action_config is set on a t2v model; action modules are Matrix-Game's (i2v)")
+                raise ValueError(
+                    "WanConfig.action_config is set on a t2v model; action modules are Matrix-Game's (i2v)")
             a = self.action_config
             if a.img_hidden_size != self.dim or any(not 0 <= b < self.num_layers for b in a.blocks):
                 raise ValueError(f"ActionConfig img_hidden_size {a.img_hidden_size!r} / blocks {a.blocks!r} do not "
@@ -160,7 +163,8 @@ class WanConfig:
                     f"WanConfig.timesteps {self.timesteps!r}: {t!r} is outside (0, {self.num_train_timesteps}]"
                 )
         if not 0 <= self.commit_timestep < self.num_train_timesteps:
-            raise ValueError(f"WanConfig.commit_timestep {self.commit_timestep!r} is outside [0, {self.num_train_timesteps})")
+            raise ValueError(
+                f"WanConfig.commit_timestep {self.commit_timestep!r} is outside [0, {self.num_train_timesteps})")
         if self.shift <= 0:
             raise ValueError(f"WanConfig.shift must be > 0, got {self.shift!r}")
 
@@ -234,12 +238,13 @@ class WanConfig:
         """Matrix-Game 2.0 as its authors publish it: Wan2.1-1.3B (from SkyReels-V2-I2V-1.3B) with
         36 input channels, cross-attention over CLIP image tokens, action modules in blocks
         0-14, and the variant's recipe (model/wan/recipes.py: chunks of 3 latent frames, no sinks,
-        1000, 666, 333 warped with shift 5; templerun 1000, 750, 500, 250). ``variant``: "universal" (keyboard W/S/A/D + mouse), "gta_drive" (W/S + mouse),
-        "templerun" (7 one-hot keys, no mouse)."""
+        1000, 666, 333 warped with shift 5; templerun 1000, 750, 500, 250). ``variant``: "universal"
+        (keyboard W/S/A/D + mouse), "gta_drive" (W/S + mouse), "templerun" (7 one-hot keys, no mouse)."""
         try:
             keyboard, mouse = MATRIX_GAME_VARIANTS[variant]
         except KeyError:
-            raise ValueError(f"unknown Matrix-Game variant {variant!r}; known: {', '.join(MATRIX_GAME_VARIANTS)}") from None
+            known = ", ".join(MATRIX_GAME_VARIANTS)
+            raise ValueError(f"unknown Matrix-Game variant {variant!r}; known: {known}") from None
         base: dict[str, Any] = dict(
             model_type="i2v", in_dim=36, **recipes.get("matrix-game-2-" + variant.replace("_", "-")).config_fields(),
             action_config=ActionConfig(keyboard_dim_in=keyboard, enable_mouse=mouse),

@@ -118,4 +118,5 @@ def run(src: Path, dst: Path, *, recipe: str | None = None, lora: Path | None = 
     r = get(recipe) if recipe else None
     if r is not None and r.lora is not None and lora is None:
         raise ValueError(f"recipe {r.name} merges its LoRA ({r.lora.name}, {r.lora.where()}): pass --lora")
-    return convert(src, dst, key=r.checkpoint_key if r else None, lora=lora, lora_alpha=r.lora_alpha if r and r.lora else None)
+    alpha = r.lora_alpha if r and r.lora else None
+    return convert(src, dst, key=r.checkpoint_key if r else None, lora=lora, lora_alpha=alpha)

@@ -86,7 +86,8 @@ def find_files(root: str | Path, *, image: bool = False, recipe: Recipe | None =
     ``image``: Matrix-Game's parts (the CLIP image encoder) instead of the text encoder's."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"--weights {root} is not a directory (wan-causal reads a directory; see docs/models.md)")
+        raise FileNotFoundError(
+            f"--weights {root} is not a directory (wan-causal reads a directory; see docs/model-families.md)")
     if recipe is not None and not (root / TRANSFORMER_DIR).is_dir():
         return _published(root, recipe, image)
     tdir = root / TRANSFORMER_DIR
@@ -155,7 +156,8 @@ def _tokenizer(tok: Path) -> None:
     if not (tok / "tokenizer_config.json").is_file():
         raise FileNotFoundError(f"{tok / 'tokenizer_config.json'} does not exist (the text encoder's tokenizer)")
     if not any((tok / f).is_file() for f in ("tokenizer.json", "spiece.model")):
-        raise FileNotFoundError(f"{tok / 'tokenizer.json'} (or spiece.model) does not exist (the tokenizer's vocabulary)")
+        raise FileNotFoundError(
+            f"{tok / 'tokenizer.json'} (or spiece.model) does not exist (the tokenizer's vocabulary)")
 
 
 def _first(what: Published, candidates: list[Path], recipe: Recipe, role: str = "") -> Path:
@@ -180,8 +182,8 @@ def _published(root: Path, recipe: Recipe, image: bool) -> WanFiles:
     checkpoint = _first(ck, [root / ck.path, root / ck.name], recipe, "the distilled transformer")
     lora = None
     if recipe.lora is not None:
-        lora = _first(recipe.lora, [root / recipe.lora.path, root / recipe.lora.name, checkpoint.parent / recipe.lora.name],
-                      recipe, "LongLive's LoRA: its base alone is not the model LongLive serves")
+        places = [root / recipe.lora.path, root / recipe.lora.name, checkpoint.parent / recipe.lora.name]
+        lora = _first(recipe.lora, places, recipe, "LongLive's LoRA: its base alone is not the model LongLive serves")
     config = next((c for c in (checkpoint.parent / CONFIG_FILE,) if c.is_file()), None)
     if image:
         vae = _first(Published(VAE_PTH_FILE, ck.repo, ck.command), [root / VAE_PTH_FILE], recipe, "the Wan2.1 VAE")
@@ -199,7 +201,10 @@ def _published(root: Path, recipe: Recipe, image: bool) -> WanFiles:
     if folder is None:
         raise _missing(Published(f"{bb.path}/{VAE_PTH_FILE}", bb.repo, bb.command),
                        [d / VAE_PTH_FILE for d in folders], recipe, f"the Wan2.1 VAE, in the {bb.name} folder")
-    part = lambda name, role: _first(Published(f"{bb.path}/{name}", bb.repo, bb.command), [folder / name], recipe, role)  # noqa: E731
+
+    def part(name: str, role: str) -> Path:
+        return _first(Published(f"{bb.path}/{name}", bb.repo, bb.command), [folder / name], recipe, role)
+
     enc = part(UMT5_PTH_FILE, "the UMT5 text encoder")
     tok = part(UMT5_TOKENIZER_DIR, "the text encoder's tokenizer")
     _tokenizer(tok)
@@ -285,8 +290,9 @@ def check_image_layout(root: str | Path, recipe: Recipe | None = None) -> tuple[
     assert recipe.variant is not None
     cfg, served = build_config(files.config, recipe, WanConfig.matrix_game_2(recipe.variant))
     if cfg.model_type != "i2v" or cfg.action_config is None:
-        raise ValueError(f"{files.config}: model_type is {cfg.model_type!r} with action_config "
-                         f"{'set' if cfg.action_config else 'absent'}; Matrix-Game's config is i2v with an action_config")
+        actions = "set" if cfg.action_config else "absent"
+        raise ValueError(f"{files.config}: model_type is {cfg.model_type!r} with action_config {actions}; "
+                         "Matrix-Game's config is i2v with an action_config")
     if files.vae.is_dir():
         vae = _json(files.vae / CONFIG_FILE)
         _expect(files.vae / CONFIG_FILE, "z_dim", vae.get("z_dim"), cfg.out_dim, f"out_dim of {files.config}")

@@ -111,7 +111,8 @@ class MatrixGameRunner(WanRunner):
         if a is None or model.cfg.model_type != "i2v":
             raise ValueError("MatrixGameRunner serves an i2v model with action modules (action_config)")
         if clip.dim != model.cfg.image_dim:
-            raise ValueError(f"the CLIP encoder's width {clip.dim} is not the transformer's image_dim {model.cfg.image_dim}")
+            raise ValueError(
+                f"the CLIP encoder's width {clip.dim} is not the transformer's image_dim {model.cfg.image_dim}")
         super().__init__(model, decoder, None, sizes=sizes, max_sessions=max_sessions, dtype=dtype, device=device,
                          decoder_context=decoder_context, served=served, overlap=overlap)
         self.clip = clip
@@ -362,7 +363,8 @@ def fit_rows(actions: np.ndarray, count: int) -> np.ndarray:
     actions = np.asarray(actions, np.float32)
     if len(actions) >= count:
         return actions[len(actions) - count:]
-    pad = np.repeat(actions[-1:] if len(actions) else np.zeros((1, actions.shape[1]), np.float32), count - len(actions), 0)
+    last = actions[-1:] if len(actions) else np.zeros((1, actions.shape[1]), np.float32)
+    pad = np.repeat(last, count - len(actions), 0)
     return np.concatenate((actions, pad))
 
 

@@ -102,7 +102,9 @@ class Recipe:
         return out
 
 
-def _mg(variant: str, path: str, steps: tuple[float, ...], window: int, yaml: str, refused: str | None = None) -> Recipe:
+def _mg(
+    variant: str, path: str, steps: tuple[float, ...], window: int, yaml: str, refused: str | None = None,
+) -> Recipe:
     return Recipe(
         name=f"matrix-game-2-{variant}", family="matrix-game-2", variant=variant.replace("-", "_"),
         source=f"SkyworkAI/Matrix-Game, Matrix-Game-2/configs/inference_yaml/{yaml} and "
@@ -117,7 +119,8 @@ def _mg(variant: str, path: str, steps: tuple[float, ...], window: int, yaml: st
 _SF_DOWNLOAD = "huggingface-cli download gdhe17/Self-Forcing checkpoints/self_forcing_dmd.pt --local-dir ."
 _WAN = Published("wan_models/Wan2.1-T2V-1.3B", WAN_T2V_1_3B,
                  "huggingface-cli download Wan-AI/Wan2.1-T2V-1.3B --local-dir wan_models/Wan2.1-T2V-1.3B")
-_LONGLIVE = "huggingface-cli download Efficient-Large-Model/LongLive-1.3B --include 'models/*' --local-dir longlive_models"
+_LONGLIVE = ("huggingface-cli download Efficient-Large-Model/LongLive-1.3B --include 'models/*' "
+             "--local-dir longlive_models")
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe(
@@ -133,7 +136,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         timesteps=(1000.0, 757.0, 522.0), warp_timesteps=False, shift=8.0, chunk_frames=3, sink_frames=0,
         window_frames=18,
         checkpoint=Published("autoregressive_checkpoint/model.pt", "tianweiy/CausVid",
-                             "huggingface-cli download tianweiy/CausVid autoregressive_checkpoint/model.pt --local-dir ."),
+                             "huggingface-cli download tianweiy/CausVid autoregressive_checkpoint/model.pt "
+                             "--local-dir ."),
         checkpoint_key="generator", backbone=_WAN,
     ),
     Recipe(
@@ -141,7 +145,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         source="NVlabs/LongLive v1.0, configs/longlive_inference.yaml and longlive_interactive_inference.yaml",
         timesteps=(1000.0, 750.0, 500.0, 250.0), warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=3,
         window_frames=6,
-        checkpoint=Published("longlive_models/models/longlive_base.pt", "Efficient-Large-Model/LongLive-1.3B", _LONGLIVE),
+        checkpoint=Published("longlive_models/models/longlive_base.pt", "Efficient-Large-Model/LongLive-1.3B",
+                             _LONGLIVE),
         checkpoint_key="generator",
         lora=Published("longlive_models/models/lora.pt", "Efficient-Large-Model/LongLive-1.3B", _LONGLIVE),
         lora_rank=256, lora_alpha=256.0, prompt_switch="longlive", backbone=_WAN,

@@ -242,9 +242,8 @@ class WanRunner:
     @property
     def capabilities(self) -> Capabilities:
         """Frames per block and size, what it takes, and the recipe served, as /v1/load shows it."""
-        return Capabilities(first_chunk_frames=self.first_chunk_frames, frame_sizes={b: self._size(b) for b in self.buckets},
-                            controls=self.controls, dtype=str(self.dtype).removeprefix("torch."),
-                            recipe=self.served.describe(self.cfg))
+        return Capabilities(self.first_chunk_frames, {b: self._size(b) for b in self.buckets}, self.controls,
+                            dtype=str(self.dtype).removeprefix("torch."), recipe=self.served.describe(self.cfg))
 
     def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
         return size  # batches run as they are; nothing is readied ahead (below)
@@ -403,7 +402,8 @@ class WanRunner:
         want = (cfg.out_dim, h // VAE_SCALE, w // VAE_SCALE)
         lat = st.latents
         if lat.ndim != 4 or lat.shape[1:] != want or lat.dtype != np.float32:
-            raise ValueError(f"snapshot latents {lat.shape} {lat.dtype}, expected (N, {', '.join(map(str, want))}) float32")
+            shape = ", ".join(map(str, want))
+            raise ValueError(f"snapshot latents {lat.shape} {lat.dtype}, expected (N, {shape}) float32")
         n, sinks = lat.shape[0], st.sink_count
         want_sinks = min(cfg.sink_frames, st.frame_index)
         if sinks != want_sinks or n - sinks > st.frame_index - sinks or n - sinks < min(
@@ -438,7 +438,9 @@ class WanRunner:
         slot = self.pools[bucket].allocate()
         self.pools[s.bucket].release(s.slot)
         size = (h // VAE_SCALE, w // VAE_SCALE)
-        resize = lambda x: F.interpolate(x[None].float(), size=size, mode="bilinear", align_corners=False)[0].to(x.dtype)  # noqa: E731
+        def resize(x: torch.Tensor) -> torch.Tensor:
+            return F.interpolate(x[None].float(), size=size, mode="bilinear", align_corners=False)[0].to(x.dtype)
+
         s.sinks = [resize(x) for x in s.sinks]
         s.recent = deque((resize(x) for x in s.recent), maxlen=self.decoder_context)
         s.bucket, s.slot = bucket, slot

@@ -115,7 +115,8 @@ def load_vae(
     if path.is_dir():
         for name in (VAE_CONFIG_FILE, VAE_WEIGHTS_FILE):
             if not (path / name).is_file():
-                raise FileNotFoundError(f"VAE directory {path} has no {name} (expected a diffusers AutoencoderKLWan folder)")
+                raise FileNotFoundError(
+                    f"VAE directory {path} has no {name} (expected a diffusers AutoencoderKLWan folder)")
         vae = AutoencoderKLWan.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
     elif path.suffix in (".pth", ".pt"):
         if not path.is_file():
@@ -250,7 +251,8 @@ class StreamingDecoder:
         first = streams[0].latent_frames == 0
         pieces = []
         for i in range(n):
-            pieces.append(self.vae.decoder(x[:, :, i : i + 1], feat_cache=cache, feat_idx=[0], first_chunk=first and i == 0))
+            one = x[:, :, i : i + 1]
+            pieces.append(self.vae.decoder(one, feat_cache=cache, feat_idx=[0], first_chunk=first and i == 0))
         video = torch.cat(pieces, dim=2).clamp_(-1.0, 1.0)  # (b, 3, F', H, W)
         for s, c in zip(streams, _unstack(cache, b), strict=True):
             s.feat_cache[:] = c

@@ -287,5 +287,6 @@ def convert(src: str | Path, dst: str | Path, *, key: str | None = None, lora: s
     if dst.suffix != ".safetensors":
         raise WeightsError(f"convert writes safetensors: {dst} should end in .safetensors")
     dst.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(dst), metadata={"format": "pt", "source": Path(src).name})
+    tensors = {k: v.contiguous() for k, v in state.items()}
+    save_file(tensors, str(dst), metadata={"format": "pt", "source": Path(src).name})
     return dst
