@@ -179,7 +179,7 @@ class LocalCluster:
     def worker_argv(self, i: int) -> list[str]:
         port = self.ports[i]
         argv = [
-            sys.executable, "-m", "worldserve.server.cli", "serve", "--port", str(port),
+            sys.executable, "-m", "worldserve.cli", "serve", "--port", str(port),
             "--directory-url", self.directory_url, "--directory-prefix", self.prefix,
             "--advertise", f"http://127.0.0.1:{port}", "--worker-id", self.worker_id(i),
             "--admin-key", ADMIN_KEY, "--threads", "1", "--buckets", "64",
@@ -207,7 +207,7 @@ class LocalCluster:
         for i in range(self.workers):
             self.procs.append(Proc.spawn(self.worker_id(i), self.worker_argv(i), self.log_dir, env))
         self.router = Proc.spawn("router", [
-            sys.executable, "-m", "worldserve.server.cli", "router", "--port", str(self.router_port),
+            sys.executable, "-m", "worldserve.cli", "router", "--port", str(self.router_port),
             "--directory-url", self.directory_url, "--directory-prefix", self.prefix,
             "--threshold", str(self.router_threshold),
         ], self.log_dir, env)

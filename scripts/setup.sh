@@ -27,7 +27,7 @@ fi
 # mypy cannot follow setuptools' editable import hook: it reads the `worldserve` namespace
 # from these links instead (pyproject.toml's mypy_path).
 mkdir -p "$ROOT/.venv/typecheck/worldserve"
-for pkg in protocol session server model clients bench training world; do
+for pkg in cli protocol session server model clients bench training world; do
     ln -sfn "$ROOT/$pkg" "$ROOT/.venv/typecheck/worldserve/$pkg"
 done
 export ROOT PY

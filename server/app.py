@@ -11,9 +11,10 @@ lifecycle:
   runs; on exit stop the service, the engine and the model thread.
 - ``on_shutdown``: end every session (clients get ``ended: shutdown``) and close every
   registered connection (``CLOSABLES``: WebSockets and WebRTC peers).
-- ``cleanup_ctx``: the ``WorkerAgent`` (server/cluster/agent.py) registers the worker in the
-  session directory (Redis with ``directory_url``, else an in-memory one), heartbeats,
-  checkpoints and drains; it leaves the directory on exit.
+- ``cleanup_ctx``: the cluster's agent, given as ``agent`` (server/cluster/worker.py gives the
+  ``WorkerAgent``), registers the worker in the session directory, heartbeats, checkpoints
+  and drains; it leaves the directory on exit. The core names nothing of server/cluster/:
+  it declares what it calls (``Agent`` in server/keys.py, ``Remote`` in server/remote.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from contextlib import suppress
 from aiohttp import web
 
 from worldserve.protocol import CloseCode
-from worldserve.server.cluster.agent import WorkerAgent
-from worldserve.server.cluster.directory import Directory, open_directory
 from worldserve.server.engine import model_executor
 from worldserve.server.http_api import add_routes
 from worldserve.server.keys import (
@@ -41,6 +40,7 @@ from worldserve.server.keys import (
     RUNNER_FACTORY,
     SERVICE,
     SETTINGS,
+    AgentFactory,
     Closable,
     RunnerFactory,
 )
@@ -80,22 +80,18 @@ def create_app(
     settings: Settings,
     *,
     runner_factory: RunnerFactory | None = None,
-    directory: Directory | None = None,
+    agent: AgentFactory | None = None,
 ) -> web.Application:
-    """The worker app. ``directory`` overrides the one ``settings.directory_url`` names
-    (tests share one ``MemoryDirectory`` between in-process workers)."""
+    """The worker app; ``agent`` makes this worker's agent in the cluster (without one there
+    is no directory and no drain: ``/admin/drain`` answers 404)."""
     app = web.Application()
     metrics = Metrics()
     app[SETTINGS] = settings
     app[METRICS] = metrics
     codecs = app[CODECS] = CodecPool()
     service = app[SERVICE] = Service(settings, metrics, codecs=codecs)
-    shared = directory is not None or settings.directory_url is not None
-    if directory is None:
-        directory = open_directory(settings.directory_url, prefix=settings.directory_prefix,
-                                   orphan_ttl_s=settings.orphan_ttl_s,
-                                   handover_ttl_s=settings.handover_ttl_s)
-    app[AGENT] = WorkerAgent(settings, service, metrics, directory, shared=shared)
+    if agent is not None:
+        app[AGENT] = agent(settings, service, metrics)
     app[CLOSABLES] = set[Closable]()
     app[RUNNER_FACTORY] = runner_factory or load_model_runner
     app.router.add_get("/v1/ws", websocket_handler)
@@ -103,7 +99,8 @@ def create_app(
     setup_rtc(app, settings.rtc)  # WebRTC offers and the browser client (server/rtc/)
     app.cleanup_ctx.append(_codecs_ctx)  # first in, last out: it outlives every connection
     app.cleanup_ctx.append(_model_ctx)
-    app.cleanup_ctx.append(_agent_ctx)
+    if agent is not None:
+        app.cleanup_ctx.append(_agent_ctx)
     app.on_shutdown.append(_close_connections)
     return app
 

@@ -9,7 +9,8 @@ drain flag (no new sessions or resumes while handing sessions over).
 from __future__ import annotations
 
 from worldserve.server.engine import Engine
-from worldserve.server.live import NotReady, Phase, Remote
+from worldserve.server.live import NotReady, Phase
+from worldserve.server.remote import Remote
 
 
 class Gate:

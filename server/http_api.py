@@ -102,7 +102,12 @@ async def drain(request: web.Request) -> web.Response:
     refusal = _admin_refusal(request)
     if refusal is not None:
         return refusal
-    agent = request.app[AGENT]
+    agent = request.app.get(AGENT)
+    if agent is None:
+        return web.json_response(
+            {"error": "not_found", "message": "this server has no drain (built without an agent)"},
+            status=404,
+        )
     agent.begin_drain()
     sessions = len(request.app[SERVICE].sessions())
     return web.json_response(

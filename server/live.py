@@ -12,16 +12,13 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from worldserve.protocol import Ended, ErrorCode, Resumed, ServerMessage, Start, Started
 from worldserve.server.engine import Suspension
 from worldserve.server.limits import TokenBucket
-
-if TYPE_CHECKING:
-    from worldserve.session.handoff import Handoff
 from worldserve.session.admission import Admission
 from worldserve.session.degrade import Rung
 from worldserve.session.errors import AtCapacity, SessionError
@@ -61,49 +58,6 @@ class BlockUnavailable(SessionError):
             f"cannot resume session {session_id!r} at block {got}: blocks {oldest}..{next_block} "
             f"can be sent next (or 0 for a new epoch)"
         )
-
-
-class PlacementRequired(Exception):
-    """Multi-worker mode: a ``start`` without a reservation this worker holds."""
-
-    code = ErrorCode.PLACEMENT_REQUIRED
-
-
-class SessionMoved(SessionError):
-    """A resume at a worker that does not hold the session: ask the router where it is."""
-
-    code = ErrorCode.SESSION_MOVED
-
-    def __init__(self, session_id: str, worker_id: str) -> None:
-        self.session_id = session_id
-        super().__init__(
-            f"session {session_id!r} is on worker {worker_id!r}, not this one: ask the "
-            f"router (POST /v1/resume) where to resume it"
-        )
-
-
-class Remote(Protocol):
-    """The shared session directory as the service sees it (server/cluster/agent.py's
-    ``WorkerAgent``); absent in the embedded single-worker mode."""
-
-    def unhealthy(self) -> str | None:
-        """Why new sessions cannot be taken now (e.g. the directory is down), or None."""
-        ...
-
-    async def admit(self, reservation: str | None) -> None:
-        """Check a ``start``'s reservation; raises PlacementRequired or DirectoryError."""
-        ...
-
-    async def fetch(self, session_id: str) -> Handoff | None:
-        """The handoff of a session placed on this worker (None: no record at all);
-        raises SessionMoved, SessionStateMissing (no snapshot) or DirectoryError."""
-        ...
-
-    def opened(self, session_id: str, epoch: int) -> None: ...
-
-    def resumed(self, session_id: str, epoch: int, next_block: int) -> None: ...
-
-    def ended(self, session_id: str, reason: str) -> None: ...
 
 
 class ModelFull(AtCapacity):
@@ -200,6 +154,13 @@ class Live:
     @property
     def pull(self) -> bool:
         return self.request.mode == "pull"
+
+    def with_restored(self, susp: Suspension) -> Suspension:
+        """``susp`` with the state the session was resumed from, if it was not reopened in the
+        runner since (that state still holds)."""
+        if susp.state is None and self.restored is not None and self.restored[0] == susp.next_block:
+            return replace(susp, state=self.restored[1])
+        return susp
 
     def unbind(self) -> None:
         """Its transport is gone: forget the peer, stop sending, drop a pending action."""

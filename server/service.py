@@ -35,12 +35,12 @@ another connection holds the session takes it over (the old one is told ``replac
   pull-mode ``block``).
 - ``EngineEvents`` (server/engine_events.py): the engine's callbacks (chunks to the peer,
   scheduler events, step metrics).
-- ``Migration`` (server/cluster/migration.py): scale-out (DESIGN.md §7): checkpoints, hand-offs,
-  ``migrated`` and the adoption of another worker's handoff on resume; the directory side
-  lives in server/cluster/agent.py, reached through ``remote``.
 
 ``Service`` itself keeps the session lifecycle (start, open, resume, detach, close, new
-epochs) and the methods the transports, the app and the cluster agent call.
+epochs) and the methods the transports, the app and the cluster agent call. Scale-out
+(DESIGN.md §7: checkpoints, hand-offs, adopting another worker's handoff on resume) is the
+cluster's (server/cluster/): it works on these parts and is reached through ``remote``
+(server/remote.py).
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ from worldserve.protocol import (
     Started,
 )
 from worldserve.server.admit import Admissions
-from worldserve.server.cluster.migration import Migration
 from worldserve.server.engine import Engine, Suspension
 from worldserve.server.engine_events import EngineEvents
 from worldserve.server.gate import Gate
@@ -80,12 +79,11 @@ from worldserve.server.live import (
     NotReady,
     Peer,
     Phase,
-    PlacementRequired,
-    Remote,
     Shape,
 )
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
+from worldserve.server.remote import PlacementRequired, Remote
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
 from worldserve.session.costmodel import CostModel
@@ -133,7 +131,6 @@ class Service:
         self.admit = admit = Admissions(settings, table, shape)
         self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, admit.new_epoch)
         self.events = EngineEvents(metrics, clock, table, shape, gate)
-        self.migration = Migration(settings, metrics, clock, table, shape, gate)
         self._reaper: asyncio.Task[None] | None = None
         metrics.track_sessions(table.counts)
 
@@ -332,7 +329,8 @@ class Service:
         """Re-attach a detached session at the client's next block (see the docstring)."""
         self.gate.require_admitting(0.5)  # draining: the router knows where sessions go next
         sid = msg.session_id
-        await self.migration.adopt_from_directory(msg)
+        if self.remote is not None:  # a session placed here from another worker: adopted first
+            await self.remote.adopt(msg)
         live = self._checked(sid, msg)
         if live.peer is not None and live.peer is not peer:  # take over from a stale connection
             old = live.peer
@@ -439,7 +437,7 @@ class Service:
         finally:
             live.suspending = None
             fut.set_result(None)
-        live.suspension = susp = Migration.with_restored(live, susp)  # never reopened: the old state holds
+        live.suspension = susp = live.with_restored(susp)  # never reopened: the old state holds
         live.level, live.settings = susp.level, susp.settings
         log.info("session detached", extra={"sid": sid, "next_block": susp.next_block})
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from worldserve.server.cluster.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S
+from worldserve.server.remote import HANDOVER_TTL_S, ORPHAN_TTL_S
 from worldserve.session.admission import AdmissionOptions
 from worldserve.session.options import SchedulerOptions
 

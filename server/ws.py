@@ -58,12 +58,12 @@ from worldserve.protocol import (
     error_from,
 )
 from worldserve.server.auth import authorized
-from worldserve.server.cluster.directory import DirectoryUnavailable
 from worldserve.server.dispatch import Inbound, dispatch
 from worldserve.server.encode import FrameEncoder, make_encoder
-from worldserve.server.live import Chunk, NotReady, PlacementRequired
+from worldserve.server.live import Chunk, NotReady
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
+from worldserve.server.remote import DirectoryUnavailable, PlacementRequired
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
 from worldserve.session.errors import AtCapacity, BadToken, SessionError

@@ -18,7 +18,7 @@
 - Embedded mode (no URL): a ``MemoryDirectory`` no one else reads; sessions start
   without a reservation, there are no checkpoints, and a drain ends the sessions.
 - Drain (SIGTERM or ``POST /admin/drain``): stop admitting, then for each session:
-  suspend it at a block boundary (``Service.hand_off``, server/cluster/migration.py), place it on
+  suspend it at a block boundary (``Migration.hand_off``, server/cluster/migration.py), place it on
   another worker (``place_session``), write the handoff, mark it ``migrating`` (it holds
   the target's slot for ``handover_ttl_s`` at most, until its client resumes there) and
   send its client ``migrate`` with the target's URL. With no worker free the client is told to ask the
@@ -41,7 +41,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from worldserve.protocol import Migrate
+from worldserve.protocol import Migrate, Resume
 from worldserve.server.cluster.directory import (
     Directory,
     DirectoryError,
@@ -54,8 +54,9 @@ from worldserve.server.cluster.directory import (
     WorkerInfo,
     WorkerState,
 )
-from worldserve.server.live import PlacementRequired, SessionMoved
+from worldserve.server.cluster.migration import Migration
 from worldserve.server.metrics import Metrics
+from worldserve.server.remote import PlacementRequired, SessionMoved
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
 from worldserve.session.errors import SessionStateMissing
@@ -96,6 +97,8 @@ class WorkerAgent:
         self.metrics = metrics
         self.directory = directory
         self.shared = shared
+        # checkpoints, hand-offs and adoption, on the service's parts
+        self.migration = Migration(settings, metrics, service.clock, service.table, service.shape, service.gate)
         self.address = settings.advertise or f"http://{settings.host}:{settings.port}"
         self.worker_id = settings.worker_id or _worker_id(self.address)
         self.drained = asyncio.Event()  # set once a drain has handed over or ended everything
@@ -181,6 +184,14 @@ class WorkerAgent:
             log.warning("unusable handoff in the directory: %s", exc, extra={"sid": session_id})
             raise SessionStateMissing(session_id) from exc
 
+    async def adopt(self, msg: Resume) -> None:
+        sid = msg.session_id
+        if sid in self.service.table:
+            return
+        handoff = await self.fetch(sid)
+        if handoff is not None and sid not in self.service.table:
+            self.migration.adopt(handoff, msg)
+
     def opened(self, session_id: str, epoch: int) -> None:
         self._spawn(self._record(session_id, epoch, 0), session_id)
 
@@ -243,7 +254,7 @@ class WorkerAgent:
     async def _migrate(self, sid: str) -> None:
         """Hand one session over; errors are logged and the drain loop tries again."""
         try:
-            handoff = await self.service.migration.hand_off(sid)
+            handoff = await self.migration.hand_off(sid)
             if handoff is None:
                 return
             if not self.shared:  # nobody else can take it
@@ -264,7 +275,7 @@ class WorkerAgent:
             record = SessionRecord(sid, holder, handoff.epoch, handoff.next_block, SessionState.MIGRATING)
             await self._call(self.directory.update_session(record))
             url = ws_url(target.address) if target is not None else ""
-            self.service.migration.migrated(sid, Migrate(sid, url, handoff.next_block, holder if target else "", retry_after))
+            self.migration.migrated(sid, Migrate(sid, url, handoff.next_block, holder if target else "", retry_after))
             log.info("session handed over", extra={"sid": sid, "target": holder if target else "",
                                                    "next_block": handoff.next_block})
         except asyncio.CancelledError:
@@ -311,7 +322,7 @@ class WorkerAgent:
             while True:
                 await asyncio.sleep(self.settings.snapshot_interval_s)
                 sids = self.service.sessions()
-                handoffs = await asyncio.gather(*(self.service.migration.checkpoint(sid) for sid in sids),
+                handoffs = await asyncio.gather(*(self.migration.checkpoint(sid) for sid in sids),
                                                 return_exceptions=True)
                 for h in handoffs:
                     if isinstance(h, Handoff):

@@ -2,7 +2,8 @@
 
 The worker-side half of scale-out that works on the service's sessions; the directory
 side (registration, placement, the drain loop, writing handoffs) lives in
-server/cluster/agent.py and reaches the service through ``Service.remote`` (the ``Gate``'s).
+server/cluster/agent.py, whose ``WorkerAgent`` holds this ``Migration`` and is the service's
+``Remote`` (server/remote.py).
 
 - ``checkpoint`` packages a running session for crash recovery: ``Engine.export`` reads
   its model state between two steps and the session goes on.
@@ -15,8 +16,8 @@ server/cluster/agent.py and reaches the service through ``Service.remote`` (the 
   that a resume point the handoff cannot serve continues with an honest gap
   (``resumed.gap_blocks``) instead of failing.
 
-``Migration`` is one of the parts ``Service`` (server/service.py) is made of: it works on
-the worker's ``Sessions`` and reaches the engine and the directory through the ``Gate``.
+``Migration`` works on the parts ``Service`` (server/service.py) is made of: the worker's
+``Sessions``, the ``Shape`` and the engine through the ``Gate``. The ``WorkerAgent`` holds it.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Migration:
             return None
         if self.sessions.get(sid) is not live or live.handing_off:
             return None
-        return self._package(live, self.with_restored(live, susp), "checkpoint", 0)
+        return self._package(live, live.with_restored(susp), "checkpoint", 0)
 
     async def hand_off(self, sid: str) -> Handoff | None:
         """Stop generating the session at a block boundary and package it, with its last
@@ -107,7 +108,7 @@ class Migration:
                     fut.set_result(None)
             if self.sessions.get(sid) is not live:
                 return None
-            live.suspension = self.with_restored(live, susp)
+            live.suspension = live.with_restored(susp)
             live.level, live.settings = susp.level, susp.settings
         live.handing_off = True
         return self._package(live, live.suspension, "migration", self.settings.migrate_replay_blocks)
@@ -121,25 +122,6 @@ class Migration:
             live.peer.send(msg)
         self.metrics.migrations.labels("handed_off").inc()
         self.sessions.close(sid, "migrated")
-
-    async def adopt_from_directory(self, msg: Resume) -> None:
-        """Before a resume: a session this worker does not hold but the directory placed
-        here is adopted from its handoff (nothing happens in the embedded mode, or when
-        the directory has no record of it; ``Remote.fetch`` raises the other cases)."""
-        sid = msg.session_id
-        remote = self.gate.remote
-        if remote is None or sid in self.sessions:
-            return
-        handoff = await remote.fetch(sid)
-        if handoff is not None and sid not in self.sessions:
-            self._adopt(handoff, msg)
-
-    @staticmethod
-    def with_restored(live: Live, susp: Suspension) -> Suspension:
-        """A session resumed from a state and not reopened in the runner yet still has it."""
-        if susp.state is None and live.restored is not None and live.restored[0] == susp.next_block:
-            return replace(susp, state=live.restored[1])
-        return susp
 
     def _package(self, live: Live, susp: Suspension, kind: Kind, replay: int) -> Handoff:
         session = self.sessions.store.peek(live.sid)
@@ -171,8 +153,9 @@ class Migration:
         first = self.shape.block_start(next_block)
         return Presentation(first, live.presentation.at(first, 1e6 / live.settings.fps))
 
-    def _adopt(self, h: Handoff, msg: Resume) -> None:
-        """Install another worker's handoff as a DETACHED session with its suspension."""
+    def adopt(self, h: Handoff, msg: Resume) -> None:
+        """Install another worker's handoff as a DETACHED session with its suspension, before
+        ``msg`` resumes it (``WorkerAgent.adopt`` fetches the handoff from the directory)."""
         sid = msg.session_id
         try:
             session, state = h.restore(self.clock)

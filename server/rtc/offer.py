@@ -72,9 +72,8 @@ from worldserve.protocol import (
     from_wire,
 )
 from worldserve.server.auth import authorized
-from worldserve.server.cluster.directory import DirectoryUnavailable
 from worldserve.server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
-from worldserve.server.live import PlacementRequired
+from worldserve.server.remote import DirectoryUnavailable, PlacementRequired
 from worldserve.server.rtc.encoder import (
     BitratePolicy,
     LatencyEncoder,

@@ -22,7 +22,7 @@ from tests.polling import until
 from tests.rtc.harness import model_settings, serve_rtc
 from tests.server.test_e2e_model import smallest_bucket
 from worldserve.bench._rtc_client import RtcClient
-from worldserve.server.keys import SERVICE
+from worldserve.server.keys import AGENT, SERVICE
 from worldserve.server.rtc import RtcSettings
 from worldserve.server.rtc.keys import RTC_PEERS
 
@@ -234,7 +234,7 @@ async def test_a_migrate_moves_the_page_to_the_other_worker() -> None:
         await page.wait_for_function("window.worldserve.framesShown > 0", timeout=20000)
         sid = (await page.evaluate(STATE))["session"]["id"]
         ws_b = url_b.replace("http", "ws", 1) + "/v1/ws"
-        a[SERVICE].migration.migrated(sid, Migrate(sid, ws_b, 1, "b"))
+        a[AGENT].migration.migrated(sid, Migrate(sid, ws_b, 1, "b"))
         await until(lambda: len(b[SERVICE].store) == 1, 20)
         shown = (await page.evaluate(STATE))["framesShown"]
         await page.wait_for_function(f"window.worldserve.framesShown > {shown + 5}", timeout=20000)

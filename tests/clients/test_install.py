@@ -29,7 +29,7 @@ SERVER_ONLY = ("torch", "aiortc", "aioice", "av", "redis", "uvloop", "prometheus
                "safetensors", "worldserve.server", "worldserve.session", "worldserve.model",
                "worldserve.training", "worldserve.world")
 # Generic names an install must not claim: everything lives under `worldserve`.
-GENERIC = ("server", "session", "model", "clients", "protocol", "bench", "training", "world")
+GENERIC = ("cli", "server", "session", "model", "clients", "protocol", "bench", "training", "world")
 # pip's words for an index it cannot reach.
 NO_INDEX = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
             "No matching distribution found", "Could not find a version")
@@ -106,7 +106,7 @@ def test_fresh_venv_installs_the_client_alone_and_steers_a_server(tmp_path: Path
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "worldserve.server.cli", "serve", "--port", str(port), "--capacity", "2",
+            [sys.executable, "-m", "worldserve.cli", "serve", "--port", str(port), "--capacity", "2",
              "--warmup-batch-sizes", "1", "--warmup-steps", "4"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from worldserve.cli.serve import serve_parser, settings_from
 from worldserve.model.registry import DEFAULT, LoadOptions, check, load, names
-from worldserve.server.cli import serve_parser, settings_from
 from worldserve.server.settings import Settings
 
 
@@ -55,7 +55,7 @@ def test_missing_weights_are_errors_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_serve_stops_at_startup_naming_the_missing_file(tmp_path: Path) -> None:
-    from worldserve.server.cli import main
+    from worldserve.cli.main import main
 
     with pytest.raises(SystemExit, match=f"worldserve serve: .*{tmp_path / 'transformer' / 'config.json'}"):
         main(["serve", "--model", "wan-causal", "--weights", str(tmp_path), "--port", "0"])

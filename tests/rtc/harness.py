@@ -14,7 +14,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.server.harness import TEST_SETTINGS, fake_factory
-from worldserve.server.app import create_app, load_model_runner
+from worldserve.server.app import load_model_runner
+from worldserve.server.cluster.worker import create_worker
 from worldserve.server.keys import SERVICE
 from worldserve.server.rtc import RtcSettings, setup_rtc
 from worldserve.server.rtc.keys import RTC_SETTINGS
@@ -30,7 +31,7 @@ def rss_bytes() -> int:
 
 
 def with_rtc(app: web.Application, rtc: RtcSettings) -> None:
-    """WebRTC on ``app`` with ``rtc`` (whether or not create_app already set it up)."""
+    """WebRTC on ``app`` with ``rtc`` (whether or not create_worker already set it up)."""
     if RTC_SETTINGS in app:
         app[RTC_SETTINGS] = rtc
     else:
@@ -49,7 +50,7 @@ async def serve_rtc(
     """(app, base URL) of a ready server."""
     if overrides:
         settings = replace(settings, **overrides)  # type: ignore[arg-type]
-    app = create_app(settings, runner_factory=runner_factory or fake_factory())
+    app = create_worker(settings, runner_factory=runner_factory or fake_factory())
     with_rtc(app, rtc or RtcSettings())
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()

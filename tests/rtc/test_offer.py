@@ -24,7 +24,7 @@ from worldserve.protocol import (
     Started,
     Status,
 )
-from worldserve.server.keys import SERVICE
+from worldserve.server.keys import AGENT, SERVICE
 from worldserve.server.rtc import RtcSettings
 from worldserve.server.rtc.keys import RTC_PEERS
 
@@ -358,7 +358,7 @@ async def test_a_migrate_goes_out_on_control_before_ended() -> None:
             answer = await c.connect(start=START)
             sid = answer["session"]["session_id"]
             await c.next_frame()
-            app[SERVICE].migration.migrated(sid, Migrate(sid, "ws://10.0.0.2:8000/v1/ws", 42, "w2"))
+            app[AGENT].migration.migrated(sid, Migrate(sid, "ws://10.0.0.2:8000/v1/ws", 42, "w2"))
             migrate, _ = await c.message(Migrate)
             assert isinstance(migrate, Migrate) and migrate.block_idx == 42
             ended, _ = await c.message(Ended)

@@ -15,9 +15,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.server.harness import TEST_SETTINGS, fake_factory
-from worldserve.server.app import create_app
 from worldserve.server.cluster.directory import Directory, MemoryDirectory
 from worldserve.server.cluster.router import RouterSettings, create_router
+from worldserve.server.cluster.worker import create_worker
 from worldserve.server.keys import AGENT, SERVICE
 from worldserve.server.settings import Settings
 from worldserve.session.plan import Runner
@@ -97,8 +97,8 @@ async def cluster(
     try:
         for i in range(n):
             port = free_port()
-            app = create_app(worker_settings(i, port, **overrides), runner_factory=runner_factory or fake_factory(),
-                             directory=make())
+            app = create_worker(worker_settings(i, port, **overrides), runner_factory=runner_factory or fake_factory(),
+                                directory=make())
             server = TestServer(app, host="127.0.0.1", port=port)
             await server.start_server()
             apps.append(app)

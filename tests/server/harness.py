@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from worldserve.protocol import ClientMessage, Frame, ServerMessage, decode_server
-from worldserve.server.app import create_app
+from worldserve.server.cluster.worker import create_worker
 from worldserve.server.keys import SERVICE
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
@@ -73,7 +73,7 @@ async def serve(
 ) -> AsyncIterator[Served]:
     if overrides:
         settings = replace(settings, **overrides)  # type: ignore[arg-type]
-    app = create_app(settings, runner_factory=runner_factory or fake_factory())
+    app = create_worker(settings, runner_factory=runner_factory or fake_factory())
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     http = aiohttp.ClientSession()

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from worldserve.server import cli
+from worldserve.cli.main import main as cli_main
+from worldserve.cli.router import router_parser
+from worldserve.cli.serve import serve_parser
 from worldserve.server.cluster.router import RouterSettings
 from worldserve.server.flags import PREFIX, Option, build, options, show
 from worldserve.server.settings import IceServer, RtcSettings, Settings
@@ -16,7 +18,7 @@ from worldserve.server.settings import IceServer, RtcSettings, Settings
 
 def serve_args(*argv: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="worldserve serve")
-    cli.serve_parser(ap)
+    serve_parser(ap)
     return ap.parse_args(argv)
 
 
@@ -34,7 +36,7 @@ def test_every_setting_has_one_flag_and_one_variable_of_its_own_name(cls: type) 
         assert len(o.help) > 10, o.flag
     assert len({o.flag for o in opts}) == len(opts) == len({o.env for o in opts})
     ap = argparse.ArgumentParser(prog="worldserve", formatter_class=argparse.RawTextHelpFormatter)
-    (cli.serve_parser if cls is Settings else cli.router_parser)(ap)
+    (serve_parser if cls is Settings else router_parser)(ap)
     text = ap.format_help()
     for o in opts:
         assert o.flag in text and o.env in text
@@ -112,4 +114,4 @@ def test_a_value_the_settings_refuse_says_where_it_came_from() -> None:
         build(Settings, serve_args("--canvas-sharpen", "-0.5"), {})
     assert build(Settings, serve_args("--canvas-sharpen", "0"), {}).canvas_sharpen == 0.0
     with pytest.raises(SystemExit, match=r"worldserve serve: bad setting: capacity 0"):
-        cli.main(["serve", "--capacity", "0"])
+        cli_main(["serve", "--capacity", "0"])

@@ -7,6 +7,7 @@ import aiohttp
 
 from tests.server.harness import frames, recv, recv_type, send, serve
 from worldserve.protocol import Ack, Block, Frame, Prompt, Start, Started, decode_server
+from worldserve.server.keys import AGENT
 
 
 async def quiet(ws: aiohttp.ClientWebSocketResponse, seconds: float = 0.3) -> list[object]:
@@ -31,7 +32,7 @@ async def test_pull_requests_and_prompts_during_a_hand_off_are_accepted_quietly(
         sid = started.session_id
         await send(ws, Block(1))
         assert [f.block_idx for f in await frames(ws, 2)] == [0, 1]
-        handoff = await s.service.migration.hand_off(sid)  # out of the engine; the client still attached
+        handoff = await s.app[AGENT].migration.hand_off(sid)  # out of the engine; the client still attached
         assert handoff is not None and handoff.next_block == 2
         assert sid not in s.service.engine.scheduler  # type: ignore[union-attr]
         await send(ws, Block(2))

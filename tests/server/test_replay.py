@@ -16,8 +16,8 @@ import pytest
 
 from tests.server.harness import frames, recv, recv_type, send
 from tests.server.test_e2e_model import image, model_server, smallest_bucket
+from worldserve.cli.main import main as cli_main
 from worldserve.protocol import Ack, Action, Frame, Image, Observation, Prompt, Start, Started
-from worldserve.server.cli import main as cli_main
 from worldserve.session import logfile
 from worldserve.session.eventlog import ActionEvent, ObservationEvent, SceneEvent
 

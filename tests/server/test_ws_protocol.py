@@ -457,9 +457,9 @@ async def test_readyz_is_503_while_the_model_warms_up() -> None:
     from aiohttp.test_utils import TestServer
 
     from tests.server.harness import TEST_SETTINGS
-    from worldserve.server.app import create_app
+    from worldserve.server.cluster.worker import create_worker
 
-    app = create_app(TEST_SETTINGS, runner_factory=slow_factory)  # type: ignore[arg-type]
+    app = create_worker(TEST_SETTINGS, runner_factory=slow_factory)  # type: ignore[arg-type]
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:

@@ -5,11 +5,7 @@ is shared through Redis. See ``base`` for the contract both keep.
 """
 
 from worldserve.server.cluster.directory.base import (
-    HANDOVER_TTL_S,
-    ORPHAN_TTL_S,
     Directory,
-    DirectoryError,
-    DirectoryUnavailable,
     NoWorkerAvailable,
     SessionRecord,
     SessionState,
@@ -20,6 +16,12 @@ from worldserve.server.cluster.directory.base import (
 )
 from worldserve.server.cluster.directory.factory import open_directory
 from worldserve.server.cluster.directory.memory import MemoryDirectory
+from worldserve.server.remote import (
+    HANDOVER_TTL_S,
+    ORPHAN_TTL_S,
+    DirectoryError,
+    DirectoryUnavailable,
+)
 
 __all__ = [
     "HANDOVER_TTL_S",

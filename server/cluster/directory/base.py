@@ -28,6 +28,9 @@ Rules both keep:
   ``update_session`` to active or migrating while its worker is registered, keeps it
   again. Active and migrating records on registered workers do not lapse (a handover that
   ran out is orphaned first): ``release_session`` removes them.
+- The errors' base ``DirectoryError``, ``DirectoryUnavailable`` and the default TTLs
+  (``ORPHAN_TTL_S``, ``HANDOVER_TTL_S``) live in server/remote.py: the worker's core answers
+  and configures them without naming the cluster.
 - Times are the directory's clock readings (wall clock by default: records are read on
   other machines). TTLs are counted by the backing store: by that clock in memory, by Redis
   itself in Redis.
@@ -39,23 +42,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, Protocol
+from typing import Protocol
+
+from worldserve.server.remote import DirectoryError
 
 Clock = Callable[[], float]
 
 MAX_ID_CHARS = 128
-
-# Seconds an orphaned session record is kept. An orphan is only resumable while its last
-# checkpoint lasts (the workers' ``snapshot_ttl_s``, 600 s by default), so this outlives
-# it with room to spare.
-ORPHAN_TTL_S = 1800.0
-
-# Seconds a handed-over (``migrating``) session holds its slot on the target worker before
-# its client resumes there. The client is, meanwhile, detached: this is the workers'
-# default ``detached_ttl_s``, the time a worker keeps a detached session of its own. A
-# client that follows ``migrate`` at once resumes well within it.
-HANDOVER_TTL_S = 30.0
-
 
 class WorkerState(StrEnum):
     STARTING = "starting"  # registered, still loading: gets no sessions
@@ -104,22 +97,6 @@ class SessionRecord:
         SessionState(self.state)
         _check_count("epoch", self.epoch)
         _check_count("block_idx", self.block_idx)
-
-
-class DirectoryError(Exception):
-    """Base of the directory's errors; ``code`` is stable and goes on the wire."""
-
-    code: ClassVar[str] = "directory_error"
-
-
-class DirectoryUnavailable(DirectoryError):
-    """The backing store cannot be reached or answered wrongly: refuse, never guess."""
-
-    code = "directory_unavailable"
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(f"session directory unavailable: {reason}")
 
 
 class NoWorkerAvailable(DirectoryError):

@@ -5,7 +5,7 @@ and ``unix://`` give a ``RedisDirectory``. Opening does not connect: the first o
 does, and raises ``DirectoryUnavailable`` if it cannot. ``orphan_ttl_s``: how long the
 record of a session whose worker is gone is kept; ``handover_ttl_s``: how long a
 handed-over session holds its target's slot before its client resumes there
-(server/cluster/directory/base.py).
+(server/remote.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from urllib.parse import urlsplit
 
-from worldserve.server.cluster.directory.base import HANDOVER_TTL_S, ORPHAN_TTL_S, Clock, Directory
+from worldserve.server.cluster.directory.base import Clock, Directory
 from worldserve.server.cluster.directory.memory import MemoryDirectory
+from worldserve.server.remote import HANDOVER_TTL_S, ORPHAN_TTL_S
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 

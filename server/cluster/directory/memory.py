@@ -13,8 +13,6 @@ import dataclasses
 import time
 
 from worldserve.server.cluster.directory.base import (
-    HANDOVER_TTL_S,
-    ORPHAN_TTL_S,
     Clock,
     NoWorkerAvailable,
     SessionRecord,
@@ -27,6 +25,7 @@ from worldserve.server.cluster.directory.base import (
     check_threshold,
     check_ttl,
 )
+from worldserve.server.remote import HANDOVER_TTL_S, ORPHAN_TTL_S
 
 _HOLDS_SLOT = (SessionState.ACTIVE, SessionState.MIGRATING)
 

@@ -39,10 +39,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from worldserve.server.cluster.directory.base import (
-    HANDOVER_TTL_S,
-    ORPHAN_TTL_S,
     Clock,
-    DirectoryUnavailable,
     NoWorkerAvailable,
     SessionRecord,
     SessionState,
@@ -54,6 +51,7 @@ from worldserve.server.cluster.directory.base import (
     check_threshold,
     check_ttl,
 )
+from worldserve.server.remote import HANDOVER_TTL_S, ORPHAN_TTL_S, DirectoryUnavailable
 
 T = TypeVar("T")
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from worldserve.cli.main import main as cli_main
 from worldserve.model.wan.clip import (
     CLIP_HEADS,
     CLIP_MEAN,
@@ -32,7 +33,6 @@ from worldserve.model.wan.clip import (
     load_authors_clip,
 )
 from worldserve.model.wan.layout import CLIP_PTH_FILE
-from worldserve.server.cli import main as cli_main
 
 if importlib.util.find_spec("open_clip") is None:
     pytest.skip("open-clip-torch (test dependency) not installed", allow_module_level=True)

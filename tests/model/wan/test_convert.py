@@ -12,6 +12,7 @@ import torch
 
 from tests.model.wan.tiny import build_tiny_checkpoint, tiny_config
 from tests.model.wan.tiny_text import build_tiny_tokenizer
+from worldserve.cli.main import main as cli_main
 from worldserve.model.wan import recipes
 from worldserve.model.wan.convert import convert_umt5, load_umt5, umt5_config
 from worldserve.model.wan.layout import (
@@ -22,7 +23,6 @@ from worldserve.model.wan.layout import (
 )
 from worldserve.model.wan.text import PromptEncoder
 from worldserve.model.wan.weights import load_model
-from worldserve.server.cli import main as cli_main
 
 t5 = pytest.importorskip("models.wan.wan_base.modules.t5", reason="streamdiffusionv2 (test dependency) not installed")
 

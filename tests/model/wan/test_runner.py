@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
+from worldserve.cli.main import main as cli_main
 from worldserve.model.registry import LoadOptions, check, load
 from worldserve.model.wan.runner import WanRunner
-from worldserve.server.cli import main as cli_main
 from worldserve.session.options import RunnerInfo
 from worldserve.session.plan import (
     ACTION_DIM,

@@ -1,0 +1,5 @@
+"""``python -m worldserve.cli``: the ``worldserve`` command."""
+
+from worldserve.cli.main import main
+
+main()
