@@ -21,7 +21,7 @@ action blocks, S slots, P cache positions, T tokens a frame) use the self-attent
 positions and host-side cursors (``model/wan/cache.py``) and are written by the same commit
 pass: one slot, one set of cursors, three sets of buffers. Keys are stored after their RMS
 norm and before RoPE; RoPE turns the first ``mouse_qk_dim_list[0] / 2`` pairs of a head by the
-frame's position (base 256) when a chunk reads them, from the rank positions of the cache.
+frame's position (base 256) when a chunk reads them, from the positions of the cache.
 
 Submodule names are the authors' keys (``blocks.N.action_model.keyboard_embed.0.weight``, ...).
 Their per-head RMS norms (``key_attn_q_norm`` ...) normalise without applying their weight, as
@@ -206,7 +206,7 @@ class ActionKVCache:
             raise ValueError(f"mouse windows {got}, expected {(*want, a.mouse_dim_in)}")
         dev = self.keyboard_k.device
         own_cos, own_sin = action_rotation(a, ctx.rope_positions, dev)
-        cache_cos, cache_sin = action_rotation(a, ctx.cache_ranks, dev)
+        cache_cos, cache_sin = action_rotation(a, ctx.cache_positions, dev)
         mask = None
         if not ctx.cache_valid.all():
             full = np.concatenate((ctx.cache_valid, np.ones((b, f), dtype=bool)), 1)

@@ -9,22 +9,24 @@ Buffer layout of one slot, by frame position (each position holds T = tokens_per
     k, v:     (L, S, (s+K)*T, H, D)    L layers, S slots, H heads, D head dim
     latents:  (S, s+K, C, h, w)        the clean latent frame behind each position (C = out_dim)
 
-A chunk sees the sinks, the window and itself. Keys are stored after ``norm_k`` and rotated in
-space (height, width) only: those angles belong to the token and never change. The time
-rotation is applied when a chunk reads the cache, from positions the host computes.
+A chunk sees the sinks, the window and itself. Keys are stored after ``norm_k``, rotated in
+space (height, width): those angles belong to the token and never change. Their time rotation
+depends on the position scheme (``cfg.positions``), each one an authors' attention module:
 
-Positions (the time axis of RoPE). Let the held frames, oldest first, be the sinks then the
-window; a held frame's position is its rank in that list, and the chunk's frames follow at
-ranks M, M+1, ... (M = frames held). So positions are bounded by s + K + chunk, forever.
+- ``absolute`` (LongLive's and Self-Forcing's ``causal_model.py``): a frame's position is its
+  epoch index, so its keys are rotated in time when written, and read as stored. The sinks stay
+  at 0 .. s-1 while the chunk sits at n, n+1, ... Positions grow without bound: the authors'
+  table of 1,024 positions ends at latent frame 1,023 (4,093 pixel frames, 4 min 16 s at 16 fps),
+  where their code stops and this one goes on.
+- ``rank`` (LongLive's ``causal_model_infinity.py``; the house's default): the held frames,
+  oldest first, sit at their rank in the list sinks then window, and the chunk's frames follow at
+  M, M+1, ... (M = frames held); keys are rotated in time when a chunk reads them. Positions stay
+  below s + K + chunk for ever.
 
-- Until the window first rolls, the held frames are 0 .. n-1, so the rank is the frame's own
-  index: exactly the absolute positions the authors' caches use (checked against their code).
-- Without sinks, ranks are absolute positions shifted by a constant, and RoPE only sees
-  differences: exactly the authors' rolling attention, for ever.
-- With sinks, once the window has rolled, the sinks sit just before the oldest window frame
-  (Rolling Forcing's choice), where the authors' absolute scheme keeps them at 0 .. s-1 while
-  the chunk's position grows: its distance to the sinks leaves the range the model was trained
-  on (and Wan's 1,024-entry table) after a few minutes. Rank positions never do.
+The two agree until the window first rolls (the held frames are 0 .. n-1 then), and without
+sinks for ever (ranks are absolute positions less a constant, and RoPE sees differences only).
+With sinks, once the window has rolled, they differ: every frame from latent frame s + K + chunk
+on (12 for LongLive).
 
 The cursors (``frame_at``: which epoch frame each position holds, -1 when empty;
 ``next_frame``) are host-side numpy, so building a chunk's context never reads a tensor back.
@@ -56,11 +58,12 @@ class WanChunkContext:
     num_frames: int  # latent frames in each chunk (all rows alike)
     slot_index: torch.Tensor  # (B,) long, slots on the cache's device
     used: int  # cached tokens read: positions 0 .. used/T - 1 hold every row's frames
-    cache_ranks: np.ndarray  # (B, used/T) RoPE time position of each cached frame position (0 where empty)
+    cache_positions: np.ndarray  # (B, used/T) RoPE time position of each cached frame position (0 where empty)
     cache_valid: np.ndarray  # (B, used/T) bool, the position holds a frame
-    rope_positions: np.ndarray  # (B, F) RoPE time positions of the chunk's frames (< s + K + F)
-    cache_cos: torch.Tensor  # (B, used, 1, Pt) time rotation of the cached keys
-    cache_sin: torch.Tensor  # (B, used, 1, Pt)
+    rope_positions: np.ndarray  # (B, F) RoPE time positions of the chunk's frames
+    keys_rotated: bool  # the cache stores keys rotated in time (absolute positions): read them as they are
+    cache_cos: torch.Tensor | None  # (B, used, 1, Pt) time rotation of the cached keys; None when keys_rotated
+    cache_sin: torch.Tensor | None  # (B, used, 1, Pt)
     chunk_cos: torch.Tensor  # (B, F*T, 1, Pt) time rotation of the chunk's queries and keys
     chunk_sin: torch.Tensor  # (B, F*T, 1, Pt)
     space_cos: torch.Tensor  # (1, F*T, 1, Ph+Pw) height/width rotation of the chunk's tokens
@@ -211,17 +214,20 @@ class WanKVCache:
         frames = self.frame_at[slots]  # (B, P)
         valid = frames >= 0
         held = valid.sum(1)  # (B,) M per row
-        # rank of each held frame among its row's held frames (oldest = 0); -1 where empty
-        big = np.where(valid, frames, np.iinfo(np.int64).max)
-        rank = np.argsort(np.argsort(big, axis=1), axis=1)
-        rank = np.where(valid, rank, 0)
         used_frames = int(max((np.flatnonzero(v).max() + 1 if v.any() else 0) for v in valid))
         dev = self.k.device
-        cache_pos = np.repeat(rank[:, :used_frames], t, axis=1)  # (B, used)
-        own = held[:, None] + np.arange(f)[None, :]  # (B, F)
-        chunk_pos = np.repeat(own, t, axis=1)  # (B, F*T)
-        cache_cos, cache_sin = time_rotation(cfg, cache_pos, dev)
-        chunk_cos, chunk_sin = time_rotation(cfg, chunk_pos, dev)
+        absolute = cfg.positions == "absolute"
+        if absolute:  # each frame at its epoch index
+            pos = np.where(valid, frames, 0)
+            own = starts[:, None] + np.arange(f)[None, :]  # (B, F)
+        else:  # rank of each held frame among its row's held frames (oldest = 0), the chunk after them
+            big = np.where(valid, frames, np.iinfo(np.int64).max)
+            pos = np.where(valid, np.argsort(np.argsort(big, axis=1), axis=1), 0)
+            own = held[:, None] + np.arange(f)[None, :]  # (B, F)
+        cache_cos = cache_sin = None
+        if not absolute:  # stored keys are rotated in space only: their time rotation is this chunk's
+            cache_cos, cache_sin = time_rotation(cfg, np.repeat(pos[:, :used_frames], t, axis=1), dev)  # (B, used)
+        chunk_cos, chunk_sin = time_rotation(cfg, np.repeat(own, t, axis=1), dev)  # (B, F*T)
 
         ph, pw = cfg.patch_size[1:]
         space_cos, space_sin = space_rotation(cfg, f, self.height // ph, self.width // pw, dev)
@@ -237,8 +243,8 @@ class WanKVCache:
         return WanChunkContext(
             cache=self, slots=list(slots), start_frames=starts, num_frames=f,
             slot_index=torch.as_tensor(slots, dtype=torch.long, device=dev), used=used_frames * t,
-            cache_ranks=rank[:, :used_frames], cache_valid=valid[:, :used_frames], rope_positions=own,
-            cache_cos=cache_cos, cache_sin=cache_sin, chunk_cos=chunk_cos, chunk_sin=chunk_sin,
+            cache_positions=pos[:, :used_frames], cache_valid=valid[:, :used_frames], rope_positions=own,
+            keys_rotated=absolute, cache_cos=cache_cos, cache_sin=cache_sin, chunk_cos=chunk_cos, chunk_sin=chunk_sin,
             space_cos=space_cos, space_sin=space_sin,
             mask=mask, write_tokens=torch.from_numpy(wtok).to(dev), write_positions=wpos,
         )
@@ -254,14 +260,16 @@ class WanKVCache:
         k, v = self.k.new_empty(shape, dtype=dtype), self.v.new_empty(shape, dtype=dtype)
         k[:, :n] = self.k[layer, ctx.slot_index, :n]  # (B, used, H, D)
         v[:, :n] = self.v[layer, ctx.slot_index, :n]
-        rotate_(k[:, :n], ctx.cache_cos, ctx.cache_sin)
+        if ctx.cache_cos is not None and ctx.cache_sin is not None:
+            rotate_(k[:, :n], ctx.cache_cos, ctx.cache_sin)
         if k_own is not None and v_own is not None:
             k[:, n:] = k_own
             v[:, n:] = v_own
         return k, v
 
     def write(self, layer: int, ctx: WanChunkContext, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store one layer's keys (space-rotated) and values (B, F*T, H, D) of the chunk. The
+        """Store one layer's keys (rotated in space, and in time where ``ctx.keys_rotated``) and
+        values (B, F*T, H, D) of the chunk. The
         commit pass calls it after that layer's attention, so the chunk never reads frames it
         evicts; ``advance`` then moves the cursors."""
         rows = ctx.slot_index[:, None]

@@ -12,8 +12,8 @@ modulated by its frame's time embedding.
 
 RoPE as Wan does it: the head dim's adjacent pairs are split between time, height and width
 (22, 21, 21 of 64 pairs at head dim 128), with base 10000 on each axis. A token's height and
-width rotations are fixed; its time rotation comes from the chunk context (rank positions,
-bounded for ever; ``model/wan/cache.py``). Attention is ``model/attention.attend``: flash-attn
+width rotations are fixed; its time rotation comes from the chunk context (absolute or rank
+positions, as the recipe says; ``model/wan/cache.py``). Attention is ``model/attention.attend``: flash-attn
 on CUDA when installed and nothing is masked, SDPA otherwise.
 
 Per chunk, the runner calls::
@@ -154,7 +154,7 @@ class SelfAttention(nn.Module):
         k_all, v_all = ctx.cache.read(layer, ctx, k_t, v)  # (B, used + F*T, H, D): cache, then own
         y = attend(q_t, k_all, v_all, ctx.mask)  # (B, F*T, H, D)
         if write:  # after this layer's attention: the chunk never reads what it evicts
-            ctx.cache.write(layer, ctx, k, v)
+            ctx.cache.write(layer, ctx, k_t if ctx.keys_rotated else k, v)
         return self.o(y.flatten(2))
 
 

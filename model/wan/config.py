@@ -113,6 +113,7 @@ class WanConfig:
     shift: float = 5.0  # flow-matching schedule shift: sigma' = shift*s / (1 + (shift-1)*s)
     num_train_timesteps: int = 1000  # timestep scale: sigma = timestep / num_train_timesteps
     commit_timestep: float = 0.0  # timestep of the commit pass that writes the cache (context_noise)
+    positions: str = "rank"  # RoPE time positions (model/wan/cache.py): "rank" of held frames, or "absolute"
 
     def __post_init__(self) -> None:
         for name in ("dim", "ffn_dim", "freq_dim", "text_dim", "in_dim", "out_dim", "num_heads",
@@ -167,6 +168,8 @@ class WanConfig:
                 f"WanConfig.commit_timestep {self.commit_timestep!r} is outside [0, {self.num_train_timesteps})")
         if self.shift <= 0:
             raise ValueError(f"WanConfig.shift must be > 0, got {self.shift!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"WanConfig.positions {self.positions!r}: one of {', '.join(POSITIONS)}")
 
     # --- derived ---
     @property
@@ -325,6 +328,7 @@ class WanConfig:
         return replace(self, **recipe)
 
 
+POSITIONS = ("rank", "absolute")  # the time position schemes of model/wan/cache.py
 COND_MASK_CHANNELS = 4  # Matrix-Game's condition mask: the first 4 channels of a latent-shaped mask
 
 # variant -> (keyboard_dim_in, enable_mouse), as the authors' configs/distilled_model/<variant>/config.json

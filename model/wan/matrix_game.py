@@ -60,13 +60,14 @@ from worldserve.model.wan.action import (
     pixel_frames_of,
     variant_of,
 )
+from worldserve.model.wan.backbone import load_backbone
 from worldserve.model.wan.cache import WanChunkContext
 from worldserve.model.wan.causal import CausalWanModel
 from worldserve.model.wan.clip import ImageEncoder
 from worldserve.model.wan.config import COND_MASK_CHANNELS
 from worldserve.model.wan.layout import check_image_layout
 from worldserve.model.wan.recipes import Recipe, Served
-from worldserve.model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession, load_backbone
+from worldserve.model.wan.runner import DECODER_CONTEXT, WanRunner, WanSession
 from worldserve.model.wan.vae_stream import StreamingDecoder
 from worldserve.session.family_state import entry, pack_scalar, scalar
 from worldserve.session.msgfields import MAX_INT

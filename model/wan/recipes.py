@@ -26,7 +26,7 @@ from typing import Any
 
 # WanConfig fields a recipe sets (model/wan/config.py), each also settable by config.json
 RECIPE_FIELDS = ("timesteps", "warp_timesteps", "shift", "chunk_frames", "sink_frames", "window_frames",
-                 "commit_timestep")
+                 "commit_timestep", "positions")
 
 # the authors' training-config names of the same fields (config.py's _ALIASES say the same)
 AUTHORS_NAMES = {
@@ -69,6 +69,7 @@ class Recipe:
     checkpoint: Published  # the transformer's weights
     checkpoint_key: str | None  # the state dict their loader takes: "generator_ema", "generator"; None: a bare one
     commit_timestep: float = 0.0  # context_noise
+    positions: str = "rank"  # RoPE time positions (model/wan/cache.py): "rank" or "absolute"
     lora: Published | None = None  # a LoRA their loader merges into the checkpoint
     lora_rank: int = 0
     lora_alpha: float = 0.0
@@ -122,6 +123,24 @@ _WAN = Published("wan_models/Wan2.1-T2V-1.3B", WAN_T2V_1_3B,
 _LONGLIVE = ("huggingface-cli download Efficient-Large-Model/LongLive-1.3B --include 'models/*' "
              "--local-dir longlive_models")
 
+
+
+def _longlive(name: str, positions: str, source: str) -> Recipe:
+    """LongLive's checkpoint and LoRA under one of its two attention modules: ``causal_model.py``
+    (absolute positions: the sinks stay at 0-2 while the chunk sits at its frame) or
+    ``causal_model_infinity.py`` (each held frame at its place in the cache)."""
+    return Recipe(
+        name=name, family="wan-causal", source=source,
+        timesteps=(1000.0, 750.0, 500.0, 250.0), warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=3,
+        window_frames=6, positions=positions,
+        checkpoint=Published("longlive_models/models/longlive_base.pt", "Efficient-Large-Model/LongLive-1.3B",
+                             _LONGLIVE),
+        checkpoint_key="generator",
+        lora=Published("longlive_models/models/lora.pt", "Efficient-Large-Model/LongLive-1.3B", _LONGLIVE),
+        lora_rank=256, lora_alpha=256.0, prompt_switch="longlive", backbone=_WAN,
+    )
+
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe(
         name="self-forcing", family="wan-causal",
@@ -140,17 +159,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                              "--local-dir ."),
         checkpoint_key="generator", backbone=_WAN,
     ),
-    Recipe(
-        name="longlive", family="wan-causal",
-        source="NVlabs/LongLive v1.0, configs/longlive_inference.yaml and longlive_interactive_inference.yaml",
-        timesteps=(1000.0, 750.0, 500.0, 250.0), warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=3,
-        window_frames=6,
-        checkpoint=Published("longlive_models/models/longlive_base.pt", "Efficient-Large-Model/LongLive-1.3B",
-                             _LONGLIVE),
-        checkpoint_key="generator",
-        lora=Published("longlive_models/models/lora.pt", "Efficient-Large-Model/LongLive-1.3B", _LONGLIVE),
-        lora_rank=256, lora_alpha=256.0, prompt_switch="longlive", backbone=_WAN,
-    ),
+    _longlive("longlive", "absolute",
+              "NVlabs/LongLive v1.0, configs/longlive_inference.yaml and longlive_interactive_inference.yaml "
+              "(wan/modules/causal_model.py: keys rotated at their frame when written)"),
+    _longlive("longlive-infinity", "rank",
+              "NVlabs/LongLive v1.0, configs/longlive_inference_infinity.yaml (use_infinite_attention: "
+              "wan/modules/causal_model_infinity.py, positions by place in the cache)"),
     Recipe(
         name="rolling-forcing", family="wan-causal",
         source="TencentARC/RollingForcing, configs/rolling_forcing_dmd.yaml; inference.py --use_ema",

@@ -40,6 +40,9 @@ LONGLIVE = {"denoising_step_list": [1000, 750, 500, 250], "warp_denoising_step":
             "local_attn_size": 12, "timestep_shift": 5.0, "sink_size": 3, "use_ema": False, "context_noise": 0,
             "generator_ckpt": "longlive_models/models/longlive_base.pt",
             "lora_ckpt": "longlive_models/models/lora.pt", "adapter": {"type": "lora", "rank": 256, "alpha": 256}}
+# the same branch: configs/longlive_inference_infinity.yaml, whose model_kwargs add use_infinite_attention
+# (wan/modules/causal_model_infinity.py instead of causal_model.py)
+LONGLIVE_INFINITY = {**LONGLIVE, "use_infinite_attention": True}
 # TencentARC/RollingForcing @a1477d0: configs/rolling_forcing_dmd.yaml; README's `--use_ema`
 ROLLING_FORCING = {"denoising_step_list": [1000, 800, 600, 400, 200], "warp_denoising_step": True,
                    "timestep_shift": 5.0, "num_frame_per_block": 3}
@@ -57,11 +60,14 @@ MATRIX_GAME = {
 
 
 def published(raw: dict[str, Any]) -> WanConfig:
-    """The config the authors' files describe, read by worldserve's own reader."""
+    """The config the authors' files describe, read by worldserve's own reader. Their time
+    positions are absolute (``causal_model.py``) unless ``use_infinite_attention`` picks
+    ``causal_model_infinity.py``, which places each held frame at its rank in the cache."""
     keys = ("denoising_step_list", "warp_denoising_step", "timestep_shift", "num_frame_per_block", "context_noise",
             "local_attn_size", "sink_size")
     return WanConfig.from_dict({**WAN_1_3B_CONFIG, **{k: v for k, v in raw.items() if k in keys}},
-                               sink_frames=raw.get("sink_size", 0))
+                               sink_frames=raw.get("sink_size", 0),
+                               positions="rank" if raw.get("use_infinite_attention") else "absolute")
 
 
 def served(name: str) -> WanConfig:
@@ -86,9 +92,10 @@ def test_self_forcing_serves_its_ema_and_causvid_its_generator_unwarped():
     assert served("causvid").step_timesteps == (1000.0, 757.0, 522.0)
 
 
-def test_longlive_is_its_inference_config_with_its_lora_and_generator():
-    r = recipes.get("longlive")
-    cfg, want = served("longlive"), published(LONGLIVE)
+@pytest.mark.parametrize("name, raw", [("longlive", LONGLIVE), ("longlive-infinity", LONGLIVE_INFINITY)])
+def test_longlive_is_its_inference_config_with_its_lora_and_generator(name, raw):
+    r = recipes.get(name)
+    cfg, want = served(name), published(raw)
     assert cfg == want
     assert cfg.sink_frames + cfg.window_frames + cfg.chunk_frames == LONGLIVE["local_attn_size"]
     assert r.checkpoint_key == ("generator_ema" if LONGLIVE["use_ema"] else "generator")
