@@ -3,7 +3,7 @@ sharing a directory, the aiortc client of bench/_rtc_client.py.
 
 The draining worker sends ``migrate`` and ``ended: migrated`` on the ``control`` channel
 and hangs up; the client re-offers to the target with ``resume`` (session_id, token and
-the migrate's block_idx), as clients/web/app.js does, and the session goes on there.
+the migrate's block_idx), as clients/web/session.js does, and the session goes on there.
 
 The fake runner paints every pixel of frame k with (k % 256, k // 256, session tag), so
 the decoded video says roughly which frame of which session arrived: the RGB -> yuv420p
