@@ -9,7 +9,6 @@ exactly), and the picture the page shows after it differs from the one before.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -56,9 +55,9 @@ async def overlay_counts_frames(page: Any) -> None:
         "/^[1-9][0-9]*$/.test(document.getElementById('stat-fps').textContent)", timeout=20000)
 
 
-async def steer(page: Any, app: Any, element: str) -> tuple[np.ndarray, np.ndarray]:
-    """Hold D (right) until the server has applied it and the page measured its latency;
-    returns the pictures before and after."""
+async def steer(page: Any, app: Any, element: str, by: float) -> tuple[np.ndarray, np.ndarray]:
+    """Hold D (right) until the server has applied it, the page measured its latency and the
+    picture moved (a mean change above ``by``); returns the pictures before and after."""
     state = await page.evaluate(STATE)
     sid = state["session"]["id"]
     before = await picture(page, element)
@@ -66,8 +65,14 @@ async def steer(page: Any, app: Any, element: str) -> tuple[np.ndarray, np.ndarr
     live = app[SERVICE].live(sid)
     await until(lambda: live.action_seq >= 1)
     await page.wait_for_function("window.worldserve.latencies.length > 0", timeout=15000)
-    await asyncio.sleep(0.3)
-    after = await picture(page, element)
+    after = before
+
+    async def moved() -> bool:
+        nonlocal after
+        after = await picture(page, element)
+        return bool(np.abs(before - after).mean() > by)
+
+    await until(moved, what="the picture moving")
     await page.keyboard.up("d")
     return before, after
 
@@ -88,7 +93,7 @@ async def test_webrtc_video_plays_a_key_steers_it_and_the_stats_are_live(model_w
         state = await page.evaluate(STATE)  # still advancing
         assert await page.evaluate(
             "document.getElementById('video').getVideoPlaybackQuality().totalVideoFrames") > decoded
-        before, after = await steer(page, app, "video")
+        before, after = await steer(page, app, "video", 1.0)
         assert np.abs(before - after).mean() > 1.0
         await overlay_counts_frames(page)
         s = await stats(page)
@@ -108,7 +113,7 @@ async def test_without_webrtc_the_page_falls_back_to_websocket_jpeg() -> None:
         assert state["transport"] == "ws" and state["lastBlock"] > 0
         assert state["mode"] == "worker" and state["server"] == url
         assert await page.is_hidden("#video") and await page.is_visible("#canvas")
-        before, after = await steer(page, app, "canvas")  # fake frames: a colour per frame
+        before, after = await steer(page, app, "canvas", 0.0)  # fake frames: a colour per frame
         assert np.abs(before - after).mean() > 0
         await overlay_counts_frames(page)
         s = await stats(page)

@@ -125,7 +125,8 @@ async def test_a_key_held_in_the_page_steers_a_matrix_game_server(mg_weights: Pa
     async with serve_rtc(**mg_settings(mg_weights, made)) as (app, url), chromium() as ctx:
         # A session with W held from its third block on.
         page, held, held_got, errors = await open_page(ctx, url, made, transport)
-        await page.wait_for_timeout(600)  # the overlay refreshes every 250 ms
+        await page.wait_for_function(  # the overlay refreshes every 250 ms
+            "document.getElementById('stat-controls').textContent !== '–'", timeout=30000)
         assert await page.inner_text("#stat-controls") == "keys, mouse, observation"
         assert await page.is_hidden("#prompt-form")  # Matrix-Game takes no text
         await until(lambda: len(made.frames[held]) >= 2, 60)

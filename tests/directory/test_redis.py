@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.directory.conftest import free_port
+from tests.polling import until
 from worldserve.server.cluster.directory import (
     Directory,
     DirectoryUnavailable,
@@ -111,23 +112,26 @@ async def test_an_expired_handover_leaves_the_worker_s_session_set(redis_url: st
     """The handover key's TTL alone would leave the id in the worker's set (its load):
     the router's periodic reap takes it out, with no read of the session or the worker."""
     raw = aioredis.Redis.from_url(redis_url)
-    d = RedisDirectory(redis_url, "handover-ttl-test", orphan_ttl_s=120.0, handover_ttl_s=0.3)
+    d = RedisDirectory(redis_url, "handover-ttl-test", orphan_ttl_s=120.0, handover_ttl_s=2.0)
     b = "{handover-ttl-test}"
     try:
         await d.register_worker(WorkerInfo("w", "http://w:1", WorkerState.SERVING, 3), 30.0)
         for sid in ("kept", "resumed", "left"):
             await d.place_session(sid, 1.0)
             await d.update_session(SessionRecord(sid, "w", 1, 9, SessionState.MIGRATING))
-        assert 200 < await raw.pttl(f"{b}:handover:left") <= 300
+        assert 1000 < await raw.pttl(f"{b}:handover:left") <= 2000
         assert await raw.pttl(f"{b}:session:left") == -1  # on a registered worker: kept
         assert await raw.smembers(f"{b}:worker-handovers:w") == {b"kept", b"resumed", b"left"}
         await d.update_session(SessionRecord("resumed", "w", 1, 10, SessionState.ACTIVE))
         assert await raw.exists(f"{b}:handover:resumed") == 0
         assert await raw.smembers(f"{b}:worker-handovers:w") == {b"kept", b"left"}
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # half the handovers' time
         await d.update_session(SessionRecord("kept", "w", 1, 9, SessionState.MIGRATING))
-        await asyncio.sleep(0.2)  # "left" ran out, "kept" was written again
-        assert await raw.exists(f"{b}:handover:left") == 0
+
+        async def ran_out() -> bool:  # "left" runs out a second before "kept", written again
+            return await raw.exists(f"{b}:handover:left") == 0
+
+        await until(ran_out, what='"left" running out')
         assert b"left" in await raw.smembers(f"{b}:worker-sessions:w")  # not yet swept
         assert await d.reap_dead_workers() == {}
         assert await raw.smembers(f"{b}:worker-sessions:w") == {b"kept", b"resumed"}

@@ -7,6 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
+from tests.polling import until
 from tests.scaleout.harness import Cluster, cluster
 from tests.server.harness import frames, recv, recv_type, send, serve
 from worldserve.clients.sdk import FrameEvent, SessionEnded, WorldClient
@@ -173,13 +174,16 @@ async def test_a_closed_session_leaves_the_directory() -> None:
             await cl.start(fps=30.0)
             await frames_until(cl, 2)
             sid = cl.session_id or ""
-            await asyncio.sleep(0.5)  # a checkpoint or two
-            assert await c.directory.get_snapshot(sid) is not None
-        for _ in range(50):
-            if await c.directory.get_session(sid) is None:
-                break
-            await asyncio.sleep(0.05)
-        assert await c.directory.get_session(sid) is None
+
+            async def checkpointed() -> bool:
+                return await c.directory.get_snapshot(sid) is not None
+
+            await until(checkpointed, what="a checkpoint in the directory")
+
+        async def gone() -> bool:
+            return await c.directory.get_session(sid) is None
+
+        await until(gone, what="the closed session leaving the directory")
         assert await c.directory.get_snapshot(sid) is None
 
 
@@ -226,11 +230,12 @@ async def _abandoned_handover(c: Cluster) -> tuple[int, Started, Migrate]:
     return 1 - src, started, migrate
 
 
-async def _until_orphaned(c: Cluster, sid: str, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (rec := await c.directory.get_session(sid)) is None or rec.state is not SessionState.ORPHANED:
-        assert asyncio.get_running_loop().time() < deadline, f"still {rec!r}"
-        await asyncio.sleep(0.05)
+async def _until_orphaned(c: Cluster, sid: str) -> None:
+    async def orphaned() -> bool:
+        rec = await c.directory.get_session(sid)
+        return rec is not None and rec.state is SessionState.ORPHANED
+
+    await until(orphaned, what=f"{sid} orphaned")
 
 
 async def test_a_handover_its_client_never_takes_up_frees_the_target_s_slot() -> None:

@@ -4,13 +4,13 @@ the sessions it has."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import replace
 
 import aiohttp
 from aiohttp.test_utils import TestServer
 
+from tests.polling import until
 from tests.scaleout.harness import cluster, worker_settings
 from tests.server.harness import recv_type, send, serve
 from worldserve.clients.local import RedisProcess, free_port
@@ -27,10 +27,9 @@ def dead_redis() -> str:
 async def test_a_worker_without_its_directory_is_unready_and_refuses_starts() -> None:
     settings = replace(worker_settings(0, 0), directory_url=dead_redis())
     async with serve(settings) as s:
-        for _ in range(100):  # the first heartbeat finds the directory down
-            if s.service.remote is not None and s.service.remote.unhealthy():
-                break
-            await asyncio.sleep(0.02)
+        # the first heartbeat finds the directory down
+        await until(lambda: s.service.remote is not None and s.service.remote.unhealthy(),
+                    what="the directory found down")
         async with s.http.get(s.url("/readyz")) as resp:
             body = await resp.json()
             assert resp.status == 503 and body["reason"].startswith("directory unavailable")

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from tests.polling import until
 from tests.server.harness import Served, frames, recv, recv_type, send, serve
 from worldserve.protocol import (
     Ack,
@@ -136,7 +137,7 @@ async def test_resume_after_a_dropped_connection_continues_at_the_next_block(
         conn = ws._conn
         assert conn is not None and conn.transport is not None
         conn.transport.abort()
-        await asyncio.sleep(0.5)
+        await until(lambda: s.service.store.detached_count == 1, what="the session detached")
         ws2 = await s.connect()
         await send(ws2, Resume(st.session_id, st.token, first[-1].block_idx + 1))
         resumed = await recv_type(ws2, Resumed)

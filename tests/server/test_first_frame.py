@@ -3,12 +3,12 @@ session's observation: opening a session does not hold up the running sessions' 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
 import numpy as np
 
+from tests.polling import until
 from tests.server.harness import frames, recv_type, send, serve
 from worldserve.protocol import Image, Resume, Resumed, Start, Started
 from worldserve.server.settings import Settings
@@ -26,6 +26,7 @@ class AnchoredRunner(FakeRunner):
         self.readied: list[tuple[str, np.ndarray]] = []  # (thread, frame) of ready_observation
         self.restores: list[tuple[str, ModelState]] = []  # (thread, snapshot) of ready_restore
         self.restored_from: dict[str, ModelState | None] = {}
+        self.exported: list[str] = []  # sessions whose state was exported (suspended)
 
     def ready_observation(self, scene: str, seed: int, bucket: int, frame: np.ndarray) -> None:
         self.readied.append((threading.current_thread().name, frame))
@@ -36,6 +37,11 @@ class AnchoredRunner(FakeRunner):
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
         self.rendered_on.append(threading.current_thread().name)
         return np.full((bucket, bucket, 3), seed % 256, np.uint8)
+
+    def export_state(self, session_id: str) -> ModelState:
+        state = super().export_state(session_id)
+        self.exported.append(session_id)
+        return state
 
     def execute(self, plan: StepPlan) -> StepOutput:
         for spec in plan.new_sessions:
@@ -86,23 +92,23 @@ async def test_a_resumed_session_s_snapshot_is_made_ready_off_the_model_thread_b
         started = await recv_type(ws, Started)
         assert isinstance(started, Started)
         got = await frames(ws, 6)
+        sid = started.session_id
         await ws.close()  # dropped: the session is suspended, its state exported
-        await asyncio.sleep(0.3)
-        assert runner.restores == []
+        await until(lambda: sid in runner.exported, what="the dropped session's state exported")
+        assert runner.restores == []  # suspending readies nothing
         ws2 = await s.connect()
-        await send(ws2, Resume(started.session_id, started.token, got[-1].block_idx + 1))
+        await send(ws2, Resume(sid, started.token, got[-1].block_idx + 1))
         assert isinstance(await recv_type(ws2, Resumed), Resumed)
+        # the frames first received may be replayed blocks: wait for the runner to reopen it
+        await until(lambda: runner.restored_from[sid] is not None, what="the session reopened")
         await frames(ws2, 2)
         # the runner was handed the very snapshot it then restored from, on a worker thread, first
-        restored = runner.restored_from[started.session_id]
+        restored = runner.restored_from[sid]
         assert restored is not None and len(runner.restores) == 1
         thread, state = runner.restores[0]
         assert state is restored and not thread.startswith("worldserve-model"), thread
 
 
 async def _opened(runner: AnchoredRunner, sid: str) -> np.ndarray | None:
-    for _ in range(500):
-        if sid in runner.opened_with:
-            return runner.opened_with[sid]
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{sid} never reached the runner")
+    await until(lambda: sid in runner.opened_with, what=f"{sid} reaching the runner")
+    return runner.opened_with[sid]

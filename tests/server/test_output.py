@@ -9,6 +9,7 @@ from collections import deque
 
 import numpy as np
 
+from tests.polling import until
 from worldserve.protocol import Ended, Resumed, ServerMessage, Start, Started
 from worldserve.server.engine_events import EngineEvents
 from worldserve.server.gate import Gate
@@ -59,7 +60,7 @@ async def test_a_push_chunk_made_ahead_reaches_the_peer_at_its_display_time() ->
     shown_at = time.monotonic() + 0.05
     events.on_event(ready(0, shown_at))
     assert peer.got == [] and [c.block_idx for c in live.ring] == [0]  # in the ring at once
-    await asyncio.sleep(0.1)
+    await until(lambda: bool(peer.got), what="the chunk handed over")
     assert [(b, o) for b, o, _ in peer.got] == [(0, False)]
     assert peer.got[0][2] >= shown_at  # never handed over before its display time
     events.on_event(ready(1, time.monotonic() - 0.01))  # due already: at once

@@ -9,6 +9,7 @@ import aiohttp
 import msgpack
 import numpy as np
 
+from tests.polling import until
 from tests.server.harness import fake_factory, frames, recv, recv_type, send, serve
 from worldserve.protocol import (
     Ack,
@@ -237,8 +238,7 @@ async def test_resume_after_a_dropped_connection_continues_at_the_next_block() -
         st = await start(ws, fps=40.0, codec="raw")
         got = await frames(ws, 12)
         await ws.close()  # dropped: no close message
-        await asyncio.sleep(0.3)  # the session is detached; generation is paused
-        assert s.service.store.detached_count == 1
+        await until(lambda: s.service.store.detached_count == 1, what="the session detached")
         ws2 = await s.connect()
         await send(ws2, Resume(st.session_id, st.token, got[-1].block_idx + 1))
         resumed = await recv(ws2)
@@ -264,7 +264,7 @@ async def test_resume_with_a_wrong_token_is_refused_and_closed_1008() -> None:
         ws = await s.connect()
         st = await start(ws, fps=20.0)
         await ws.close()
-        await asyncio.sleep(0.2)
+        await until(lambda: s.service.store.detached_count == 1, what="the session detached")
         ws2 = await s.connect()
         await send(ws2, Resume(st.session_id, "x" * 32, 1))
         err = await recv(ws2)
@@ -279,7 +279,7 @@ async def test_resume_at_a_block_that_is_gone_is_stale_and_the_session_stays_res
         st = await start(ws, fps=50.0)
         await frames(ws, 10)
         await ws.close()
-        await asyncio.sleep(0.2)
+        await until(lambda: s.service.store.detached_count == 1, what="the session detached")
         ws2 = await s.connect()
         await send(ws2, Resume(st.session_id, st.token, 1))
         err = await recv(ws2)
@@ -368,8 +368,8 @@ async def test_an_oversize_message_closes_1009() -> None:
         await start(ws, fps=20.0)
         await ws.send_bytes(Prompt("x" * 1000).encode() + b"\x00" * 8000)
         assert await closed(ws) == CloseCode.TOO_BIG
-        await asyncio.sleep(0.2)
-        assert s.service.store.detached_count == 1  # a dropped connection: resumable
+        # a dropped connection: resumable
+        await until(lambda: s.service.store.detached_count == 1, what="the session detached")
 
 
 async def test_keyframe_request_makes_the_next_h264_frame_a_keyframe() -> None:
@@ -474,12 +474,12 @@ async def test_readyz_is_503_while_the_model_warms_up() -> None:
             assert isinstance(err, Error) and err.code == "not_ready" and err.fatal
             assert await closed(ws) == 1013
             gate.set()
-            for _ in range(200):
+
+            async def ready() -> bool:
                 async with http.get(server.make_url("/readyz")) as resp:
-                    if resp.status == 200:
-                        break
-                await asyncio.sleep(0.02)
-            assert resp.status == 200
+                    return resp.status == 200
+
+            await until(ready, what="/readyz answering 200")
     finally:
         gate.set()
         await server.close()
