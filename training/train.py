@@ -262,6 +262,8 @@ def train_step(
             raise ValueError("a batch with grounds needs the canvas references' tokenizer")
         refs = canvas(batch["grounds"], batch["scenes"]).to(x.dtype)
         stats["canvas"] = x.new_ones(())
+        if "states" in batch:  # the live state's channels after the reference (``training/live.py``)
+            refs = torch.cat((refs, put(batch["states"]).to(x.dtype)), 2)
     if use_rollout:
         model.eval()
         gen = self_rollout(model, x, prev, actions, scene, pos, g, anchor, refs)
@@ -273,6 +275,8 @@ def train_step(
         stats["rollout_mse"] = F.mse_loss(gen[:, 1:], x[:, 1:]).detach()
     # every frame's reference, from the context's own anchor frame (or the canvas)
     ctx_prev = torch.cat((ctx_prev, sequence_references(ctx_frames, *anchor) if refs is None else refs), 2)
+    if ctx_prev.shape[2] < cfg.prev_channels:  # a batch without a live state: its channels are zero
+        ctx_prev = F.pad(ctx_prev, (0, 0, 0, 0, 0, cfg.prev_channels - ctx_prev.shape[2]))
     if rollout_lead and n > 1 + rollout_lead and "truth" not in batch:  # keep the sink and the frames after the lead
         keep = [0, *range(1 + rollout_lead, n)]
         x, prev, actions, scene = x[:, keep], prev[:, keep], actions[:, keep], scene[:, keep]
@@ -281,7 +285,7 @@ def train_step(
         batch = {**batch, "actions": batch["actions"][:, keep], "scenes": batch["scenes"][:, keep]}
         n = len(keep)
     real = x  # the renderer's frames, whatever the targets become
-    pix_weight = None
+    pix_weight = put(batch["weights"])[:, :, None] if "weights" in batch else None  # (B, N, 1, H, W)
     if "truth" in batch:  # the bank: carry what the model drew where the camera alone explains the renderer
         real = enc(put(batch["truth"]))
         shifts = carry_shifts(batch["actions"], batch["scenes"], pos, x.shape[-1])

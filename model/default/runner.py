@@ -31,6 +31,8 @@ from worldserve.model.default.reference.base import Reference
 from worldserve.model.default.reference.canvas.ground import TRUST, GroundPainter
 from worldserve.model.default.reference.canvas.reference import CanvasReference
 from worldserve.model.default.reference.canvas.tile_decode import SHARPEN, beside_chunks
+from worldserve.model.default.reference.live.bank import LiveBank
+from worldserve.model.default.reference.live.reference import LiveReference
 from worldserve.model.default.reference.start_views import Views
 from worldserve.model.default.slot import (
     SessionSlot,
@@ -83,6 +85,7 @@ class ModelRunner:
         trace_cache: Path | None = None,
         ground: GroundPainter | None = None,
         start_views: Views | None = None,
+        live: LiveBank | None = None,
     ):
         """``start_frame``: the first frame of a session that starts with neither an
         observation nor a snapshot (the default model renders its world's view there);
@@ -96,7 +99,9 @@ class ModelRunner:
         ``ground``: keep a world canvas per session and take every frame's reference from it
         (``reference/canvas/``) instead of the anchor (``reference/anchor.py``);
         ``start_views``, a fresh session's view and the ground under it, written into its
-        canvas (``reference/start_views.py``)."""
+        canvas (``reference/start_views.py``). ``live``: with ``ground``, keep each session's live
+        state too (what moves, ``reference/live/``), sampled from this bank, and hand it to the
+        network as channels after the reference (weights with ``state_channels``)."""
         tune_malloc()  # reuse freed tensor memory: no page faults per chunk (model/memory.py)
         self.cfg: ModelConfig = model.cfg
         self.device = torch.device(device)
@@ -118,13 +123,19 @@ class ModelRunner:
         shift = self.model.camera_shift
         self.ref: Reference = (AnchorReference(self.cfg, shift, self.device, dtype) if ground is None
                                else CanvasReference(ground, shift, self.device))
+        if (live is not None) != bool(self.cfg.state_channels) or (live is not None and ground is None):
+            raise ValueError(f"a live state needs a canvas and weights with state channels "
+                             f"(live={live is not None}, canvas={ground is not None}, state_channels={self.cfg.state_channels})")
+        if live is not None:
+            self.ref = LiveReference(CanvasReference(ground, shift, self.device), live)  # type: ignore[arg-type]
         self.starts = self.ref.start_views(start_frame, start_views)
 
     @classmethod
     def from_pretrained(
         cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None, dtype: torch.dtype | str = torch.float32,
         sampler: dict[str, float] | None = None, canvas: bool = False, canvas_decode: str = "between",
-        tokenizer: Path | None = None, canvas_trust: float = TRUST, canvas_sharpen: float = SHARPEN, **kw: object,
+        tokenizer: Path | None = None, canvas_trust: float = TRUST, canvas_sharpen: float = SHARPEN,
+        canvas_live: bool = False, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``world/``) starts sessions from its world's
         view unless ``start_frame`` is given (``None`` turns that off). ``dtype`` may be a name for
@@ -132,13 +143,15 @@ class ModelRunner:
         instructions). ``sampler`` overrides the weights' sampler settings (``ModelConfig.with_sampler``).
         ``canvas``: the world canvas (``ground.py``), tiles decoded ahead ``canvas_decode`` chunks (``tile_decode``),
         its ground ``tokenizer`` (default: committed), ``canvas_trust`` the ``reference_trust`` (0: as learnt),
-        ``canvas_sharpen`` the unsharp mask on its tiles (``tile_decode.sharpen``; 0: none)."""
+        ``canvas_sharpen`` the unsharp mask on its tiles (``tile_decode.sharpen``; 0: none).
+        ``canvas_live``: with ``canvas``, the live state of what moves (``reference/live/``;
+        ``path`` must then be weights with state channels, e.g. a ``training.live`` export)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
         assert isinstance(device, (str, torch.device))
         kw["dtype"] = pick_dtype(dtype, device=device) if isinstance(dtype, str) else dtype
-        if "start_frame" not in kw and Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve():
+        if "start_frame" not in kw and (canvas_live or Path(path).resolve() == Path(DEFAULT_WEIGHTS).resolve()):
             # the default family's start frame comes from its world
             from worldserve.world import start_frame
 
@@ -151,6 +164,8 @@ class ModelRunner:
             beside = beside_chunks(canvas_decode, torch.device(device), kw["dtype"])  # type: ignore[arg-type]
             paint = {"tokenizer": tokenizer} if tokenizer is not None else {}
             kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside, sharpen=canvas_sharpen, **paint)
+            if canvas_live:
+                kw["live"] = LiveBank.load()
         model = load_model(path)
         model.cfg = model.cfg.with_sampler({**({"reference_trust": canvas_trust} if canvas else {}), **(sampler or {})})
         return cls(model, **kw)  # type: ignore[arg-type]
@@ -172,7 +187,7 @@ class ModelRunner:
     @property
     def ground(self) -> GroundPainter | None:
         """The world canvas's painter, where the runner keeps one (benches read its decoder)."""
-        return self.ref.painter if isinstance(self.ref, CanvasReference) else None
+        return self.ref.painter if isinstance(self.ref, CanvasReference | LiveReference) else None
 
     @property
     def capabilities(self) -> Capabilities:

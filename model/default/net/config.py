@@ -53,6 +53,8 @@ class ModelConfig:
     # --- output head ---
     motion_radius: int = 5  # max shift (pixels at base_bucket) of the per-token motion kernels
     reference_trust: float = 0.0  # logits added to the head's reference mix (serving; ``WorldModel._head``)
+    # --- the world state of what moves, carried beside the reference ---
+    state_channels: int = 0  # channels of the live state (actors, clouds, fog) after the reference; 0: none
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -86,6 +88,8 @@ class ModelConfig:
             raise ValueError(f"sampler_eta must lie in [0, 1], got {self.sampler_eta}")
         if not 0.0 <= self.reference_trust < float("inf"):
             raise ValueError(f"reference_trust must be a finite number >= 0, got {self.reference_trust}")
+        if self.state_channels < 0:
+            raise ValueError(f"state_channels must be >= 0, got {self.state_channels}")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 
@@ -100,8 +104,14 @@ class ModelConfig:
 
     @property
     def prev_channels(self) -> int:
-        """Channels of a frame's ``prev`` input: the previous frame, then the anchor reference
-        (its colours, zero where it shows nothing, and a validity mask)."""
+        """Channels of a frame's ``prev`` input: the previous frame, then the reference (its
+        colours, zero where it shows nothing, and a validity mask), then the live state's
+        ``state_channels`` (``model/default/reference/live/``)."""
+        return self.reference_channels + self.state_channels
+
+    @property
+    def reference_channels(self) -> int:
+        """Channels of ``prev`` up to the live state: the previous frame and the reference."""
         return 2 * self.channels + 1
 
     @property

@@ -240,6 +240,7 @@ def unpatchify(x: torch.Tensor, frames: int, c: int, p: int, g: int) -> torch.Te
     return x.reshape(b, frames, c, g * p, g * p)
 
 
+STATE_POOL = 4  # pixels (at base_bucket) per side averaged into each input of the state's stem
 ANCHOR_START = -6.0  # initial anchor mix logit: sigmoid(-6) = 0.25 % of each pixel from the anchor
 
 class WorldModel(nn.Module):
@@ -269,6 +270,13 @@ class WorldModel(nn.Module):
         self.anchor_stems = nn.ModuleDict({f"b{b}": nn.Linear((c + 1) * p * p, w) for b in cfg.buckets})
         self.anchor_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, p * p) for b in cfg.buckets})
         self.shift_head = nn.Linear(cfg.action_dim, 2)
+        # the live state (what moves, ``model/default/reference/live/``): its own stem, and per
+        # token a gain and a colour for each state channel, laid on the frame pixel by pixel
+        k = cfg.state_channels
+        if k:
+            pooled = k * (p // STATE_POOL) ** 2  # the state's stem reads it averaged over STATE_POOL² pixels
+            self.state_stems = nn.ModuleDict({f"b{b}": nn.Linear(pooled, w, bias=False) for b in cfg.buckets})
+            self.state_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, 2 * c * k) for b in cfg.buckets})
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -276,7 +284,8 @@ class WorldModel(nn.Module):
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
         for blk in self.blocks:  # adaLN-Zero: every block starts as the identity
             nn.init.zeros_(blk.ada.weight)
             nn.init.zeros_(blk.ada.bias)
@@ -291,6 +300,11 @@ class WorldModel(nn.Module):
             nn.init.zeros_(head.weight)
             nn.init.constant_(head.bias, ANCHOR_START)
         nn.init.zeros_(self.shift_head.weight)
+        if self.cfg.state_channels:  # the live state starts unseen and undrawn: the model is what it was
+            for m in [*self.state_stems.values(), *self.state_heads.values()]:
+                nn.init.zeros_(m.weight)
+            for head in self.state_heads.values():
+                nn.init.zeros_(head.bias)
 
     # --- pieces shared by every path ---
 
@@ -323,10 +337,33 @@ class WorldModel(nn.Module):
         return tokens, self._conditioning(noise, actions, scene)
 
     def _with_reference(self, tokens: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        """Stem tokens (B, F*T, W) plus the anchor reference's own stem over the reference
-        channels of ``prev`` (B, F, prev_channels, H, W)."""
-        c, h = self.cfg.channels, prev.shape[-1]
-        return tokens + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:], self.cfg.patch))
+        """Stem tokens (B, F*T, W) plus the reference's own stem over the reference channels
+        of ``prev`` (B, F, prev_channels, H, W), and the live state's over its channels."""
+        cfg, h = self.cfg, prev.shape[-1]
+        c, r = cfg.channels, cfg.reference_channels
+        tokens = tokens + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:r], cfg.patch))
+        if cfg.state_channels:
+            b, f = prev.shape[:2]
+            pool = STATE_POOL * h // cfg.base_bucket  # the same world units at every bucket
+            st = F.avg_pool2d(prev[:, :, r:].flatten(0, 1), pool).view(b, f, cfg.state_channels, h // pool, h // pool)
+            tokens = tokens + self.state_stems[f"b{h}"](patchify(st, cfg.patch // pool))
+        return tokens
+
+    def _draw_state(self, frame: torch.Tensor, normed: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """The frame (B, F, C, H, W) with the live state laid on it: each state channel's value
+        at a pixel times its token's learned gain and colour for that channel,
+        ``(frame + 1) * (1 + gain) - 1 + colour``. The state's channels carry where things are
+        and how they lie (an actor's footprint and its local axes, a cloud's cover), never
+        their pixels: what they look like is the weights'."""
+        cfg, p = self.cfg, self.cfg.patch
+        b, f, ch, h, w = frame.shape
+        g, k = h // p, cfg.state_channels
+        coef = self.state_heads[f"b{h}"](normed).float().view(b * f, g, g, 2, ch, k)
+        st = prev[:, :, cfg.reference_channels :].float().reshape(b * f, k, g, p, g, p)
+        st = st.permute(0, 2, 4, 1, 3, 5)  # (B*F, gh, gw, K, p, p)
+        laid = torch.einsum("nyxkij,nyxsck->nyxscij", st, coef)  # (B*F, gh, gw, 2, C, p, p)
+        laid = laid.permute(0, 3, 4, 1, 5, 2, 6).reshape(b, f, 2, ch, h, w)  # (B, F, 2, C, H, W)
+        return ((frame.float() + 1) * (1 + laid[:, :, 0]) - 1 + laid[:, :, 1]).to(frame.dtype)
 
     def camera_shift(self, actions: torch.Tensor, bucket: int) -> torch.Tensor:
         """The static scene's shift (dy, dx) in pixels at ``bucket`` under ``actions`` (..., A),
@@ -359,13 +396,14 @@ class WorldModel(nn.Module):
         flat_prev = prev[:, :, :ch].reshape(b * f, ch, h, w).float()
         moved = shift_warp(flat_prev, kern[..., 0, :], kern[..., 1, :], r, p)
         # copy from the anchor where the head trusts it and it shows anything
-        ref = prev[:, :, ch:].reshape(b * f, ch + 1, h, w).float()
+        ref = prev[:, :, ch : cfg.reference_channels].reshape(b * f, ch + 1, h, w).float()
         logit = unpatchify(self.anchor_heads[f"b{h}"](normed), f, 1, p, g).reshape(b * f, 1, h, w).float()
         mix = logit.sigmoid() * ref[:, ch:]
         if cfg.reference_trust:
             mix, resid = trusted_mix(logit, ref[:, ch:], resid, cfg.reference_trust)
         moved = torch.lerp(moved, ref[:, :ch], mix)
-        return moved.view(b, f, ch, h, w).to(resid.dtype) + resid
+        frame = moved.view(b, f, ch, h, w).to(resid.dtype) + resid
+        return self._draw_state(frame, normed, prev) if cfg.state_channels else frame
 
     # --- cached, chunk-by-chunk steps ---
 

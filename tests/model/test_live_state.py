@@ -1,0 +1,167 @@
+"""The live state of what moves (``model/default/reference/live/``) and the network's state
+channels (``ModelConfig.state_channels``): sampled from the seed on its own ground, moving,
+exact through a family state, bounded; and weights without it serve as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.model.conftest import randomized, tiny_config
+from worldserve.model.default.net.dit import WorldModel
+from worldserve.model.default.reference.canvas.canvas import TILE, TILE_UNITS, Canvas
+from worldserve.model.default.reference.live.bank import SNIPPET, LiveBank
+from worldserve.model.default.reference.live.channels import ANIMAL, BOAT, CLOUD, STATE_CHANNELS
+from worldserve.model.default.reference.live.state import (
+    MAX_ACTORS,
+    LiveState,
+    channels,
+    from_entries,
+    spawn_ready,
+    step,
+    to_entries,
+)
+from worldserve.model.default.weights import load_state
+from worldserve.session.family_state import check_envelope
+from worldserve.training.checkpoint import NEW_MODULES
+
+LAND, WATER = 3, 7  # the test bank's ground codes
+MAP = 1024
+
+
+def _bank() -> LiveBank:
+    rng = np.random.default_rng(0)
+    land, water = np.zeros(1024, np.float32), np.zeros(1024, np.float32)
+    land[LAND], water[WATER] = 1.0, 1.0
+    speed = (rng.uniform(0.0, 0.5, (16, SNIPPET)).astype(np.float32), rng.uniform(0.35, 0.8, (16, SNIPPET)).astype(np.float32))
+    turn = tuple(rng.normal(0, 0.06, (16, SNIPPET)).astype(np.float32) for _ in range(2))
+    return LiveBank(
+        code_land=land, code_water=water, herd_rate=4e-4, boat_rate=1e-3,
+        herd_sizes=np.array([3, 5, 8], np.int16), herd_spread=4.0, speed=speed, turn=turn,  # type: ignore[arg-type]
+        clouds=rng.integers(0, 256, (2, 256, 256)).astype(np.uint8), fog=rng.integers(0, 256, (2, 256, 256)).astype(np.uint8),
+        winds=np.array([[0.2, -0.1], [0.0, 0.3]], np.float32), cloud_threshold={"cloud": 0.4}, cloud_soft=0.14,
+        fog_map=(0.42, 0.6, 0.1, 0.85),
+    )
+
+
+def _canvas() -> Canvas:
+    """Land in the west half of every tile, water in the east, 4 x 4 tiles around (0, 0)."""
+    canvas = Canvas(MAP, MAP / 2)
+    codes = np.full((TILE, TILE), LAND, np.uint16)
+    codes[:, TILE // 2 :] = WATER
+    for ty in range(4):
+        for tx in range(4):
+            canvas.write((ty, tx), codes)
+    return canvas
+
+
+def _run(st: LiveState, bank: LiveBank, canvas: Canvas, frames: int) -> None:
+    top = (64.0, 64.0)
+    for _ in range(frames):
+        spawn_ready(st, bank, canvas, top)
+        step(st, bank, canvas, (top[0] + 32, top[1] + 32))
+
+
+def _on(kind: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Whether each actor stands on its ground in ``_canvas``: land west, water east in a tile."""
+    east = (pos[:, 1] % TILE_UNITS) >= TILE_UNITS / 2
+    return np.where(kind == BOAT, east, ~east)
+
+
+def test_the_live_state_is_the_seed_s_and_stands_on_its_own_ground() -> None:
+    bank, canvas = _bank(), _canvas()
+    a, b, c = LiveState(seed=5), LiveState(seed=5), LiveState(seed=6)
+    for st in (a, b, c):
+        _run(st, bank, canvas, 1)
+    assert len(a) > 0 and {ANIMAL, BOAT} <= set(a.kind.tolist())
+    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("kind", "pos", "heading", "snippet"))
+    assert len(a) != len(c) or not np.array_equal(a.pos, c.pos)
+    assert _on(a.kind, a.pos).all()
+    assert len(a.spawned) == 1  # the view at (64, 64) overlaps one whole tile: its actors, once
+    before = len(a)
+    _run(a, bank, canvas, 1)
+    assert len(a) == before
+
+
+def test_actors_move_and_keep_to_their_ground() -> None:
+    bank, canvas = _bank(), _canvas()
+    st = LiveState(seed=1)
+    _run(st, bank, canvas, 1)
+    start = st.pos.copy()
+    _run(st, bank, canvas, 3 * SNIPPET)  # through snippet changes
+    moved = np.hypot(*(st.pos - start).T)
+    assert np.median(moved[st.kind == BOAT]) > 2.0 and (st.draws > 0).all()
+    assert _on(st.kind, st.pos).all()
+
+
+def test_an_exported_state_goes_on_exactly_as_the_undisturbed_one() -> None:
+    bank, canvas = _bank(), _canvas()
+    st = LiveState(seed=9)
+    _run(st, bank, canvas, 50)
+    entries = to_entries(st)
+    check_envelope(entries)
+    back = from_entries({k: v.copy() for k, v in entries.items()}, bank)
+    assert back is not None
+    _run(st, bank, canvas, 150)
+    _run(back, bank, canvas, 150)
+    for f in ("kind", "variant", "pos", "heading", "snippet", "t", "draws", "uid", "spawned"):
+        assert np.array_equal(getattr(st, f), getattr(back, f)), f
+    assert back.frame == st.frame
+    a = channels(st, bank, "cloud", (64.0, 64.0), 64, MAP)
+    assert np.array_equal(a, channels(back, bank, "cloud", (64.0, 64.0), 64, MAP))
+    assert a.shape == (STATE_CHANNELS, 64, 64) and 0 < a[CLOUD].mean() < 1
+
+
+def test_a_malformed_live_entry_is_refused_by_name() -> None:
+    bank, canvas = _bank(), _canvas()
+    st = LiveState(seed=2)
+    _run(st, bank, canvas, 1)
+    entries = to_entries(st)
+    entries["live_t"] = np.full_like(entries["live_t"], SNIPPET)
+    with pytest.raises(ValueError, match="live_"):
+        from_entries(entries, bank)
+    assert from_entries({}, bank) is None
+
+
+def test_the_live_state_is_bounded() -> None:
+    bank = _bank()
+    dense = LiveBank(**{**{f: getattr(bank, f) for f in bank.__slots__}, "herd_rate": 0.05})  # type: ignore[arg-type]
+    canvas = Canvas(MAP, MAP / 2)
+    codes = np.full((TILE, TILE), LAND, np.uint16)
+    st = LiveState(seed=3)
+    for ty in range(MAP // TILE_UNITS):
+        for tx in range(MAP // TILE_UNITS):
+            canvas.write((ty, tx), codes)
+            spawn_ready(st, dense, canvas, (ty * TILE_UNITS, tx * TILE_UNITS))
+    assert 0 < len(st) <= MAX_ACTORS and st.nbytes <= MAX_ACTORS * 64 + 16 * len(st.spawned)
+
+
+def _sequence(cfg, seed: int = 0) -> tuple[torch.Tensor, ...]:  # type: ignore[no-untyped-def]
+    g = torch.Generator().manual_seed(seed)
+    b, n, h = 2, 3, cfg.buckets[0]
+    x = torch.randn(b, n, cfg.channels, h, h, generator=g)
+    prev = torch.randn(b, n, cfg.reference_channels, h, h, generator=g)
+    return (x, prev, torch.rand(b, n, generator=g), torch.randn(b, n, cfg.action_dim, generator=g),
+            torch.randn(b, cfg.scene_dim, generator=g), torch.arange(n), torch.zeros(n, dtype=torch.bool))
+
+
+def test_weights_without_state_channels_serve_as_before_with_the_state_s_channels_at_zero() -> None:
+    base_cfg = tiny_config()
+    live_cfg = tiny_config(state_channels=STATE_CHANNELS)
+    base = randomized(base_cfg)
+    live = WorldModel(live_cfg).eval()
+    load_state(live, base.state_dict(), "base", allow_missing=NEW_MODULES)  # the new stem and head start at zero
+    x, prev, *rest = _sequence(base_cfg)
+    want, _ = base.forward_sequence(x, prev, *rest)
+    state = torch.rand(*prev.shape[:2], STATE_CHANNELS, *prev.shape[3:])
+    got, _ = live.forward_sequence(x, torch.cat((prev, state), 2), *rest)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)  # zero-initialised: read, not yet drawn
+    with torch.no_grad():  # trained state weights with no state at all: still the same frames
+        for name, p in live.named_parameters():
+            if name.startswith(("state_stems.", "state_heads.")):
+                p.normal_(0.0, 0.2)
+    got, _ = live.forward_sequence(x, torch.cat((prev, torch.zeros_like(state)), 2), *rest)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    drawn, _ = live.forward_sequence(x, torch.cat((prev, state), 2), *rest)
+    assert not torch.allclose(drawn, want)
