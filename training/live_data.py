@@ -23,7 +23,7 @@ from worldserve.model.default.reference.live.channels import (
 from worldserve.training.data import TRAIN_SEED_BASE, Batch
 from worldserve.world import World, sample_scene
 from worldserve.world.atmosphere import _CLOUDS
-from worldserve.world.policy import resolve_policy
+from worldserve.world.policy import ActionPolicy, resolve_policy
 
 ACTOR_WEIGHT_REACH = 1.0  # footprint above which a pixel's loss weight is raised
 
@@ -85,9 +85,10 @@ class LivePool:
             return float(y) % self.map_size, float(x) % self.map_size
         return world.random_position(self.rng)
 
-    def batch(self, n: int, length: int, bucket: int = 64) -> Batch:
-        """``n`` sequences of ``length`` frames: frames, prevs, actions, scenes, grounds,
-        states (B, N, STATE_CHANNELS, H, W) float16 and per-pixel loss weights."""
+    def batch(self, n: int, length: int, bucket: int = 64, policy: str | ActionPolicy | None = None) -> Batch:
+        """``n`` sequences of ``length`` frames: frames, prevs, actions, scenes, grounds and
+        states (B, N, STATE_CHANNELS, H, W) float16; ``policy`` names the actions' policy
+        (default: the calm one for ``still_share`` of them, else the mixed one)."""
         if self.made and self.made % self.world_refresh == 0:
             self.worlds[int(self.rng.integers(len(self.worlds)))] = self._new()
         self.made += 1
@@ -100,8 +101,8 @@ class LivePool:
             world.reset(self._start(world))
             for _ in range(int(self.rng.integers(0, 40))):
                 world.step(np.zeros(6, np.float32))
-            policy = "calm" if self.rng.random() < self.still_share else "mixed"
-            acts = np.asarray(resolve_policy(policy)(length + 1, self.rng), np.float32).copy()
+            name = policy or ("calm" if self.rng.random() < self.still_share else "mixed")
+            acts = np.asarray(resolve_policy(name)(length + 1, self.rng), np.float32).copy()
             acts[0] = 0.0
             frames, grounds, states = [], [], []
             for t in range(length + 1):
