@@ -24,6 +24,7 @@ from worldserve.model.default.runner import ModelRunner
 from worldserve.model.default.weights import DEFAULT_WEIGHTS
 from worldserve.protocol.vocab import ACTION_DIM
 from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan
+from worldserve.training.live_strip import row
 
 
 def session(runner: ModelRunner, seed: int, scene: str, frames: int, key: int, bucket: int = 64) -> np.ndarray:
@@ -60,16 +61,8 @@ def main(argv: list[str] | None = None) -> None:
         rows = [session(r, seed, args.scene, args.frames, args.key) for r in (base, live)]
         cols = range(args.every, args.frames, args.every)
 
-        def row(f: np.ndarray, diff: bool = False) -> np.ndarray:
-            tiles = []
-            for t in cols:
-                x = f[t].astype(np.int16)
-                if diff:
-                    x = np.clip(np.abs(x - f[t - 1].astype(np.int16)) * 4, 0, 255)
-                tiles.append(np.pad(x.astype(np.uint8), ((1, 1), (1, 1), (0, 0)), constant_values=255))
-            return np.concatenate(tiles, 1)
 
-        blocks += [row(rows[0]), row(rows[1]), row(rows[0], True), row(rows[1], True)]
+        blocks += [row(rows[0], cols), row(rows[1], cols), row(rows[0], cols, True), row(rows[1], cols, True)]
         blocks.append(np.full((4, blocks[-1].shape[1], 3), 255, np.uint8))
         moving = [float(np.abs(np.diff(r[: args.frames // 2].astype(np.int16), axis=0)).mean()) for r in rows]
         print(f"seed {seed}: mean |frame difference| with the camera still: default {moving[0]:.2f}, live {moving[1]:.2f}")

@@ -61,22 +61,25 @@ def _still(length: int, rng: np.random.Generator) -> np.ndarray:
     return np.zeros((length, ACTION_DIM), np.float32)
 
 
+def row(frames: np.ndarray, cols: range, diff: bool = False) -> np.ndarray:
+    """Frames ``cols`` side by side, or their differences from the frame before, x4."""
+    tiles = []
+    for t in cols:
+        f = frames[t].astype(np.int16)
+        if diff:
+            f = np.clip(np.abs(f - frames[t - 1].astype(np.int16)) * 4, 0, 255)
+        tiles.append(np.pad(f.astype(np.uint8), ((1, 1), (1, 1), (0, 0)), constant_values=255))
+    return np.concatenate(tiles, 1)
+
+
 def strip(runs: list[dict[str, np.ndarray]], every: int, scale: int = 3) -> np.ndarray:
     blocks = []
     for r in runs:
         cols = range(every, len(r["world"]), every)
 
-        def row(frames: np.ndarray, diff: bool = False) -> np.ndarray:
-            tiles = []
-            for t in cols:
-                f = frames[t].astype(np.int16)
-                if diff:
-                    f = np.clip(np.abs(f - frames[t - 1].astype(np.int16)) * 4, 0, 255)
-                tiles.append(np.pad(f.astype(np.uint8), ((1, 1), (1, 1), (0, 0)), constant_values=255))
-            return np.concatenate(tiles, 1)
 
-        blocks += [row(r["world"]), row(r["live"]), row(r["zeroed"]), row(r["world"], True), row(r["live"], True),
-                   np.full((4, row(r["world"]).shape[1], 3), 255, np.uint8)]
+        blocks += [row(r["world"], cols), row(r["live"], cols), row(r["zeroed"], cols), row(r["world"], cols, True),
+                   row(r["live"], cols, True), np.full((4, row(r["world"], cols).shape[1], 3), 255, np.uint8)]
     img = np.concatenate(blocks, 0)
     return img.repeat(scale, 0).repeat(scale, 1)
 
