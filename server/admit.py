@@ -5,7 +5,8 @@
 - ``schedule``: add the session to the engine's scheduler from block ``first_block`` (from
   an exported state when resuming). Admission may serve it at a lower rung of the ladder
   (server/settings.py); a state admitted at another bucket than its own is resized
-  (``rebucket``) before the runner opens it. The live session takes the rung it got.
+  (``rebucket``) before the runner opens it. The live session takes the block it was admitted
+  at and the rung it got.
 - ``new_epoch``: block 0 on a running session: the store opens a new epoch, the model
   starts afresh, the replay ring is emptied.
 - ``refused``: the ``ModelFull`` error for a verdict that did not admit.
@@ -54,7 +55,8 @@ class Admissions:
         observation: np.ndarray | None = None,
         restore: ModelState | None = None,
     ) -> Admission:
-        """Add the session to the engine (from ``restore`` when resuming)."""
+        """Add the session to the engine at ``first_block`` (from ``restore`` when resuming);
+        admitted, the live session is at that block and the rung it got."""
         req = live.request
         spec = SessionSpec(live.sid, req.bucket, req.seed, live.scene, observation, restore)
         kw: dict[str, Any] = dict(
@@ -71,7 +73,8 @@ class Admissions:
             moved = rebucket(restore, verdict.settings.bucket)
             verdict = engine.add_session(live.sid, replace(spec, restore=moved), **kw)
         if verdict.admitted and verdict.settings is not None:
-            live.level, live.settings = verdict.level, verdict.settings
+            live.at_block(first_block)
+            live.at_rung(verdict.level, verdict.settings)
             if live.action is not None:
                 engine.scheduler.set_action(live.sid, live.action, live.action_seq)
         return verdict
@@ -85,7 +88,6 @@ class Admissions:
         live.drop_held()
         live.session = decision.session  # a new epoch is a new Session in the store
         live.ring.clear()
-        live.next_block = 0
         live.restored = None
         verdict = self.schedule(engine, live, 0)
         if not verdict.admitted:

@@ -98,7 +98,7 @@ class EngineEvents:
             live.late = None
             ch = self._chunk(live, ev, late)
             live.ring.append(ch)
-            live.next_block = ev.block_idx + 1
+            live.at_block(ev.block_idx + 1)
             if ev.applied is not None and self.sessions.store.peek(live.sid) is live.session:
                 live.session.record_block(ev.block_idx, ev.applied, ev.frames)
             if live.pull:
@@ -118,7 +118,7 @@ class EngineEvents:
             live.misses += 1
             self.metrics.deadline_misses.labels(live.request.mode).inc()
         elif isinstance(ev, DegradationChanged):
-            live.level, live.settings = ev.new_level, ev.settings
+            live.at_rung(ev.new_level, ev.settings)
             up = "down" if ev.new_level > ev.old_level else "up"
             self.metrics.degradations.labels(up).inc()
             s = ev.settings

@@ -109,17 +109,22 @@ class Peer(Protocol):
 class Live:
     """The server's view of one session: what its transport and the worker keep beside the
     store's ``Session``, which owns the session's lifetime, scene and epoch (read here, never
-    copied). docs/architecture.md has the table of which object owns which fact."""
+    copied). docs/architecture.md has the table of which object owns which fact.
+
+    The next block and the rung are the scheduler's (its ``Record``): ``at_block`` and
+    ``at_rung`` are their one writer each, called where the scheduler tells them (its
+    admission, ``ChunkReady``, ``DegradationChanged``) and when the session leaves the
+    schedule (``Sessions.suspend``). A session built from a handoff starts at the handoff's."""
 
     session: Session  # the store's (session/session.py)
     request: Start  # what the client asked for
     action_limit: TokenBucket  # actions applied at most this fast (the rest coalesce)
     ring: deque[Chunk]
-    settings: Rung
+    settings: Rung  # the rung it is served at (``at_rung``)
     opened_at: float
-    level: int = 0
+    level: int = 0  # its ladder level (``at_rung``)
     peer: Peer | None = None
-    next_block: int = 0  # the first block not generated in this epoch
+    next_block: int = 0  # the first block not generated in this epoch (``at_block``)
     suspension: Suspension | None = None  # set while detached
     restored: tuple[int, ModelState] | None = None  # (first_block, state) it was resumed from
     suspending: asyncio.Future[None] | None = None
@@ -154,6 +159,16 @@ class Live:
     @property
     def pull(self) -> bool:
         return self.request.mode == "pull"
+
+    def at_block(self, next_block: int) -> None:
+        """The first block not generated in this epoch, as the scheduler has it: the block it
+        was admitted at, then one past each ``ChunkReady``."""
+        self.next_block = next_block
+
+    def at_rung(self, level: int, settings: Rung) -> None:
+        """The ladder level and rung the scheduler serves it at: admitted at, changed by a
+        ``DegradationChanged``, or the one it left the schedule at (a ``Suspension``)."""
+        self.level, self.settings = level, settings
 
     def with_restored(self, susp: Suspension) -> Suspension:
         """``susp`` with the state the session was resumed from, if it was not reopened in the

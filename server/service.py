@@ -371,7 +371,6 @@ class Service:
             self.metrics.resumes.labels("refused").inc()
             raise self.admit.refused(verdict)
         live.suspension = None
-        live.next_block = k
         live.restored = (k, state) if state is not None else None
         if live.pull:  # requests accepted before the drop and not generated: ask again
             session = self.store.get(sid)
@@ -422,23 +421,9 @@ class Service:
             return
         if session.status is SessionStatus.ACTIVE:
             self.store.detach(sid)
-        if live.suspension is not None:  # suspended already (a hand-off is packaging it)
+        susp = await self.table.suspend(live)  # kept until a resume (a hand-off may have done it)
+        if susp is None:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        live.suspending = fut
-        susp = Suspension(sid, live.next_block, None, live.level, live.settings)
-        try:
-            engine = self.gate.scheduled(sid)
-            if engine is not None:
-                susp = await engine.suspend(sid)
-        except (KeyError, RuntimeError) as exc:  # ended meanwhile, or the engine stopped
-            if self.table.get(sid) is live:
-                log.warning("suspend failed: %s", exc, extra={"sid": sid})
-        finally:
-            live.suspending = None
-            fut.set_result(None)
-        live.suspension = susp = live.with_restored(susp)  # never reopened: the old state holds
-        live.level, live.settings = susp.level, susp.settings
         log.info("session detached", extra={"sid": sid, "next_block": susp.next_block})
 
     def close(self, sid: str, reason: str) -> bool:

@@ -13,12 +13,14 @@ it ended, and counts it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from worldserve.protocol import CloseCode, Ended
+from worldserve.server.engine import Suspension
 from worldserve.server.gate import Gate
 from worldserve.server.live import Live
 from worldserve.server.metrics import Metrics
@@ -67,6 +69,36 @@ class Sessions:
 
     def ids(self) -> list[str]:
         return list(self._live)
+
+    async def suspend(self, live: Live) -> Suspension | None:
+        """Take the session out of the engine between two steps, its model state exported,
+        and keep that as ``live.suspension`` (it leaves at the rung the scheduler had it at).
+        The one suspend: a dropped connection (``Service.disconnected``) and a hand-off
+        (``Migration.hand_off``) both come here; a second caller waits for the first and gets
+        its suspension. None if the session ended meanwhile."""
+        if live.suspending is not None:
+            await asyncio.shield(live.suspending)
+        if live.suspension is not None:
+            return live.suspension
+        sid = live.sid
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        live.suspending = fut
+        susp = Suspension(sid, live.next_block, None, live.level, live.settings)  # if the engine has none
+        try:
+            engine = self.gate.scheduled(sid)
+            if engine is not None:
+                susp = await engine.suspend(sid)
+        except (KeyError, RuntimeError) as exc:  # ended meanwhile, or the engine stopped
+            if self.get(sid) is live:
+                log.warning("suspend failed: %s", exc, extra={"sid": sid})
+        finally:
+            live.suspending = None
+            fut.set_result(None)
+        if self.get(sid) is not live:
+            return None
+        live.suspension = susp = live.with_restored(susp)  # never reopened: the old state holds
+        live.at_rung(susp.level, susp.settings)
+        return susp
 
     def close(self, sid: str, reason: str) -> bool:
         """End a session for good; its peer (if any) is told ``ended``. False if unknown."""

@@ -7,7 +7,8 @@ server/cluster/agent.py, whose ``WorkerAgent`` holds this ``Migration`` and is t
 
 - ``checkpoint`` packages a running session for crash recovery: ``Engine.export`` reads
   its model state between two steps and the session goes on.
-- ``hand_off`` suspends a session at a block boundary (nothing in flight) and packages it
+- ``hand_off`` suspends a session at a block boundary (nothing in flight; the one suspend a
+  dropped connection uses too, ``Sessions.suspend``) and packages it
   with its last ``migrate_replay_blocks`` blocks for a migration; ``migrated`` then tells
   its client where to go and ends it here.
 - A resume of a session this worker does not hold is answered from the directory: its
@@ -22,7 +23,6 @@ server/cluster/agent.py, whose ``WorkerAgent`` holds this ``Migration`` and is t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
@@ -91,27 +91,11 @@ class Migration:
         live = self.sessions.get(sid)
         if live is None:
             return None
-        if live.suspending is not None:
-            await asyncio.shield(live.suspending)
-        if live.suspension is None:
-            susp = Suspension(sid, live.next_block, None, live.level, live.settings)
-            engine = self.gate.scheduled(sid)
-            if engine is not None:
-                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                live.suspending = fut
-                try:
-                    susp = await engine.suspend(sid)
-                except (KeyError, RuntimeError) as exc:
-                    log.warning("suspend for hand-off failed: %s", exc, extra={"sid": sid})
-                finally:
-                    live.suspending = None
-                    fut.set_result(None)
-            if self.sessions.get(sid) is not live:
-                return None
-            live.suspension = live.with_restored(susp)
-            live.level, live.settings = susp.level, susp.settings
+        susp = await self.sessions.suspend(live)
+        if susp is None:
+            return None
         live.handing_off = True
-        return self._package(live, live.suspension, "migration", self.settings.migrate_replay_blocks)
+        return self._package(live, susp, "migration", self.settings.migrate_replay_blocks)
 
     def migrated(self, sid: str, msg: Migrate) -> None:
         """Tell the session's client where it continues, then end it here."""
@@ -187,15 +171,14 @@ class Migration:
              for r in h.replay),
             maxlen=max(s.replay_blocks, len(h.replay)),
         )
-        live = Live(
+        live = Live(  # built as the handoff left it: nothing is written into it afterwards
             session, req,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
-            ring, rung, self.clock(), level=h.level,
+            ring, rung, self.clock(), level=h.level, next_block=k,
+            suspension=Suspension(sid, k, state, h.level, rung),
+            action=h.action, action_seq=h.action_seq, seen_seq=h.seen_seq,
+            presentation=h.presentation or Presentation(start(k), start(k) * step_us), adopted=k,
         )
-        live.suspension = Suspension(sid, k, state, h.level, rung)
-        live.next_block, live.adopted = k, k
-        live.presentation = h.presentation or Presentation(start(k), start(k) * step_us)
-        live.action, live.action_seq, live.seen_seq = h.action, h.action_seq, h.seen_seq
         self.sessions.add(live)
         self.metrics.migrations.labels("adopted").inc()
         log.info("session adopted", extra={"sid": sid, "kind": h.kind, "next_block": k,
