@@ -72,7 +72,7 @@ def load_model_runner(settings: Settings) -> Runner:
     )
     runner: Runner = registry.load(settings.model, options)
     log.info("model %s from %s, %s on %s, %s thread(s)", settings.model, settings.weights or "the shipped weights",
-             getattr(runner, "dtype", "?"), settings.device, settings.threads or "default")
+             runner.capabilities.dtype, settings.device, settings.threads or "default")
     return runner
 
 

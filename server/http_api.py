@@ -37,7 +37,7 @@ async def load(request: web.Request) -> web.Response:
     recipe a Wan model serves (model/wan/recipes.py)."""
     service = request.app[SERVICE]
     body = service.load()
-    recipe = getattr(service.engine.runner if service.engine else None, "served_recipe", None)
+    recipe = service.engine.runner.capabilities.recipe if service.engine else None
     if recipe is not None:
         body["recipe"] = recipe
     return web.json_response(body, headers=CORS)
@@ -90,9 +90,10 @@ async def session_log(request: web.Request) -> web.Response:
             status=404,
         )
     settings = request.app[SETTINGS]
-    dtype = str(getattr(service.engine.runner, "dtype", settings.dtype) if service.engine else settings.dtype)
-    canvas = getattr(service.engine.runner, "ground", None) is not None if service.engine else False
-    body = logfile.pack(session, settings.model, dtype.removeprefix("torch."), canvas)
+    caps = service.engine.runner.capabilities if service.engine else None
+    dtype = caps.dtype if caps is not None else settings.dtype
+    canvas = caps is not None and caps.reference == "canvas"
+    body = logfile.pack(session, settings.model, dtype, canvas)
     return web.Response(body=body, content_type="application/msgpack")
 
 

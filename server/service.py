@@ -244,9 +244,8 @@ class Service:
         first = None
         if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
             first = await self.inputs.decode_image(req.observation, "observation")
-            ready = getattr(engine.runner, "ready_observation", None)
-            if ready is not None:  # the model's work on it (a canvas's ground) done here too
-                await _off_model_thread(f"a {req.bucket} px session's observation", ready,
+            if engine.runner.capabilities.ready_observation:  # the model's work on it (a canvas's ground) here too
+                await _off_model_thread(f"a {req.bucket} px session's observation", engine.runner.ready_observation,
                                         req.prompt, req.seed, req.bucket, first)
         elif req.bucket in self.shape.buckets:
             # the start frame (the default world renders ~30 ms of CPU) is made here, on a
@@ -390,11 +389,11 @@ class Service:
     async def _ready_restore(self, live: Live) -> None:
         """The model's work on the snapshot a session resumes from (a canvas rebuilt, its
         tiles decoded), done on a worker thread before it is scheduled, not by the model
-        thread while every running session waits (an optional ``Runner`` member)."""
+        thread while every running session waits (``Capabilities.ready_restore``)."""
         state = live.suspension.state if live.suspension is not None else None
-        ready = getattr(self.gate.engine.runner, "ready_restore", None) if self.gate.engine is not None else None
-        if state is not None and ready is not None:
-            await _off_model_thread(f"session {live.sid}: its snapshot's canvas", ready, state)
+        runner = self.gate.engine.runner if self.gate.engine is not None else None
+        if state is not None and runner is not None and runner.capabilities.ready_restore:
+            await _off_model_thread(f"session {live.sid}: its snapshot's canvas", runner.ready_restore, state)
 
     def _checked(self, sid: str, msg: Resume) -> Live:
         session = self.store.peek(sid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from tests.server.harness import frames, recv_type, send, serve
 from worldserve.protocol import Image, Resume, Resumed, Start, Started
 from worldserve.server.settings import Settings
 from worldserve.session.fake_runner import FakeRunner, LinearCost
-from worldserve.session.plan import ModelState, StepOutput, StepPlan
+from worldserve.session.plan import Capabilities, ModelState, StepOutput, StepPlan
 
 
 class AnchoredRunner(FakeRunner):
@@ -27,6 +28,10 @@ class AnchoredRunner(FakeRunner):
         self.restores: list[tuple[str, ModelState]] = []  # (thread, snapshot) of ready_restore
         self.restored_from: dict[str, ModelState | None] = {}
         self.exported: list[str] = []  # sessions whose state was exported (suspended)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities, ready_observation=True, ready_restore=True)
 
     def ready_observation(self, scene: str, seed: int, bucket: int, frame: np.ndarray) -> None:
         self.readied.append((threading.current_thread().name, frame))
