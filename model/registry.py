@@ -100,7 +100,7 @@ def _check_matrix_game(weights: Path | None, recipe: str | None) -> None:
     from worldserve.model.wan.layout import check_image_layout  # torch-free
 
     if weights is None:
-        raise ValueError("--model matrix-game-2 needs --weights DIR (see docs/models.md for its layout)")
+        raise ValueError("--model matrix-game-2 needs --weights DIR (see docs/model-families.md for its layout)")
     check_image_layout(weights, _recipe(recipe))
 
 
@@ -118,7 +118,7 @@ def _check_wan(weights: Path | None, recipe: str | None) -> None:
     from worldserve.model.wan.layout import check_layout  # torch-free
 
     if weights is None:
-        raise ValueError("--model wan-causal needs --weights DIR (see docs/models.md for its layout)")
+        raise ValueError("--model wan-causal needs --weights DIR (see docs/model-families.md for its layout)")
     check_layout(weights, _recipe(recipe))
 
 

@@ -107,7 +107,7 @@ class Settings:
     port: int = setting(8000, "TCP port to listen on")
     # --- the model ---
     model: str = setting("default", "model family (model/registry.py): default (the embedded "
-                                    "model), wan-causal or matrix-game-2 (docs/models.md)")
+                                    "model), wan-causal or matrix-game-2 (docs/model-families.md)")
     weights: Path | None = setting(None, "model weights: default, a .safetensors with its .json "
                                          "(default: the shipped ones); wan-causal, a directory")
     sizes: tuple[tuple[int, int], ...] | None = setting(
@@ -116,7 +116,7 @@ class Settings:
                                        "(model/wan/recipes.py: self-forcing, causvid, longlive, ...); "
                                        "a config.json beside the checkpoint overrides them")
     vae: str = setting("full", "what decodes a Wan model's latents: full (the Wan2.1 VAE), tae (TAEHV, "
-                               "taew2_1.pth in --weights; docs/models.md) or a path to that file")
+                               "taew2_1.pth in --weights; docs/model-families.md) or a path to that file")
     # 1 by default: on a small shared CPU two threads can run 30x slower than one under
     # contention.
     threads: int | None = setting(1, "torch threads of the model thread (empty: torch's default)")
@@ -141,10 +141,10 @@ class Settings:
                                          "computing side by side (CPU only)")
     canvas_trust: float = setting(4.0, "the default model on its canvas: logits added to its head's reference "
                                        "mix, so it copies more of the canvas's ground and draws less of its own "
-                                       "(0: as the weights learnt; docs/model.md)")
+                                       "(0: as the weights learnt; docs/default-model.md)")
     canvas_sharpen: float = setting(1.0, "the default model on its canvas: the unsharp mask's amount on each "
                                          "decoded tile, which the decoder draws softer than the world's ground "
-                                         "(0: as drawn; docs/model.md)")
+                                         "(0: as drawn; docs/default-model.md)")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
     warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at; "

@@ -332,7 +332,7 @@ def variant_of(a: ActionConfig) -> str:
 def map_actions(a: ActionConfig, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The server's per-frame action vectors (N, len(KEYS) + 2): held keys forward, back, left,
     right and the mouse delta (dx right, dy down, each in [-1, 1]), in a variant's action space:
-    keyboard (N, keyboard_dim_in) and mouse (N, mouse_dim_in) as (pitch, yaw). See docs/models.md.
+    keyboard (N, keyboard_dim_in) and mouse (N, mouse_dim_in) as (pitch, yaw). See docs/model-families.md.
 
     universal  keyboard multi-hot (W, S, A, D) = (forward, back, left, right); mouse pitch =
                -dy * 0.1 (up is positive), yaw = dx * 0.1 (right is positive).

@@ -39,7 +39,7 @@ and the mouse attentions; the keyboard's keys come from the keys alone), so the 
 for bit when it starts at the anchor or spans that depth in chunks. At the real size (30 + 15
 levels) the 40 kept frames replay 13 chunks: past the anchor the caches start from a chunk
 that saw nothing before it and each replayed chunk recomputes one level more, so the next
-frames are close, not exact (docs/models.md: how close on the tiny model). A snapshot without
+frames are close, not exact (docs/model-families.md: how close on the tiny model). A snapshot without
 a trace (an older worker's) is re-cached with nothing held, counting from frame 0.
 """
 
