@@ -114,6 +114,7 @@ class WanConfig:
     num_train_timesteps: int = 1000  # timestep scale: sigma = timestep / num_train_timesteps
     commit_timestep: float = 0.0  # timestep of the commit pass that writes the cache (context_noise)
     positions: str = "rank"  # RoPE time positions (model/wan/cache.py): "rank" of held frames, or "absolute"
+    long_mode: str = "rolling"  # past the cache: "rolling" window, or "restart" (CausVid's; model/wan/restart.py)
 
     def __post_init__(self) -> None:
         for name in ("dim", "ffn_dim", "freq_dim", "text_dim", "in_dim", "out_dim", "num_heads",
@@ -170,6 +171,11 @@ class WanConfig:
             raise ValueError(f"WanConfig.shift must be > 0, got {self.shift!r}")
         if self.positions not in POSITIONS:
             raise ValueError(f"WanConfig.positions {self.positions!r}: one of {', '.join(POSITIONS)}")
+        if self.long_mode not in LONG_MODES:
+            raise ValueError(f"WanConfig.long_mode {self.long_mode!r}: one of {', '.join(LONG_MODES)}")
+        if self.long_mode == "restart" and self.sink_frames:
+            raise ValueError(f"WanConfig.long_mode 'restart' starts each rollout afresh: sink_frames "
+                             f"{self.sink_frames!r} must be 0")
 
     # --- derived ---
     @property
@@ -193,6 +199,12 @@ class WanConfig:
     def cache_frames(self) -> int:
         """Latent frames a session's KV cache holds: sinks plus window."""
         return self.sink_frames + self.window_frames
+
+    @property
+    def rollout_frames(self) -> int:
+        """Latent frames of one rollout of the "restart" long mode: the chunk and the window before
+        it (CausVid's 21); the last chunk of each is the next one's overlap."""
+        return self.window_frames + self.chunk_frames
 
     @property
     def patch_dim(self) -> int:
@@ -329,6 +341,7 @@ class WanConfig:
 
 
 POSITIONS = ("rank", "absolute")  # the time position schemes of model/wan/cache.py
+LONG_MODES = ("rolling", "restart")  # what a session does past its cache: roll the window, or restart
 COND_MASK_CHANNELS = 4  # Matrix-Game's condition mask: the first 4 channels of a latent-shaped mask
 
 # variant -> (keyboard_dim_in, enable_mouse), as the authors' configs/distilled_model/<variant>/config.json

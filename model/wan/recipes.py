@@ -14,7 +14,13 @@ frames, the latest ``window_frames`` committed frames, and itself. The authors' 
 counts all three; their global attention (``local_attn_size`` -1) attends to every frame of a
 cache sized for 21 latent frames (Self-Forcing's 32,760 tokens at 1,560 a frame), which is a
 window of 18 behind a chunk of 3 with no sinks: equal to theirs for the 21 frames (81 pixel
-frames) they generate, and rolling past that.
+frames) they generate. Past those, Self-Forcing's window rolls; CausVid's recipes do as the
+authors' long videos do (``long_mode`` "restart": a new rollout from a re-encoded overlap,
+model/wan/restart.py), or roll too with ``"long_mode": "rolling"`` in a config.json.
+
+Time positions (``positions``, model/wan/cache.py) are the authors' module's: LongLive's
+``causal_model.py`` keeps them absolute, its ``causal_model_infinity.py`` (``longlive-infinity``)
+ranks the held frames; without sinks the two schemes give the same attention.
 
 This module imports no torch: the server reads it to check files and print the recipe.
 """
@@ -26,7 +32,7 @@ from typing import Any
 
 # WanConfig fields a recipe sets (model/wan/config.py), each also settable by config.json
 RECIPE_FIELDS = ("timesteps", "warp_timesteps", "shift", "chunk_frames", "sink_frames", "window_frames",
-                 "commit_timestep", "positions")
+                 "commit_timestep", "positions", "long_mode")
 
 # the authors' training-config names of the same fields (config.py's _ALIASES say the same)
 AUTHORS_NAMES = {
@@ -70,6 +76,7 @@ class Recipe:
     checkpoint_key: str | None  # the state dict their loader takes: "generator_ema", "generator"; None: a bare one
     commit_timestep: float = 0.0  # context_noise
     positions: str = "rank"  # RoPE time positions (model/wan/cache.py): "rank" or "absolute"
+    long_mode: str = "rolling"  # past the cache: "rolling" window or "restart" from an overlap (model/wan/restart.py)
     lora: Published | None = None  # a LoRA their loader merges into the checkpoint
     lora_rank: int = 0
     lora_alpha: float = 0.0
@@ -125,6 +132,23 @@ _LONGLIVE = ("huggingface-cli download Efficient-Large-Model/LongLive-1.3B --inc
 
 
 
+def _causvid(name: str, yaml: str, steps: tuple[float, ...], warp: bool, folder: str) -> Recipe:
+    """One of CausVid's two published checkpoints (its ``generator`` state dict, shift 8, global
+    attention over 21 frames), past 21 latent frames in the authors' long mode: a new rollout from
+    a re-encoded overlap of one chunk (``longvideo_autoregressive_inference.py``; model/wan/restart.py).
+    A config.json's ``"long_mode": "rolling"`` rolls an 18-frame window instead."""
+    return Recipe(
+        name=name, family="wan-causal",
+        source=f"tianweiy/CausVid, {yaml}; minimal_inference/autoregressive_inference.py and "
+               f"longvideo_autoregressive_inference.py (num_overlap_frames 3)",
+        timesteps=steps, warp_timesteps=warp, shift=8.0, chunk_frames=3, sink_frames=0, window_frames=18,
+        long_mode="restart",
+        checkpoint=Published(f"{folder}/model.pt", "tianweiy/CausVid",
+                             f"huggingface-cli download tianweiy/CausVid {folder}/model.pt --local-dir ."),
+        checkpoint_key="generator", backbone=_WAN,
+    )
+
+
 def _longlive(name: str, positions: str, source: str) -> Recipe:
     """LongLive's checkpoint and LoRA under one of its two attention modules: ``causal_model.py``
     (absolute positions: the sinks stay at 0-2 while the chunk sits at its frame) or
@@ -149,16 +173,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         window_frames=18, checkpoint=Published("checkpoints/self_forcing_dmd.pt", "gdhe17/Self-Forcing", _SF_DOWNLOAD),
         checkpoint_key="generator_ema", backbone=_WAN,
     ),
-    Recipe(
-        name="causvid", family="wan-causal",
-        source="tianweiy/CausVid, configs/wan_causal_dmd.yaml; minimal_inference/autoregressive_inference.py",
-        timesteps=(1000.0, 757.0, 522.0), warp_timesteps=False, shift=8.0, chunk_frames=3, sink_frames=0,
-        window_frames=18,
-        checkpoint=Published("autoregressive_checkpoint/model.pt", "tianweiy/CausVid",
-                             "huggingface-cli download tianweiy/CausVid autoregressive_checkpoint/model.pt "
-                             "--local-dir ."),
-        checkpoint_key="generator", backbone=_WAN,
-    ),
+    _causvid("causvid", "configs/wan_causal_dmd.yaml", (1000.0, 757.0, 522.0), False, "autoregressive_checkpoint"),
+    _causvid("causvid-warp4", "configs/wan_causal_dmd_warp_4step_cfg2.yaml", (1000.0, 750.0, 500.0, 250.0), True,
+             "autoregressive_checkpoint_warp_4step_cfg2"),
     _longlive("longlive", "absolute",
               "NVlabs/LongLive v1.0, configs/longlive_inference.yaml and longlive_interactive_inference.yaml "
               "(wan/modules/causal_model.py: keys rotated at their frame when written)"),

@@ -22,7 +22,9 @@ the window (``model.recache``) and decodes the kept frames to rebuild the VAE st
 (37 latent frames of reach for Wan2.1's VAE): exact while everything committed is still in the
 cache; after the window has rolled, close (as LongLive's re-cache). A prompt change re-caches
 the window the same way. A first chunk decodes to ``1 + 4 (F - 1)`` frames (9), every later
-one to ``4 F`` (12). The prompt only steers it. One thread owns a runner: not thread-safe.
+one to ``4 F`` (12). The prompt only steers it. A recipe whose ``long_mode`` is "restart" (CausVid)
+starts a new rollout from an overlap once a chunk fills one (model/wan/restart.py). One thread
+owns a runner: not thread-safe.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from worldserve.model.wan.causal import CausalWanModel, TextKV
 from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.layout import check_layout
 from worldserve.model.wan.recipes import Recipe, Served
+from worldserve.model.wan.restart import restart
 from worldserve.model.wan.text import PromptEncoder
 from worldserve.model.wan.vae_stream import VaeStream, pixel_frames_for
 from worldserve.session.plan import (
@@ -87,6 +90,7 @@ class WanSession:
     stream: VaeStream | TaeStream
     sinks: list[torch.Tensor] = field(default_factory=list)  # (C, h, w) clean latents, frames 0..S-1
     recent: deque[torch.Tensor] = field(default_factory=deque)  # the latest clean latents after the sinks
+    lead: np.ndarray | None = None  # pixel frames the next decoded chunk goes out after (a restart's)
 
 
 class Decoding:
@@ -95,10 +99,12 @@ class Decoding:
     held back until then (``later``: the CPU's overlapped order)."""
 
     def __init__(self, frames: list[torch.Tensor] | None = None, done: torch.cuda.Event | None = None,
-                 later: Callable[[], list[torch.Tensor]] | None = None) -> None:
+                 later: Callable[[], list[torch.Tensor]] | None = None,
+                 leads: list[np.ndarray | None] | None = None) -> None:
         self._frames = frames
         self._done = done
         self._later = later
+        self._leads = leads or []  # per session, frames that go out before its decoded ones
 
     def result(self) -> list[np.ndarray]:
         if self._later is not None:
@@ -107,7 +113,11 @@ class Decoding:
             self._done.synchronize()
             self._done = None
         assert self._frames is not None
-        return [f.cpu().numpy() for f in self._frames]
+        out = [f.cpu().numpy() for f in self._frames]
+        for i, lead in enumerate(self._leads):
+            if lead is not None:
+                out[i] = np.concatenate((lead, out[i]))
+        return out
 
 
 class WanRunner:
@@ -159,7 +169,10 @@ class WanRunner:
             h: WanKVCache.create(cfg, h // VAE_SCALE, w // VAE_SCALE, max_sessions, dtype, self.device)
             for h, w in self.sizes.values()
         }
-        self.overlap: bool = self.device.type == "cuda" if overlap is None else overlap
+        # a restart (model/wan/restart.py) decodes in the session's stream while it generates: the
+        # CPU's overlapped order, which decodes a batch after the next one generates, would skip ahead
+        cpu_in_order = self.device.type != "cuda" and cfg.long_mode == "restart"
+        self.overlap: bool = self.device.type == "cuda" if overlap is None else overlap and not cpu_in_order
         self._decode_stream = (torch.cuda.Stream(device=self.device)
                                if self.overlap and self.device.type == "cuda" else None)
         self.sessions: dict[str, WanSession] = {}
@@ -176,7 +189,7 @@ class WanRunner:
         with ``vae`` (``load_backbone``)."""
         files, cfg, served = check_layout(path, recipe)
         model, decoder, dt = load_backbone(files, cfg, served, threads=threads, dtype=dtype, device=device, vae=vae,
-                                           root=path)
+                                           root=path, encode=cfg.long_mode == "restart")
         assert files.text_encoder is not None and files.tokenizer is not None
         text = PromptEncoder.load(files.text_encoder, files.tokenizer, device=device, dtype=dt, text_len=cfg.text_len)
         return cls(model, decoder, text, sizes=sizes or DEFAULT_SIZES, max_sessions=max_sessions, dtype=dt,
@@ -487,18 +500,37 @@ class WanRunner:
                 else:
                     s.recent.append(frame)
                 s.frame_index += 1
+        if cfg.long_mode == "restart":
+            for b, s in enumerate(states):
+                if s.frame_index == cfg.rollout_frames:
+                    x0[b] = self._restart(s, x0[b])
         return x0
+
+    def _restart(self, s: WanSession, chunk: torch.Tensor) -> torch.Tensor:
+        """CausVid's next rollout from the overlap of the chunk that ended one (model/wan/restart.py);
+        returns the overlap, which the session's new stream decodes after ``s.lead``."""
+        with self._decoding():
+            overlap, lead, s.stream = restart(self.model, self.decoder, self.pools[s.bucket], s.slot, s.stream,
+                                              s.text, chunk)
+        s.lead = lead.cpu().numpy()
+        s.frame_index = overlap.shape[1]
+        s.recent.clear()
+        s.recent.extend(overlap.unbind(1))
+        return overlap
 
     def _submit_decode(self, states: list[WanSession], x0: torch.Tensor) -> Decoding:
         """Start decoding a chunk's latents in the sessions' streams: on the decode stream where
         there is one (its pixels copied to pinned host memory there); on the CPU at once, or,
         overlapped, when its result is asked for."""
         streams = [s.stream for s in states]
+        leads = [s.lead for s in states]
+        for s in states:
+            s.lead = None
         side = self._decode_stream
         if side is None:
             if self.overlap:  # the CPU: decoded when waited for, after the next batch's generation
-                return Decoding(later=lambda: self.decoder.decode_batch(streams, x0))
-            return Decoding(self.decoder.decode_batch(streams, x0))
+                return Decoding(later=lambda: self.decoder.decode_batch(streams, x0), leads=leads)
+            return Decoding(self.decoder.decode_batch(streams, x0), leads=leads)
         side.wait_stream(torch.cuda.current_stream(self.device))  # the latents, committed
         with torch.cuda.stream(side):
             x0.record_stream(side)  # made on the main stream: not reused before the decode has read it
@@ -508,7 +540,7 @@ class WanRunner:
                 h.copy_(p, non_blocking=True)
             done = torch.cuda.Event()
             done.record(side)
-        return Decoding(host, done)
+        return Decoding(host, done, leads=leads)
 
     @contextmanager
     def _decoding(self) -> Iterator[None]:

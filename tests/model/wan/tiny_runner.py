@@ -1,6 +1,6 @@
 """A tiny ``WanRunner`` for checks on the latents a recipe serves: a random tiny transformer with
 the recipe's settings, prompts that map to fixed random embeddings, and a decoder that only
-counts frames (its pixels are black). The latents a session generated are read back from the
+counts frames (its pixels are black) or a tiny random Wan2.1 VAE. The latents a session generated are read back from the
 runner (``latents``); the noise it drew is the session's generator's (``torch.Generator`` seeded
 with the session's seed, ``randn`` of one chunk's shape per draw)."""
 
@@ -13,11 +13,12 @@ import numpy as np
 import torch
 
 from tests.model.wan.tiny import LATENT_HEIGHT, LATENT_WIDTH, random_model, tiny_config
+from tests.model.wan.tiny_dir import TINY_VAE
 from worldserve.model.wan import recipes
 from worldserve.model.wan.causal import CausalWanModel
 from worldserve.model.wan.recipes import Served
 from worldserve.model.wan.runner import VAE_SCALE, WanRunner
-from worldserve.model.wan.vae_stream import pixel_frames_for
+from worldserve.model.wan.vae_stream import StreamingDecoder, pixel_frames_for
 from worldserve.session.plan import (
     ACTION_DIM,
     Batch,
@@ -74,20 +75,42 @@ class FixedPrompts:
         return self._seen[prompt]
 
 
-def tiny_runner(recipe: str, seed: int = 0, **overrides: Any) -> WanRunner:
-    """A runner serving ``recipe``'s settings (with ``overrides``) on a random tiny model."""
+def tiny_vae(seed: int = 1) -> StreamingDecoder:
+    """The Wan2.1 VAE's layout at base width 4 (tests/model/wan/tiny_dir.py), random weights."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(seed)
+    vae = AutoencoderKLWan(**TINY_VAE)
+    with torch.no_grad():  # a random decoder that draws something (not a flat grey)
+        for p in vae.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return StreamingDecoder(vae.eval())
+
+
+def tiny_runner(recipe: str, seed: int = 0, vae: bool = False, **overrides: Any) -> WanRunner:
+    """A runner serving ``recipe``'s settings (with ``overrides``) on a random tiny model;
+    ``vae``: decoding with a tiny random Wan2.1 VAE instead of counting frames."""
     r = recipes.get(recipe)
     cfg = tiny_config(**{**r.config_fields(), **overrides})
     model: CausalWanModel = random_model(cfg, seed=seed)
-    return WanRunner(model, CountingDecoder(cfg.out_dim), FixedPrompts(cfg.text_dim),  # type: ignore[arg-type]
+    decoder = tiny_vae() if vae else CountingDecoder(cfg.out_dim)
+    return WanRunner(model, decoder, FixedPrompts(cfg.text_dim),  # type: ignore[arg-type]
                      sizes=((HEIGHT, WIDTH),), max_sessions=2, served=Served(r))
 
 
 def run(runner: WanRunner, sid: str, prompts: dict[int, str], chunks: int, seed: int = 1) -> torch.Tensor:
     """Open ``sid`` with ``prompts[0]`` and generate ``chunks`` chunks, switching to
-    ``prompts[c]`` before chunk c; returns every latent frame generated (C, N, h, w)."""
+    ``prompts[c]`` before chunk c; returns the latest ``chunk_frames`` latent frames the session
+    holds after each chunk (C, N, h, w): what it generated, or after a restart the overlap."""
+    return run_frames(runner, sid, prompts, chunks, seed)[0]
+
+
+def run_frames(runner: WanRunner, sid: str, prompts: dict[int, str], chunks: int, seed: int = 1
+               ) -> tuple[torch.Tensor, np.ndarray]:
+    """``run``'s latents and the pixel frames the chunks went out as (N', H, W, 3) uint8."""
     plan = StepPlan(new_sessions=[SessionSpec(sid, BUCKET, seed=seed, scene=prompts[0])])
     frames: list[torch.Tensor] = []
+    pixels: list[np.ndarray] = []
     for c in range(chunks):
         if c in prompts and c:
             plan.updates.append(SessionUpdate(sid, scene=prompts[c]))
@@ -97,5 +120,6 @@ def run(runner: WanRunner, sid: str, prompts: dict[int, str], chunks: int, seed:
         assert not out.errors, out.errors
         s = runner.sessions[sid]
         frames.append(torch.stack([*s.sinks, *s.recent][-runner.cfg.chunk_frames:], 1))  # the chunk's
+        pixels.extend(r.frames for r in out.results)
         plan = StepPlan()
-    return torch.cat(frames, 1)
+    return torch.cat(frames, 1), np.concatenate(pixels)
