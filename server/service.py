@@ -3,8 +3,8 @@
 The ``SessionStore`` (session/store.py) decides identity and lifetime: ids and resume
 tokens, capacity (refusals carry retry-after), block_idx epochs, detach/resume and the
 detached TTL. The ``Engine`` (server/engine.py) generates. A transport (``Peer``: the
-WebSocket connection, server/ws.py, or a WebRTC peer, server/rtc/peer.py) is attached to at most one session at a time and is
-handed finished chunks and events.
+WebSocket connection, server/ws.py, or a WebRTC peer, server/rtc/peer.py) is attached to at
+most one session at a time and is handed finished chunks and events.
 
 Block numbering. ``start`` is block 0 of a new epoch. In pull mode the store checks every
 ``block`` request (next, retransmit of the last, or 0 for a new epoch; anything else is

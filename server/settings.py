@@ -133,8 +133,8 @@ class Settings:
     cpu_trace: bool = setting(True, "on the CPU, run the default model's chunks as TorchScript traces: "
                                     "no Python between kernels, the GIL released while they run")
     canvas: bool = setting(True, "the default model: keep a world canvas per session (ground codes in world "
-                                 "coordinates, model/default/reference/canvas/ground.py) and take every frame's reference from "
-                                 "it; --no-canvas: the anchor of the model's own frames, as before")
+                                 "coordinates, model/default/reference/canvas/) and take every frame's reference "
+                                 "from it; --no-canvas: the anchor of the model's own frames, as before")
     canvas_decode: str = setting("auto", "where the canvas's tiles decode ahead of the camera: between the "
                                          "model's chunks, beside them (on the core the model thread leaves "
                                          "free), or auto: beside where a start-up probe finds the cores "
@@ -227,7 +227,8 @@ class Settings:
         need(0 <= self.canvas_trust < float("inf"), f"canvas_trust {self.canvas_trust} must be a finite number >= 0")
         need(0 <= self.canvas_sharpen < float("inf"),
              f"canvas_sharpen {self.canvas_sharpen} must be a finite number >= 0")
-        need(self.canvas_decode in CANVAS_DECODE, f"canvas_decode {self.canvas_decode!r} must be one of {CANVAS_DECODE}")
+        need(self.canvas_decode in CANVAS_DECODE,
+             f"canvas_decode {self.canvas_decode!r} must be one of {CANVAS_DECODE}")
         need(re.fullmatch(r"cpu|cuda(:\d+)?", self.device) is not None,
              f"device {self.device!r} must be cpu, cuda or cuda:N")
         need(self.buckets is None or len(self.buckets) > 0, "buckets must not be empty")

@@ -160,7 +160,8 @@ async def test_a_key_held_in_the_page_steers_a_matrix_game_server(mg_weights: Pa
     assert same_steps == list(range(last + 1))
     for b in range(key):  # before the key: the same blocks
         np.testing.assert_array_equal(made.frames[held][b], made.frames[still][b])
-    diff = [float(np.abs(made.frames[held][b].astype(int) - made.frames[still][b]).mean()) for b in range(key, last + 1)]
+    diff = [float(np.abs(made.frames[held][b].astype(int) - made.frames[still][b]).mean())
+            for b in range(key, last + 1)]
     assert diff[0] > 0 and max(diff) > 0.5, diff  # from the key's block on, steered away
 
     # The action path: the latent frame g's keyboard input is the keys of pixel frames

@@ -236,7 +236,7 @@ async def test_closing_the_peer_connection_detaches_and_an_offer_resumes_it() ->
             await c.next_frame()
         await c.close(send_close=False)  # a dropped connection, not the end of the session
         await until(lambda: not app[RTC_PEERS])
-        await until(lambda: service.live(sid) is not None and service.live(sid).suspension is not None)  # type: ignore[union-attr]
+        await until(lambda: getattr(service.live(sid), "suspension", None) is not None)
         assert service.store.detached_count == 1
         async with RtcClient(url) as again:
             answer = await again.connect(resume={"session_id": sid, "token": token})

@@ -30,7 +30,9 @@ TEST_SETTINGS = Settings(
 )
 
 
-def fake_factory(per_batch: float = 0.002, sleep: bool = True, frame_side: int | None = None) -> Callable[[Settings], Runner]:
+def fake_factory(
+    per_batch: float = 0.002, sleep: bool = True, frame_side: int | None = None,
+) -> Callable[[Settings], Runner]:
     def make(settings: Settings) -> Runner:
         runner = FakeRunner(
             cost=LinearCost({64: (per_batch, per_batch / 4), 128: (per_batch * 2, per_batch / 2)}),
@@ -102,7 +104,9 @@ async def recv(ws: aiohttp.ClientWebSocketResponse, timeout: float = 10.0) -> Se
     return decode_server(msg.data)
 
 
-async def recv_type(ws: aiohttp.ClientWebSocketResponse, kind: type, timeout: float = 10.0, skip: tuple[type, ...] = ()) -> ServerMessage:
+async def recv_type(
+    ws: aiohttp.ClientWebSocketResponse, kind: type, timeout: float = 10.0, skip: tuple[type, ...] = (),
+) -> ServerMessage:
     """The next message of type ``kind``, skipping frames, status and ``skip`` types."""
     end = time.monotonic() + timeout
     while True:
