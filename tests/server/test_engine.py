@@ -73,18 +73,30 @@ async def test_push_chunks_are_emitted_once_each_in_block_order() -> None:
 
 
 async def test_the_event_loop_is_never_blocked_by_model_work() -> None:
-    engine, runner, _ = make(per_batch=0.080)
+    # the model runs on its own thread: while a batch is under way (80 ms asleep in the fake
+    # runner) the loop goes on turning, however slow the machine
+    running = threading.Event()
+    loop_thread = threading.get_ident()
+    batch_threads: list[int] = []
+
+    def sleep_in_batch(seconds: float) -> None:
+        batch_threads.append(threading.get_ident())
+        running.set()
+        time.sleep(seconds)
+        running.clear()
+
+    engine, _, _ = make(per_batch=0.080, sleep=sleep_in_batch)
     await engine.start()
     add(engine, "s", fps=10.0)
-    worst, last = 0.0, time.monotonic()
-    end = last + 60.0
-    while sum(runner.batch_sizes.values()) < 4:  # the model busy for four batches
-        assert last < end, "the model did not run four batches"
-        await asyncio.sleep(0.002)
-        now = time.monotonic()
-        worst, last = max(worst, now - last), now
+    turns_in_batch = 0
+    await until(lambda: running.is_set(), what="a batch under way")
+    end = time.monotonic() + 30.0
+    while turns_in_batch < 10 and time.monotonic() < end:  # batches follow one another at 10 fps
+        await asyncio.sleep(0)
+        turns_in_batch += running.is_set()
     await engine.stop()
-    assert worst < 0.050  # while each batch took 80 ms
+    assert turns_in_batch >= 10  # the loop turned again and again inside a batch
+    assert batch_threads and loop_thread not in batch_threads
 
 
 async def test_new_work_wakes_an_idle_engine_at_once() -> None:
@@ -92,11 +104,9 @@ async def test_new_work_wakes_an_idle_engine_at_once() -> None:
     await engine.start()
     await asyncio.sleep(0.05)  # idle: nothing to schedule, no timeout pending
     add(engine, "p", mode=Mode.PULL)
-    t0 = time.monotonic()
     assert engine.request_block("p", 0)
     (item,) = await wait_chunks(events, "p", 1)
-    assert item.block_idx == 0 and item.display_time is None
-    assert time.monotonic() - t0 < 0.5  # without a wake-up it would wait forever
+    assert item.block_idx == 0 and item.display_time is None  # without a wake-up: never (until's limit)
     await engine.stop()
 
 
