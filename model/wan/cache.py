@@ -2,14 +2,16 @@
 
 Buffer layout of one slot, by frame position (each position holds T = tokens_per_frame tokens)::
 
-    position  | 0 ........ s-1 | s ............................ s+K-1 |
-    holds     | sink frames    | ring: frame g at s + (g - s) % K      |
-              | 0 .. s-1       | (the last K committed frames)         |
+    position  | 0 ........ s-1 | s ............................ s+R-1 |
+    holds     | sink frames    | ring: frame g at s + (g - s) % R      |
+              | 0 .. s-1       | (the last R committed frames)         |
 
-    k, v:     (L, S, (s+K)*T, H, D)    L layers, S slots, H heads, D head dim
-    latents:  (S, s+K, C, h, w)        the clean latent frame behind each position (C = out_dim)
+    k, v:     (L, S, (s+R)*T, H, D)    L layers, S slots, H heads, D head dim
+    latents:  (S, s+R, C, h, w)        the clean latent frame behind each position (C = out_dim)
 
-A chunk sees the sinks, the window and itself. Keys are stored after ``norm_k``, rotated in
+A chunk sees the sinks, the window (the latest K committed frames) and itself. The ring holds
+R = max(K, chunk) frames: the window, or where the window is shorter than a chunk (Matrix-Game's
+gta_drive: K = 1, chunks of 3) the whole last chunk, of which the older frames are masked. Keys are stored after ``norm_k``, rotated in
 space (height, width): those angles belong to the token and never change. Their time rotation
 depends on the position scheme (``cfg.positions``), each one an authors' attention module:
 
@@ -59,7 +61,7 @@ class WanChunkContext:
     slot_index: torch.Tensor  # (B,) long, slots on the cache's device
     used: int  # cached tokens read: positions 0 .. used/T - 1 hold every row's frames
     cache_positions: np.ndarray  # (B, used/T) RoPE time position of each cached frame position (0 where empty)
-    cache_valid: np.ndarray  # (B, used/T) bool, the position holds a frame
+    cache_valid: np.ndarray  # (B, used/T) bool, the position holds a frame the chunk reads
     rope_positions: np.ndarray  # (B, F) RoPE time positions of the chunk's frames
     keys_rotated: bool  # the cache stores keys rotated in time (absolute positions): read them as they are
     cache_cos: torch.Tensor | None  # (B, used, 1, Pt) time rotation of the cached keys; None when keys_rotated
@@ -157,8 +159,8 @@ class WanKVCache:
 
     def position(self, frame: int) -> int:
         """Cache position of epoch frame ``frame``."""
-        s, k = self.cfg.sink_frames, self.cfg.window_frames
-        return frame if frame < s else s + (frame - s) % k
+        s, r = self.cfg.sink_frames, self.cfg.ring_frames
+        return frame if frame < s else s + (frame - s) % r
 
     def held(self, slot: int) -> tuple[np.ndarray, torch.Tensor]:
         """The frames a slot holds, oldest first: (frame ids (N,), clean latents (C, N, h, w)).
@@ -197,8 +199,8 @@ class WanKVCache:
         ``cfg.chunk_frames``). A start must be the frame the slot expects next."""
         cfg, t = self.cfg, self.tokens_per_frame
         f = cfg.chunk_frames if num_frames is None else num_frames
-        if not 1 <= f <= cfg.window_frames:
-            raise ValueError(f"a chunk of {f} frames does not fit a window of {cfg.window_frames}")
+        if not 1 <= f <= cfg.ring_frames:
+            raise ValueError(f"a chunk of {f} frames does not fit a ring of {cfg.ring_frames}")
         if len(set(slots)) != len(slots) or not slots:
             raise ValueError(f"a batch needs distinct slots, got {slots}")
         for s in slots:
@@ -212,7 +214,8 @@ class WanKVCache:
                 raise ValueError(f"batch row {b}: slot {s} expects frame {want} next, not frame {got}")
 
         frames = self.frame_at[slots]  # (B, P)
-        valid = frames >= 0
+        # the frames the chunk reads: the sinks and the window (the ring may hold older ones)
+        valid = (frames >= 0) & ((frames < cfg.sink_frames) | (frames >= starts[:, None] - cfg.window_frames))
         held = valid.sum(1)  # (B,) M per row
         used_frames = int(max((np.flatnonzero(v).max() + 1 if v.any() else 0) for v in valid))
         dev = self.k.device

@@ -107,7 +107,7 @@ class WanConfig:
     # --- serving recipe ---
     chunk_frames: int = 3  # latent frames generated per chunk (num_frame_per_block)
     sink_frames: int = 3  # first latent frames of an epoch, kept in the cache forever
-    window_frames: int = 9  # latest committed latent frames kept besides the sinks (ring)
+    window_frames: int = 9  # latest committed latent frames a chunk reads besides the sinks
     timesteps: tuple[float, ...] = (1000.0, 750.0, 500.0, 250.0)  # denoising steps, before warping
     warp_timesteps: bool = True  # map each step onto the shifted schedule (Self-Forcing's warp_denoising_step)
     shift: float = 5.0  # flow-matching schedule shift: sigma' = shift*s / (1 + (shift-1)*s)
@@ -153,10 +153,8 @@ class WanConfig:
             raise ValueError(f"WanConfig.eps must be > 0, got {self.eps!r}")
         if self.sink_frames < 0:
             raise ValueError(f"WanConfig.sink_frames must be >= 0, got {self.sink_frames!r}")
-        if self.window_frames < self.chunk_frames:
-            raise ValueError(
-                f"WanConfig.window_frames {self.window_frames!r} must be >= chunk_frames {self.chunk_frames!r}"
-            )
+        if self.window_frames < 1:
+            raise ValueError(f"WanConfig.window_frames must be >= 1, got {self.window_frames!r}")
         if not self.timesteps:
             raise ValueError("WanConfig.timesteps is empty")
         for t in self.timesteps:
@@ -196,9 +194,15 @@ class WanConfig:
         return (c - 2 * (c // 3), c // 3, c // 3)
 
     @property
+    def ring_frames(self) -> int:
+        """Committed frames a session's cache holds after the sinks: the window, or a whole chunk
+        where the window is shorter (Matrix-Game's gta_drive reads 1 frame before a chunk of 3)."""
+        return max(self.window_frames, self.chunk_frames)
+
+    @property
     def cache_frames(self) -> int:
-        """Latent frames a session's KV cache holds: sinks plus window."""
-        return self.sink_frames + self.window_frames
+        """Latent frames a session's KV cache holds: sinks plus ring."""
+        return self.sink_frames + self.ring_frames
 
     @property
     def rollout_frames(self) -> int:

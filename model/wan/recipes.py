@@ -110,9 +110,7 @@ class Recipe:
         return out
 
 
-def _mg(
-    variant: str, path: str, steps: tuple[float, ...], window: int, yaml: str, refused: str | None = None,
-) -> Recipe:
+def _mg(variant: str, path: str, steps: tuple[float, ...], window: int, yaml: str) -> Recipe:
     return Recipe(
         name=f"matrix-game-2-{variant}", family="matrix-game-2", variant=variant.replace("-", "_"),
         source=f"SkyworkAI/Matrix-Game, Matrix-Game-2/configs/inference_yaml/{yaml} and "
@@ -120,7 +118,7 @@ def _mg(
         timesteps=steps, warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=0, window_frames=window,
         checkpoint=Published(path, "Skywork/Matrix-Game-2.0",
                              "huggingface-cli download Skywork/Matrix-Game-2.0 --local-dir Matrix-Game-2.0"),
-        checkpoint_key=None, refused=refused,
+        checkpoint_key=None,
     )
 
 
@@ -199,9 +197,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     _mg("universal", "base_distilled_model/base_distill.safetensors", (1000.0, 666.0, 333.0), 3,
         "inference_universal.yaml"),
     _mg("gta-drive", "gta_distilled_model/gta_keyboard2dim.safetensors", (1000.0, 666.0, 333.0), 1,
-        "inference_gta_drive.yaml",
-        refused=("its local_attn_size 4 attends to one frame before a 3-frame chunk, which the cache's ring "
-                 "(window >= chunk) does not hold")),
+        "inference_gta_drive.yaml"),  # local_attn_size 4: one frame before a chunk of 3
     _mg("templerun", "templerun_distilled_model/templerun_7dim_onlykey.safetensors", (1000.0, 750.0, 500.0, 250.0),
         3, "inference_templerun.yaml"),
 )}

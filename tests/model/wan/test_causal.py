@@ -313,8 +313,8 @@ def test_config_reads_the_authors_and_diffusers_key_names(tmp_path):
 def test_config_refuses_bad_values_quoting_them(tmp_path):
     with pytest.raises(ValueError, match="dim 100 is not divisible by num_heads 12"):
         WanConfig(dim=100)
-    with pytest.raises(ValueError, match="window_frames 2 must be >= chunk_frames 3"):
-        WanConfig(window_frames=2)
+    with pytest.raises(ValueError, match="window_frames must be >= 1, got 0"):
+        WanConfig(window_frames=0)
     with pytest.raises(ValueError, match=r"timesteps \(1000.0, 1200.0\): 1200.0 is outside"):
         WanConfig(timesteps=(1000.0, 1200.0))
     with pytest.raises(FileNotFoundError, match=r"nowhere\.json"):

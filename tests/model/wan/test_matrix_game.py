@@ -159,9 +159,15 @@ def full_forward(model, x: torch.Tensor, cond: torch.Tensor, t: torch.Tensor, ct
 # ---------------------------------------------------------------------------- equivalence
 
 
-def test_cached_generation_with_keys_and_mouse_equals_the_full_block_causal_forward(model):
+@pytest.mark.parametrize("recipe, held", [
+    ({}, [8, 9]),  # chunks of 2 reading 2 frames before: the 4-frame attention window has rolled 3 times
+    ({"chunk_frames": 3, "window_frames": 1}, [12, 13, 14]),  # gta_drive's: 1 frame before a chunk of 3
+])
+def test_cached_generation_with_keys_and_mouse_equals_the_full_block_causal_forward(model, recipe, held):
+    if recipe:
+        model = random_model(tiny_mg(**recipe), seed=3)
     cfg, a = model.cfg, model.cfg.action_config
-    chunks, f = 5, model.cfg.chunk_frames  # 10 frames: the 4-frame attention window has rolled 3 times
+    chunks, f = 5, model.cfg.chunk_frames
     frames = chunks * f
     kb, ms = random_actions(1 + 4 * (frames - 1), seed=4)
     kbw, msw = windows(a, kb, ms, frames)  # (N, 12, dim) by the authors' indexing
@@ -200,7 +206,7 @@ def test_cached_generation_with_keys_and_mouse_equals_the_full_block_causal_forw
                 x = add_noise(x0, torch.randn(x.shape, generator=gen), steps[j + 1] / cfg.num_train_timesteps)
         torch.testing.assert_close(cached[c], x0, atol=1e-4, rtol=1e-4, msg=f"chunk {c}")
         done.append(x0)
-    assert pool.frame_at[slot].tolist() == [8, 9]  # a rolling window of 2, no sinks
+    assert pool.frame_at[slot].tolist() == held  # a rolling ring, no sinks
 
 
 def test_a_batch_of_two_sessions_with_different_keys_equals_each_alone(model):
@@ -395,7 +401,7 @@ def test_the_published_universal_config_builds_the_published_parameter_shapes():
     assert "blocks.15.action_model.t_qkv.weight" not in got and "text_embedding.0.weight" not in got
 
 
-def test_variants_read_from_their_configs_and_gta_drive_s_short_window_is_refused_by_name():
+def test_variants_read_from_their_configs_gta_drive_with_its_one_frame_window():
     templerun = {**UNIVERSAL_CONFIG, "action_config": {**UNIVERSAL_CONFIG["action_config"], "keyboard_dim_in": 7,
                                                        "enable_mouse": False}}
     cfg = WanConfig.from_dict({**templerun, **TEMPLERUN_INFERENCE})
@@ -405,8 +411,9 @@ def test_variants_read_from_their_configs_and_gta_drive_s_short_window_is_refuse
     assert set(authors_parameters(cfg)) == names and not any("mouse_mlp" in n for n in names)
     gta = {**UNIVERSAL_CONFIG, "local_attn_size": 4,
            "action_config": {**UNIVERSAL_CONFIG["action_config"], "keyboard_dim_in": 2}}
-    with pytest.raises(ValueError, match="window_frames 1 must be >= chunk_frames 3"):
-        WanConfig.from_dict({**gta, **UNIVERSAL_INFERENCE})
+    cfg = WanConfig.from_dict({**gta, **UNIVERSAL_INFERENCE})
+    assert cfg == WanConfig.matrix_game_2("gta_drive")
+    assert (cfg.window_frames, cfg.ring_frames, cfg.cache_frames) == (1, 3, 3)  # reads 1, holds the last chunk
 
 
 def test_a_checkpoint_in_the_authors_names_loads_through_the_weights_path_and_runs_the_same(tmp_path, model):
