@@ -7,6 +7,8 @@ bucket and sends the second when its page closes."""
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from worldserve.server.auth import authorized, bearer_key, key_ok
@@ -93,7 +95,8 @@ async def session_log(request: web.Request) -> web.Response:
     caps = service.engine.runner.capabilities if service.engine else None
     dtype = caps.dtype if caps is not None else settings.dtype
     canvas = caps is not None and caps.reference == "canvas"
-    body = logfile.pack(session, settings.model, dtype, canvas)
+    captured = logfile.capture(session, settings.model, dtype, canvas)  # cheap, on the loop
+    body = await asyncio.get_running_loop().run_in_executor(None, logfile.encode, captured)
     return web.Response(body=body, content_type="application/msgpack")
 
 

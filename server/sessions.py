@@ -44,6 +44,7 @@ class Sessions:
             on_dispose=self._disposed,
             retry_after_s=settings.admission_retry_after_s,
             log_capacity=settings.log_capacity,
+            log_frame_bytes=settings.log_frame_bytes,
         )
         self._live: dict[str, Live] = {}
         self._evicted_seen = 0

@@ -158,6 +158,8 @@ class Settings:
     replay_blocks: int = setting(16, "recent blocks kept per session, re-sent on resume")
     log_capacity: int = setting(1024, "events kept in a session's replay log (worldserve "
                                       "replay; changes only), 1-65536")
+    log_frame_bytes: int = setting(32 * 2**20, "bytes of observation frames a session's replay log "
+                                               "keeps (older ones as digests only)")
     # --- scheduler knobs (session/options.py SchedulerOptions) ---
     batching: bool = setting(True, "batch the sessions whose deadlines line up (off: step each alone)")
     batch_window_s: float = setting(0.010, "sessions due within this many seconds share a batch")
@@ -251,6 +253,7 @@ class Settings:
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
         need(self.replay_blocks >= 1, f"replay_blocks {self.replay_blocks!r} must be >= 1")
+        need(self.log_frame_bytes >= 0, f"log_frame_bytes {self.log_frame_bytes!r} must be >= 0")
         need(1 <= self.log_capacity <= 65536, f"log_capacity {self.log_capacity!r} must be in [1, 65536]")
         need(0 <= self.migrate_replay_blocks <= 64,
              f"migrate_replay_blocks {self.migrate_replay_blocks!r} must be in [0, 64]")

@@ -17,7 +17,10 @@ of block ``b`` are:
 - observations: the real frames committed into the cache just before block ``b`` was
   generated, oldest first (block 0's: the frame the session was anchored on). Each has
   its SHA-256 digest; the frame itself is kept while the log is in memory (a snapshot
-  carries digests only).
+  carries digests only), under a byte budget per log (``frame_bytes``): past it the
+  oldest frames are let go and counted (``frames_released``), their digests stay. A
+  client streaming large observations so holds at most ``frame_bytes`` of them, however
+  long it streams; a log that let frames go replays only from its snapshot's state.
 
 A deterministic runner started from ``seed`` and fed these inputs block by block
 reproduces the epoch's frames (``worldserve replay``, model/replay.py); ``EventLog.replay``
@@ -33,12 +36,13 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 DEFAULT_CAPACITY = 1024
 MAX_CAPACITY = 65536
+DEFAULT_FRAME_BYTES = 32 * 2**20  # observation frames a log keeps, bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,15 +119,23 @@ class BlockInputs:
 class EventLog:
     """Bounded log of one epoch: an ``EpochStart`` plus the newest ``capacity`` events."""
 
-    __slots__ = ("_action", "_events", "_last_block", "_scene", "_settings", "dropped", "outputs",
-                 "start")
+    __slots__ = ("_action", "_events", "_framed", "_last_block", "_scene", "_settings", "dropped",
+                 "frame_bytes", "frames_held", "frames_released", "outputs", "start")
 
-    def __init__(self, start: EpochStart, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(
+        self, start: EpochStart, capacity: int = DEFAULT_CAPACITY, frame_bytes: int = DEFAULT_FRAME_BYTES
+    ) -> None:
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(f"event log capacity must be in [1, {MAX_CAPACITY}], got {capacity}")
+        if frame_bytes < 0:
+            raise ValueError(f"frame_bytes must be >= 0, got {frame_bytes}")
         self.start = start
         self.dropped = 0  # events pushed out by newer ones
+        self.frame_bytes = frame_bytes  # the budget for observation frames held
+        self.frames_held = 0  # bytes of the frames held now, at most frame_bytes
+        self.frames_released = 0  # frames let go to stay within the budget (digests kept)
         self._events: deque[Event] = deque(maxlen=capacity)
+        self._framed: deque[ObservationEvent] = deque()  # events holding a frame, oldest first
         self._last_block = 0
         # the newest logged values, so that ``record`` logs changes only
         self._action: tuple[float, ...] = ()
@@ -134,12 +146,13 @@ class EventLog:
 
     @classmethod
     def from_events(
-        cls, start: EpochStart, events: Iterable[Event], *, dropped: int, capacity: int
+        cls, start: EpochStart, events: Iterable[Event], *, dropped: int, capacity: int,
+        frame_bytes: int = DEFAULT_FRAME_BYTES,
     ) -> EventLog:
         """Rebuild a log (from a snapshot); raises ValueError on out-of-order events."""
         if dropped < 0:
             raise ValueError(f"dropped must be >= 0, got {dropped}")
-        log = cls(start, capacity)
+        log = cls(start, capacity, frame_bytes)
         for event in events:
             log.append(event)
         log.dropped += dropped
@@ -174,6 +187,10 @@ class EventLog:
             )
         if len(self._events) == self.capacity:
             self.dropped += 1
+            if self._framed and self._framed[0] is self._events[0]:
+                self.frames_held -= self._nbytes(self._framed.popleft())
+        if isinstance(event, ObservationEvent) and event.frame is not None:
+            event = self._hold(event)
         self._events.append(event)
         self._last_block = event.block_idx
         match event:
@@ -183,6 +200,28 @@ class EventLog:
                 self._scene = event.scene
             case SettingsEvent():
                 self._settings = (event.bucket, event.steps)
+
+    @staticmethod
+    def _nbytes(event: ObservationEvent) -> int:
+        return 0 if event.frame is None else int(event.frame.nbytes)
+
+    def _hold(self, event: ObservationEvent) -> ObservationEvent:
+        """Keep ``event``'s frame if the budget allows, letting the oldest held frames go."""
+        size = self._nbytes(event)
+        if size > self.frame_bytes:
+            self.frames_released += 1
+            return replace(event, frame=None)
+        while self.frames_held + size > self.frame_bytes:
+            old = self._framed.popleft()
+            self.frames_held -= self._nbytes(old)
+            self.frames_released += 1
+            for i, e in enumerate(self._events):  # O(capacity), once per frame let go
+                if e is old:
+                    self._events[i] = replace(old, frame=None)
+                    break
+        self._framed.append(event)
+        self.frames_held += size
+        return event
 
     def record(self, block_idx: int, applied: Applied, frames: np.ndarray) -> None:
         """Log what block ``block_idx`` was made with (changes only) and its frames' digest."""

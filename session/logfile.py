@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import msgpack
 
 from worldserve.session.errors import SnapshotError
-from worldserve.session.eventlog import EventLog, ObservationEvent, digest
+from worldserve.session.eventlog import EpochStart, Event, EventLog, ObservationEvent, digest
 from worldserve.session.msgfields import MAX_INT, Fields, pack_array, unpack
 from worldserve.session.session import Session
 from worldserve.session.snapshot import (
@@ -48,21 +48,49 @@ class LogFile:
     canvas: bool = False  # the runner kept a world canvas (model/default/reference/canvas/ground.py); absent: False
 
 
-def pack(session: Session, model: str, dtype: str, canvas: bool = False) -> bytes:
-    """A session's replay log as bytes."""
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A session's log as it stood, copied cheaply (lists of its immutable events) so that
+    ``encode`` may run on another thread while the session goes on."""
+
+    session_id: str
+    epoch: int
+    model: str
+    dtype: str
+    canvas: bool
+    capacity: int
+    dropped: int
+    start: EpochStart
+    events: tuple[Event, ...]
+    outputs: tuple[tuple[int, str], ...]
+
+
+def capture(session: Session, model: str, dtype: str, canvas: bool = False) -> Capture:
+    """Copy what ``encode`` needs (O(events), no frame copied)."""
     log = session.log
-    frames = {e.digest: pack_array(e.frame) for e in log
+    return Capture(session.id, session.epoch, model, dtype, canvas, log.capacity, log.dropped,
+                   log.start, tuple(log), tuple(log.outputs))
+
+
+def encode(cap: Capture) -> bytes:
+    """A captured log as bytes: the costly part (frames packed), safe off the event loop."""
+    frames = {e.digest: pack_array(e.frame) for e in cap.events
               if isinstance(e, ObservationEvent) and e.frame is not None}
     doc = {
-        "format": FORMAT, "version": VERSION, "session": session.id, "epoch": session.epoch,
-        "model": model, "dtype": dtype, "canvas": canvas,
-        "log": {"capacity": log.capacity, "dropped": log.dropped, "start": _pack_start(log.start),
-                "events": [_pack_event(e) for e in log]},
+        "format": FORMAT, "version": VERSION, "session": cap.session_id, "epoch": cap.epoch,
+        "model": cap.model, "dtype": cap.dtype, "canvas": cap.canvas,
+        "log": {"capacity": cap.capacity, "dropped": cap.dropped, "start": _pack_start(cap.start),
+                "events": [_pack_event(e) for e in cap.events]},
         "frames": frames,
-        "outputs": [[b, d] for b, d in log.outputs],
+        "outputs": [[b, d] for b, d in cap.outputs],
     }
     data: bytes = msgpack.packb(doc, use_bin_type=True)
     return data
+
+
+def pack(session: Session, model: str, dtype: str, canvas: bool = False) -> bytes:
+    """A session's replay log as bytes."""
+    return encode(capture(session, model, dtype, canvas))
 
 
 def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
@@ -87,7 +115,8 @@ def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
         frames[key] = frame
     events = [replace(e, frame=frames.get(e.digest)) if isinstance(e, ObservationEvent) else e
               for e in log]
-    log = EventLog.from_events(log.start, events, dropped=log.dropped, capacity=log.capacity)
+    log = EventLog.from_events(log.start, events, dropped=log.dropped, capacity=log.capacity,
+                              frame_bytes=max_bytes)
     outputs: dict[int, str] = {}
     for i, pair in enumerate(top.get_list("outputs", log.capacity)):
         if (not isinstance(pair, list) or len(pair) != 2 or type(pair[0]) is not int

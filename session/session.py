@@ -32,7 +32,13 @@ import numpy as np
 
 from worldserve.protocol.vocab import MAX_SEED, MAX_TOKEN_CHARS, SESSION_ID_RE
 from worldserve.session.errors import IllegalTransition, StaleBlock
-from worldserve.session.eventlog import DEFAULT_CAPACITY, Applied, EpochStart, EventLog
+from worldserve.session.eventlog import (
+    DEFAULT_CAPACITY,
+    DEFAULT_FRAME_BYTES,
+    Applied,
+    EpochStart,
+    EventLog,
+)
 
 Clock = Callable[[], float]
 Mode = Literal["push", "pull"]
@@ -126,6 +132,7 @@ class Session:
         clock: Clock = time.monotonic,
         log: EventLog | None = None,
         log_capacity: int = DEFAULT_CAPACITY,
+        log_frame_bytes: int = DEFAULT_FRAME_BYTES,
         blocks_committed: int = 0,
         last_block_idx: int = -1,
         frames_due: int = 0,
@@ -159,7 +166,7 @@ class Session:
         self._clock = clock
         if log is None:
             log = EventLog(
-                EpochStart(config.seed, scene, config.bucket, config.steps), log_capacity
+                EpochStart(config.seed, scene, config.bucket, config.steps), log_capacity, log_frame_bytes
             )
         self.log = log
         self._blocks_committed = blocks_committed
@@ -177,11 +184,13 @@ class Session:
         scene: str = "",
         clock: Clock = time.monotonic,
         log_capacity: int = DEFAULT_CAPACITY,
+        log_frame_bytes: int = DEFAULT_FRAME_BYTES,
     ) -> tuple[Session, str]:
         """A new ACTIVE session with a fresh id, and its resume token (returned only here)."""
         token = secrets.token_urlsafe(24)
         session = cls(
-            config, hash_token(token), scene=scene, clock=clock, log_capacity=log_capacity
+            config, hash_token(token), scene=scene, clock=clock, log_capacity=log_capacity,
+            log_frame_bytes=log_frame_bytes,
         )
         return session, token
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from worldserve.session.errors import AtCapacity, BadToken, IllegalTransition, SessionStateMissing
-from worldserve.session.eventlog import DEFAULT_CAPACITY
+from worldserve.session.eventlog import DEFAULT_CAPACITY, DEFAULT_FRAME_BYTES
 from worldserve.session.session import Clock, Session, SessionConfig, SessionStatus
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,7 @@ class SessionStore:
         on_dispose: Callable[[Session], object] | None = None,
         retry_after_s: float = 1.0,
         log_capacity: int = DEFAULT_CAPACITY,
+        log_frame_bytes: int = DEFAULT_FRAME_BYTES,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
@@ -98,6 +99,7 @@ class SessionStore:
         self._clock = clock
         self._on_dispose = on_dispose
         self._log_capacity = log_capacity
+        self._log_frame_bytes = log_frame_bytes
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
         self._detached: OrderedDict[str, Session] = OrderedDict()  # oldest detach first
         # Counters for metrics.
@@ -166,7 +168,8 @@ class SessionStore:
             if config is None:
                 raise ValueError("a new session needs a config")
             session, token = Session.create(
-                config, scene=scene or "", clock=self._clock, log_capacity=self._log_capacity
+                config, scene=scene or "", clock=self._clock, log_capacity=self._log_capacity,
+                log_frame_bytes=self._log_frame_bytes,
             )
             if session.id in self._sessions:  # 96 random bits: never in practice
                 raise RuntimeError(f"session id collision on {session.id!r}")
@@ -187,6 +190,7 @@ class SessionStore:
                 epoch=old.epoch + 1,
                 clock=self._clock,
                 log_capacity=self._log_capacity,
+                log_frame_bytes=self._log_frame_bytes,
             )
             session.accept_block(0, frames)
             self._sessions[session_id] = session

@@ -73,3 +73,41 @@ def test_from_events_rebuilds_an_equal_log() -> None:
 def test_capacity_out_of_range_is_rejected(capacity: int) -> None:
     with pytest.raises(ValueError, match="capacity"):
         EventLog(START, capacity)
+
+
+def _observed(block: int, value: int, size: int = 1024) -> ObservationEvent:
+    import numpy as np
+
+    from worldserve.session.eventlog import digest
+
+    frame = np.full((size, size, 3), value, np.uint8)
+    return ObservationEvent(block, digest(frame), frame)
+
+
+def test_a_stream_of_large_observations_holds_at_most_the_frame_budget() -> None:
+    from worldserve.session.eventlog import DEFAULT_FRAME_BYTES
+
+    log = EventLog(START)  # a solid-colour 1024x1024 frame: a few KB as PNG, 3 MiB decoded
+    for i in range(40):
+        log.append(_observed(i, i))
+    held = sum(e.frame.nbytes for e in log if isinstance(e, ObservationEvent) and e.frame is not None)
+    assert held == log.frames_held <= DEFAULT_FRAME_BYTES
+    assert log.frames_released > 0
+    assert len(log) == 40  # every digest stays
+    newest = [e for e in log if isinstance(e, ObservationEvent)][-1]
+    assert newest.frame is not None  # the newest frames are the ones kept
+
+
+def test_a_frame_over_the_budget_is_kept_as_its_digest_only() -> None:
+    log = EventLog(START, frame_bytes=1000)
+    log.append(_observed(0, 7, size=64))
+    (event,) = log
+    assert isinstance(event, ObservationEvent) and event.frame is None
+    assert log.frames_held == 0 and log.frames_released == 1
+
+
+def test_events_dropped_for_capacity_give_their_frame_bytes_back() -> None:
+    log = EventLog(START, capacity=2, frame_bytes=10 * 64 * 64 * 3)
+    for i in range(5):
+        log.append(_observed(i, i, size=64))
+    assert log.frames_held == 2 * 64 * 64 * 3 and log.frames_released == 0
