@@ -192,3 +192,13 @@ def test_longlive_s_positions_differ_from_the_infinity_module_s_from_latent_fram
     want = port_rollout(runner, False, PROMPTS, CHUNKS)
     err = (run(runner, "s", PROMPTS, CHUNKS) - want).abs().amax(dim=(0, 2, 3))
     assert err[:12].max() < 1e-4 and err[12:].min() > 1e-3, err
+
+
+def test_without_sinks_rank_positions_are_the_authors_absolute_ones_through_every_roll():
+    """Self-Forcing, CausVid and Matrix-Game have no sinks: ranks are absolute positions less a
+    constant, and RoPE sees differences only."""
+    runner = tiny_runner("longlive", sink_frames=0, positions="rank", window_frames=3)
+    prompts = {0: "a fox in snow"}
+    want = port_rollout(runner, False, prompts, CHUNKS)
+    err = (run(runner, "s", prompts, CHUNKS) - want).abs().amax(dim=(0, 2, 3))
+    assert err.max() < 1e-5, err
