@@ -1,7 +1,7 @@
 """HTTP endpoints: health, readiness, metrics, load for routers, session delete, drain, and
 a session's replay log (``GET /admin/sessions/{id}/log``, for ``worldserve replay``).
 
-``/v1/load`` and ``DELETE /v1/sessions/{id}`` answer any origin (``server.web.CORS``): the
+``/v1/load`` and ``DELETE /v1/sessions/{id}`` (the session's token or the admin key) answer any origin (``server.web.CORS``): the
 browser client, served by a router or by another worker, reads the first to pick a
 bucket and sends the second when its page closes."""
 
@@ -45,20 +45,38 @@ async def load(request: web.Request) -> web.Response:
     return web.json_response(body, headers=CORS)
 
 
+SESSION_TOKEN_HEADER = "X-Session-Token"
+
+
 async def delete_session(request: web.Request) -> web.Response:
-    """End a session (its client is told ``ended: deleted``). Needs an API key if set."""
-    if not authorized(request.headers, request.app[SETTINGS].api_keys):
-        return web.json_response(
-            {"error": "unauthorized", "message": "Authorization: Bearer <api key> required"},
-            status=401, headers=CORS,
-        )
+    """End a session (its client is told ``ended: deleted``). Needs the session's token
+    (``X-Session-Token``, and the API key when keys are set) or the admin key. A caller
+    without the admin key gets the same 404 for an unknown id and a wrong token, so the
+    answer never says whether an id exists."""
+    settings = request.app[SETTINGS]
     sid = request.match_info["session_id"]
-    if not request.app[SERVICE].close(sid, "deleted"):
-        return web.json_response(
-            {"error": "missing_session_state", "message": f"no session {sid!r}"}, status=404,
-            headers=CORS,
-        )
+    service = request.app[SERVICE]
+    admin = settings.admin_key is not None and key_ok(bearer_key(request.headers), (settings.admin_key,))
+    if not admin:
+        token = request.headers.get(SESSION_TOKEN_HEADER)
+        if token is None or not authorized(request.headers, settings.api_keys):
+            return web.json_response(
+                {"error": "unauthorized", "message": f"{SESSION_TOKEN_HEADER}: <session token> (and "
+                 "Authorization: Bearer <api key> when keys are set), or the admin key, required"},
+                status=401, headers=CORS,
+            )
+        session = service.store.peek(sid)
+        if session is None or not session.check_token(token):
+            return _no_session(sid)
+    if not service.close(sid, "deleted"):
+        return _no_session(sid)
     return web.json_response({"deleted": sid}, headers=CORS)
+
+
+def _no_session(sid: str) -> web.Response:
+    return web.json_response(
+        {"error": "missing_session_state", "message": f"no session {sid!r}"}, status=404, headers=CORS,
+    )
 
 
 def _admin_refusal(request: web.Request) -> web.Response | None:

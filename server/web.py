@@ -37,7 +37,7 @@ def preflight(methods: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         return web.Response(status=204, headers={
             **CORS,
             "Access-Control-Allow-Methods": methods,
-            "Access-Control-Allow-Headers": "Content-Type, Authorization",
+            "Access-Control-Allow-Headers": "Content-Type, Authorization, X-Session-Token",
             "Access-Control-Max-Age": "600",
         })
 

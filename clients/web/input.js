@@ -95,7 +95,8 @@ export function listen() {
       link.conn.close();
     }
     if (state.session && !state.ended) {
-      const headers = apiKey ? { Authorization: `Bearer ${apiKey}` } : {};
+      const headers = { "X-Session-Token": state.session.token };
+      if (apiKey) headers.Authorization = `Bearer ${apiKey}`;
       fetch(`${link.serverBase}/v1/sessions/${encodeURIComponent(state.session.id)}`,
         { method: "DELETE", keepalive: true, headers }).catch(() => {});
     }

@@ -383,17 +383,44 @@ async def test_keyframe_request_makes_the_next_h264_frame_a_keyframe() -> None:
         assert any(f.key for f in later)
 
 
-async def test_http_delete_ends_a_session_and_needs_the_key() -> None:
+async def test_http_delete_ends_a_session_and_needs_the_key_and_its_token() -> None:
     async with serve(api_keys=frozenset({"k"})) as s:
         ws = await s.connect()
         st = await start(ws, api_key="k")
         url = s.url(f"/v1/sessions/{st.session_id}")
-        async with s.http.delete(url) as resp:
-            assert resp.status == 401
-        async with s.http.delete(s.url("/v1/sessions/nope"), headers={"Authorization": "Bearer k"}) as resp:
-            assert resp.status == 404
+        token = {"X-Session-Token": st.token}
+        async with s.http.delete(url, headers=token) as resp:
+            assert resp.status == 401  # the API key is still needed
         async with s.http.delete(url, headers={"Authorization": "Bearer k"}) as resp:
+            assert resp.status == 401  # a key alone ends nobody's session
+        async with s.http.delete(url, headers={"Authorization": "Bearer k", **token}) as resp:
             assert resp.status == 200
+        ended = await recv_type(ws, Ended)
+        assert isinstance(ended, Ended) and ended.reason == "deleted"
+
+
+async def test_http_delete_with_a_wrong_token_does_not_say_whether_the_id_exists() -> None:
+    async with serve() as s:
+        ws = await s.connect()
+        st = await start(ws)
+        wrong = {"X-Session-Token": "not-the-token"}
+        answers = []
+        for sid in (st.session_id, "nope"):
+            async with s.http.delete(s.url(f"/v1/sessions/{sid}"), headers=wrong) as resp:
+                answers.append((resp.status, (await resp.json())["error"]))
+        assert answers[0] == answers[1] == (404, "missing_session_state")
+        assert s.service.live(st.session_id) is not None  # still there
+
+
+async def test_the_admin_key_deletes_any_session() -> None:
+    async with serve(api_keys=frozenset({"k"}), admin_key="admin-key-1") as s:
+        ws = await s.connect()
+        st = await start(ws, api_key="k")
+        url = s.url(f"/v1/sessions/{st.session_id}")
+        async with s.http.delete(url, headers={"Authorization": "Bearer admin-key-1"}) as resp:
+            assert resp.status == 200
+        async with s.http.delete(s.url("/v1/sessions/nope"), headers={"Authorization": "Bearer admin-key-1"}) as r:
+            assert r.status == 404
         ended = await recv_type(ws, Ended)
         assert isinstance(ended, Ended) and ended.reason == "deleted"
 
