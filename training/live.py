@@ -9,13 +9,17 @@ targets. Each frame's inputs are the canvas reference of its ground (the ground 
 the ground tokenizer, as ``training/canvas_refs.py`` makes it) and the live state's channels
 from the world's own actors, clouds and fog at that frame (``training/live_data.py``).
 Squared error, weighted up under the actors' footprints (``--actor-weight``), teacher forcing
-in one pass (``training.train.train_step``).
+in one pass (``training.train.train_step``), under the reference trust a canvas is served
+with (``--trust``): the head learns to draw what moves over a canvas it copies.
 
-Only the parts named by ``--train-only`` learn (the state's stem and head, the output head,
-the final modulation, the reference mix); the rest stays at the served weights. So the
-checkpoint (``out/ckpt.safetensors``: ``model.``, ``ema.`` and ``opt.`` of those parameters
-only, beside ``out/ckpt.json``) is a few MB and is committed; ``--resume`` continues it on
-top of ``--base``. ``--export`` writes the EMA weights as servable weights.
+Only the parts named by ``--train-only`` learn (by default the state's stem and head: with
+the state's channels at zero the model is then exactly the served one, and its rollouts stay
+as steady); the rest stays at the served weights. On ``--rollout-share`` of the steps the
+context is the model's own few-step frames (``self_rollout``), so what it drew of the things
+that moved is in the previous frame it reads, as in serving. The checkpoint
+(``out/ckpt.safetensors``: ``model.``, ``ema.`` and ``opt.`` of the trained parameters only,
+beside ``out/ckpt.json``) is small and is committed; ``--resume`` continues it on top of
+``--base``. ``--export`` writes the EMA weights as servable weights.
 
 Next (not in this stage): squared error averages what the state leaves open (the exact look
 of a new herd, the shimmer's phase) toward grey; a short adversarial stage over rollouts
@@ -37,6 +41,7 @@ from safetensors.torch import load_file, save_file
 
 from worldserve.model.default.net.config import ModelConfig
 from worldserve.model.default.net.dit import WorldModel
+from worldserve.model.default.reference.canvas.ground import TRUST
 from worldserve.model.default.reference.live.channels import STATE_CHANNELS
 from worldserve.model.default.weights import config_path, save_model
 from worldserve.model.memory import tune_malloc
@@ -47,7 +52,7 @@ from worldserve.training.optim import freeze_except, hold_at_ema, make_optimizer
 from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
 from worldserve.training.train import train_step
 
-TRAINED = ("state_stems.", "state_heads.", "heads.", "final_ada.", "anchor_heads.")
+TRAINED = ("state_stems.", "state_heads.")
 
 
 @dataclass
@@ -59,11 +64,13 @@ class LiveConfig:
     batch: int = 6  # sequences per step (64 px)
     seq_frames: int = 8
     lr: float = 5e-5
-    new_module_lr_scale: float = 20.0  # the state's stem and head, new to the base weights
+    new_module_lr_scale: float = 10.0  # the state's stem and head, new to the base weights
     warmup: int = 30
     weight_decay: float = 0.0
     ema: float = 0.99
     train_only: tuple[str, ...] = TRAINED
+    rollout_share: float = 0.3  # steps whose context is the model's own few-step frames (``self_rollout``)
+    trust: float = TRUST  # the reference trust the stage trains under: serving's on a canvas
     actor_weight: float = 4.0  # loss weight under an actor's footprint (1 elsewhere)
     actor_share: float = 0.75  # sequences that start with the camera over an actor
     still_share: float = 0.25
@@ -93,7 +100,7 @@ def save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimiz
 def build(lc: LiveConfig) -> tuple[ModelConfig, WorldModel, WorldModel]:
     """The base weights with the state channels added, as model and EMA."""
     base_cfg = ModelConfig.from_json(config_path(Path(lc.base).with_suffix(".safetensors")).read_text())
-    cfg = replace(base_cfg, state_channels=STATE_CHANNELS)
+    cfg = replace(base_cfg, state_channels=STATE_CHANNELS, reference_trust=lc.trust)
     model, ema = WorldModel(cfg), WorldModel(cfg)
     init_from_weights(model, ema, Path(lc.base))
     ema.requires_grad_(False)
@@ -126,6 +133,7 @@ def train(lc: LiveConfig, resume: bool, export: Path | None) -> dict:
     hold_at_ema(model, ema)
     step0 = meta["step"]
     g = torch.Generator().manual_seed(lc.seed * 1_000_003 + step0)
+    rng = np.random.default_rng([lc.seed, step0, 1])  # which steps roll out
     pool = LivePool(lc.worlds, np.random.default_rng([lc.seed, step0]), lc.map_size, lc.actor_share,
                     lc.still_share, lc.world_refresh)
     canvas = CanvasReferences.load(torch.device("cpu"))
@@ -151,7 +159,8 @@ def train(lc: LiveConfig, resume: bool, export: Path | None) -> dict:
         batch["weights"] = pixel_weights(batch["states"], lc.actor_weight)
         for grp in opt.param_groups:  # warm-up then flat (a run's end is not known: sessions resume)
             grp["lr"] = lc.lr * min(1.0, (step + 1) / lc.warmup) * grp["scale"]
-        loss, stats = train_step(model, batch, cfg, g, False, canvas=canvas)
+        rollout = bool(rng.random() < lc.rollout_share)
+        loss, stats = train_step(model, batch, cfg, g, rollout, canvas=canvas)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

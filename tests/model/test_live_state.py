@@ -165,3 +165,40 @@ def test_weights_without_state_channels_serve_as_before_with_the_state_s_channel
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     drawn, _ = live.forward_sequence(x, torch.cat((prev, state), 2), *rest)
     assert not torch.allclose(drawn, want)
+
+
+def test_a_restored_live_session_makes_exactly_the_frames_and_the_state_of_the_undisturbed_one() -> None:
+    from tests.model.conftest import key_action, make_runner, run_chunks
+    from worldserve.model.default.reference.canvas.ground import GroundPainter
+    from worldserve.model.default.reference.live.state import from_entries as live_entries
+    from worldserve.session.plan import SessionSpec, StepPlan
+    from worldserve.session.session import Session, SessionConfig
+    from worldserve.session.snapshot import restore, snapshot
+
+    painter, bank = GroundPainter.load(torch.device("cpu")), LiveBank.load()
+    cfg = tiny_config(state_channels=STATE_CHANNELS)
+    scene = "a grassy village by a lake, cloudy"
+    try:
+        src = make_runner(cfg, ground=painter, live=bank)
+        src.execute(StepPlan(new_sessions=[SessionSpec("s", 64, 5, scene)]))
+        run_chunks(src, 0, [key_action(0)] * 6 + [key_action(3)] * 4)
+        state = src.export_state("s")
+        session = Session.create(SessionConfig(fps=24.0, bucket=64, steps=2), scene=scene)[0]
+        state = restore(snapshot(session, state))[1]  # through the snapshot's bytes
+        assert live_entries(state.family_state, bank) is not None
+        dst = make_runner(cfg, ground=painter, live=bank)
+        dst.execute(StepPlan(new_sessions=[SessionSpec("s", 64, 5, scene, restore=state)]))
+        later = [key_action(1)] * 3 + [key_action(2)] * 5
+        a, b = run_chunks(src, 10, later), run_chunks(dst, 10, later)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+        sa, sb = src.sessions["s"].ref.live, dst.sessions["s"].ref.live
+        assert sa.frame == sb.frame == 18 and np.array_equal(sa.pos, sb.pos) and len(sa) > 0
+    finally:
+        painter.close()
+
+
+def test_a_live_state_needs_a_canvas_and_weights_that_read_it() -> None:
+    from tests.model.conftest import make_runner
+
+    with pytest.raises(ValueError, match="live state"):
+        make_runner(tiny_config(), live=_bank())

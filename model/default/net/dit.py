@@ -240,7 +240,7 @@ def unpatchify(x: torch.Tensor, frames: int, c: int, p: int, g: int) -> torch.Te
     return x.reshape(b, frames, c, g * p, g * p)
 
 
-STATE_POOL = 4  # pixels (at base_bucket) per side averaged into each input of the state's stem
+STATE_POOL = 4  # pixels per side averaged into each input of the state's stem
 ANCHOR_START = -6.0  # initial anchor mix logit: sigmoid(-6) = 0.25 % of each pixel from the anchor
 
 class WorldModel(nn.Module):
@@ -344,9 +344,9 @@ class WorldModel(nn.Module):
         tokens = tokens + self.anchor_stems[f"b{h}"](patchify(prev[:, :, c:r], cfg.patch))
         if cfg.state_channels:
             b, f = prev.shape[:2]
-            pool = STATE_POOL * h // cfg.base_bucket  # the same world units at every bucket
-            st = F.avg_pool2d(prev[:, :, r:].flatten(0, 1), pool).view(b, f, cfg.state_channels, h // pool, h // pool)
-            tokens = tokens + self.state_stems[f"b{h}"](patchify(st, cfg.patch // pool))
+            st = F.avg_pool2d(prev[:, :, r:].flatten(0, 1), STATE_POOL)
+            st = st.view(b, f, cfg.state_channels, h // STATE_POOL, h // STATE_POOL)
+            tokens = tokens + self.state_stems[f"b{h}"](patchify(st, cfg.patch // STATE_POOL))
         return tokens
 
     def _draw_state(self, frame: torch.Tensor, normed: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
