@@ -73,7 +73,12 @@ class LiveReference:
         self.canvas.settle(st.ground, newest)
 
     def rescene(self, st: LiveSession, scene: str) -> None:
-        self.canvas.rescene(st.ground, scene)  # the things that move stay; the weather is the scene's
+        """The same codes re-skinned keep what moves (the weather is the new scene's); a canvas
+        started anew (another biome, vegetation or weather) starts the live state anew too."""
+        before = st.ground.canvas
+        self.canvas.rescene(st.ground, scene)
+        if st.ground.canvas is not before:
+            st.live = LiveState(seed=st.live.seed, frame=st.live.frame)
 
     def resized(self, st: LiveSession, newest: torch.Tensor | None) -> None:
         self.canvas.resized(st.ground, newest)
