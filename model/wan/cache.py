@@ -64,7 +64,7 @@ class WanChunkContext:
     cache_valid: np.ndarray  # (B, used/T) bool, the position holds a frame the chunk reads
     rope_positions: np.ndarray  # (B, F) RoPE time positions of the chunk's frames
     keys_rotated: bool  # the cache stores keys rotated in time (absolute positions): read them as they are
-    cache_cos: torch.Tensor | None  # (B, used, 1, Pt) time rotation of the cached keys; None when keys_rotated
+    cache_cos: torch.Tensor | None  # (B, used, 1, Pt) time rotation of the cached keys (None: as stored)
     cache_sin: torch.Tensor | None  # (B, used, 1, Pt)
     chunk_cos: torch.Tensor  # (B, F*T, 1, Pt) time rotation of the chunk's queries and keys
     chunk_sin: torch.Tensor  # (B, F*T, 1, Pt)
@@ -192,11 +192,16 @@ class WanKVCache:
     # --- one chunk ---
     def chunk(
         self, slots: list[int], start_frames: np.ndarray | list[int] | None = None,
-        num_frames: int | None = None,
+        num_frames: int | None = None, anchor: bool = False,
     ) -> WanChunkContext:
         """The context of a batch of chunks: row b generates frames ``start_frames[b]`` ..
         ``+ num_frames - 1`` of slot ``slots[b]`` (default: each slot's next frame, and
-        ``cfg.chunk_frames``). A start must be the frame the slot expects next."""
+        ``cfg.chunk_frames``). A start must be the frame the slot expects next.
+
+        Rolling Forcing (``cfg.sampler`` "rolling") reads two sets. Its window pass
+        (``anchor``) reads the sinks, its anchor block, moved to sit just before the latest
+        committed chunk, and that chunk; its commit reads the latest ``window_frames`` frames,
+        the sinks among them only while they are."""
         cfg, t = self.cfg, self.tokens_per_frame
         f = cfg.chunk_frames if num_frames is None else num_frames
         if not 1 <= f <= cfg.ring_frames:
@@ -214,14 +219,22 @@ class WanKVCache:
                 raise ValueError(f"batch row {b}: slot {s} expects frame {want} next, not frame {got}")
 
         frames = self.frame_at[slots]  # (B, P)
+        rolling, sink = cfg.sampler == "rolling", frames < cfg.sink_frames
+        if anchor and not (rolling and cfg.positions == "absolute"):
+            raise ValueError("an anchor read is Rolling Forcing's, with absolute positions")
         # the frames the chunk reads: the sinks and the window (the ring may hold older ones)
-        valid = (frames >= 0) & ((frames < cfg.sink_frames) | (frames >= starts[:, None] - cfg.window_frames))
+        recent = frames >= starts[:, None] - (cfg.chunk_frames if anchor else cfg.window_frames)
+        valid = (frames >= 0) & (recent | (sink & (anchor or not rolling)))
         held = valid.sum(1)  # (B,) M per row
         used_frames = int(max((np.flatnonzero(v).max() + 1 if v.any() else 0) for v in valid))
         dev = self.k.device
         absolute = cfg.positions == "absolute"
-        if absolute:  # each frame at its epoch index
+        if absolute:  # each frame at its epoch index; an anchor's sinks just before the frames after them
             pos = np.where(valid, frames, 0)
+            if anchor:
+                after = np.where(valid & ~sink, frames, np.iinfo(np.int64).max).min(1)
+                first = np.where((valid & ~sink).any(1), after, starts)  # (B,)
+                pos = np.where(valid & sink, first[:, None] - cfg.sink_frames + frames, pos)
             own = starts[:, None] + np.arange(f)[None, :]  # (B, F)
         else:  # rank of each held frame among its row's held frames (oldest = 0), the chunk after them
             big = np.where(valid, frames, np.iinfo(np.int64).max)
@@ -230,6 +243,8 @@ class WanKVCache:
         cache_cos = cache_sin = None
         if not absolute:  # stored keys are rotated in space only: their time rotation is this chunk's
             cache_cos, cache_sin = time_rotation(cfg, np.repeat(pos[:, :used_frames], t, axis=1), dev)  # (B, used)
+        elif (moved := np.where(valid, pos - frames, 0)[:, :used_frames]).any():  # stored rotated: the change
+            cache_cos, cache_sin = time_rotation(cfg, np.repeat(moved, t, axis=1), dev)
         chunk_cos, chunk_sin = time_rotation(cfg, np.repeat(own, t, axis=1), dev)  # (B, F*T)
 
         ph, pw = cfg.patch_size[1:]

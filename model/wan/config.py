@@ -115,6 +115,7 @@ class WanConfig:
     commit_timestep: float = 0.0  # timestep of the commit pass that writes the cache (context_noise)
     positions: str = "rank"  # RoPE time positions (model/wan/cache.py): "rank" of held frames, or "absolute"
     long_mode: str = "rolling"  # past the cache: "rolling" window, or "restart" (CausVid's; model/wan/restart.py)
+    sampler: str = "chunk"  # "chunk": each chunk through every step; "rolling": Rolling Forcing's window
 
     def __post_init__(self) -> None:
         for name in ("dim", "ffn_dim", "freq_dim", "text_dim", "in_dim", "out_dim", "num_heads",
@@ -169,6 +170,14 @@ class WanConfig:
             raise ValueError(f"WanConfig.shift must be > 0, got {self.shift!r}")
         if self.positions not in POSITIONS:
             raise ValueError(f"WanConfig.positions {self.positions!r}: one of {', '.join(POSITIONS)}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"WanConfig.sampler {self.sampler!r}: one of {', '.join(SAMPLERS)}")
+        if self.sampler == "rolling" and (self.positions != "absolute" or self.sink_frames != self.chunk_frames
+                                          or self.window_frames < self.chunk_frames * len(self.timesteps)):
+            raise ValueError(
+                f"WanConfig.sampler 'rolling' needs absolute positions, one chunk of sinks (its anchor) and a "
+                f"window holding the in-flight window: positions {self.positions!r}, sink_frames "
+                f"{self.sink_frames!r}, window_frames {self.window_frames!r}, chunk_frames {self.chunk_frames!r}")
         if self.long_mode not in LONG_MODES:
             raise ValueError(f"WanConfig.long_mode {self.long_mode!r}: one of {', '.join(LONG_MODES)}")
         if self.long_mode == "restart" and self.sink_frames:
@@ -345,6 +354,7 @@ class WanConfig:
 
 
 POSITIONS = ("rank", "absolute")  # the time position schemes of model/wan/cache.py
+SAMPLERS = ("chunk", "rolling")  # one chunk through every step, or Rolling Forcing's window (model/wan/rolling.py)
 LONG_MODES = ("rolling", "restart")  # what a session does past its cache: roll the window, or restart
 COND_MASK_CHANNELS = 4  # Matrix-Game's condition mask: the first 4 channels of a latent-shaped mask
 

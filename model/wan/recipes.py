@@ -32,7 +32,7 @@ from typing import Any
 
 # WanConfig fields a recipe sets (model/wan/config.py), each also settable by config.json
 RECIPE_FIELDS = ("timesteps", "warp_timesteps", "shift", "chunk_frames", "sink_frames", "window_frames",
-                 "commit_timestep", "positions", "long_mode")
+                 "commit_timestep", "positions", "long_mode", "sampler")
 
 # the authors' training-config names of the same fields (config.py's _ALIASES say the same)
 AUTHORS_NAMES = {
@@ -81,7 +81,7 @@ class Recipe:
     lora_rank: int = 0
     lora_alpha: float = 0.0
     prompt_switch: str = "recache"  # "recache": sinks and window re-committed chunk by chunk; "longlive": see runner
-    sampler: str = "chunk"  # "chunk": one chunk at a time; "rolling": Rolling Forcing's window (refused)
+    sampler: str = "chunk"  # "chunk": one chunk at a time; "rolling": Rolling Forcing's window (model/wan/rolling.py)
     variant: str | None = None  # Matrix-Game's action space
     backbone: Published | None = None  # the Wan folder the text encoder, tokenizer and VAE come from
     refused: str | None = None  # why worldserve does not serve it, where it does not
@@ -182,17 +182,14 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
               "wan/modules/causal_model_infinity.py, positions by place in the cache)"),
     Recipe(
         name="rolling-forcing", family="wan-causal",
-        source="TencentARC/RollingForcing, configs/rolling_forcing_dmd.yaml; inference.py --use_ema",
+        source="TencentARC/RollingForcing, configs/rolling_forcing_dmd.yaml; inference.py --use_ema; "
+               "pipeline/rolling_forcing_inference.py and wan/modules/causal_model.py (the anchor block, 24 frames)",
         timesteps=(1000.0, 800.0, 600.0, 400.0, 200.0), warp_timesteps=True, shift=5.0, chunk_frames=3,
         sink_frames=3, window_frames=18,
         checkpoint=Published("checkpoints/rolling_forcing_dmd.pt", "TencentARC/RollingForcing",
                              "huggingface-cli download TencentARC/RollingForcing checkpoints/rolling_forcing_dmd.pt "
                              "--local-dir ."),
-        checkpoint_key="generator_ema", sampler="rolling", backbone=_WAN,
-        refused=("Rolling Forcing is trained to denoise a rolling window of 5 chunks at staggered noise levels "
-                 "(1000, 800, 600, 400, 200), one forward a step, with the first block kept as an anchor; "
-                 "worldserve's sampler runs one chunk through all its steps, so its pictures would not be the "
-                 "authors'. Serve it once the rolling sampler is built."),
+        checkpoint_key="generator_ema", sampler="rolling", positions="absolute", backbone=_WAN,
     ),
     _mg("universal", "base_distilled_model/base_distill.safetensors", (1000.0, 666.0, 333.0), 3,
         "inference_universal.yaml"),

@@ -33,7 +33,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,9 +48,11 @@ from worldserve.model.wan.backbone import Decoder, load_backbone
 from worldserve.model.wan.cache import WanChunkContext, WanKVCache
 from worldserve.model.wan.causal import CausalWanModel, TextKV
 from worldserve.model.wan.config import WanConfig
+from worldserve.model.wan.decoding import Decoding
 from worldserve.model.wan.layout import check_layout
 from worldserve.model.wan.recipes import Recipe, Served
 from worldserve.model.wan.restart import restart
+from worldserve.model.wan.rolling import InFlight, pack, run_blocks, unpack
 from worldserve.model.wan.text import PromptEncoder
 from worldserve.model.wan.vae_stream import VaeStream, pixel_frames_for
 from worldserve.session.plan import (
@@ -91,33 +93,7 @@ class WanSession:
     sinks: list[torch.Tensor] = field(default_factory=list)  # (C, h, w) clean latents, frames 0..S-1
     recent: deque[torch.Tensor] = field(default_factory=deque)  # the latest clean latents after the sinks
     lead: np.ndarray | None = None  # pixel frames the next decoded chunk goes out after (a restart's)
-
-
-class Decoding:
-    """A chunk's frames on their way to the host: ``result()`` gives (F', H, W, 3) uint8 arrays,
-    one per session, waiting for the decode stream's event (CUDA) or running a decode that was
-    held back until then (``later``: the CPU's overlapped order)."""
-
-    def __init__(self, frames: list[torch.Tensor] | None = None, done: torch.cuda.Event | None = None,
-                 later: Callable[[], list[torch.Tensor]] | None = None,
-                 leads: list[np.ndarray | None] | None = None) -> None:
-        self._frames = frames
-        self._done = done
-        self._later = later
-        self._leads = leads or []  # per session, frames that go out before its decoded ones
-
-    def result(self) -> list[np.ndarray]:
-        if self._later is not None:
-            self._frames, self._later = self._later(), None
-        if self._done is not None:
-            self._done.synchronize()
-            self._done = None
-        assert self._frames is not None
-        out = [f.cpu().numpy() for f in self._frames]
-        for i, lead in enumerate(self._leads):
-            if lead is not None:
-                out[i] = np.concatenate((lead, out[i]))
-        return out
+    flight: InFlight | None = None  # Rolling Forcing's blocks in flight (model/wan/rolling.py)
 
 
 class WanRunner:
@@ -295,7 +271,7 @@ class WanRunner:
             rng=s.gen.get_state().cpu().numpy().copy(),
             scene=s.prompt,
             latents=latents.float().cpu().numpy() if latents is not None else np.zeros((0, c, lh, lw), np.float32),
-            family=self.family,
+            family=self.family, family_state=pack(s.flight),
         )
 
     def first_frame(self, scene: str, seed: int, bucket: int) -> np.ndarray | None:
@@ -398,6 +374,9 @@ class WanRunner:
                                      person=st.frame_index.to_bytes(8, "little"))
             s.gen.manual_seed(int.from_bytes(digest.digest(), "little") >> 1)
             log.info("snapshot's noise state is from another device kind: noise reseeded")
+        if self.cfg.sampler == "rolling" and st.frame_index:
+            f, blocks = self.cfg.chunk_frames, len(self.cfg.timesteps) - 1
+            s.flight = unpack(st.family_state, cfg.out_dim, blocks, f, *want[1:], self.device)
         self._rebuild(s)
         self._prime_stream(s)
 
@@ -417,6 +396,8 @@ class WanRunner:
 
         s.sinks = [resize(x) for x in s.sinks]
         s.recent = deque((resize(x) for x in s.recent), maxlen=self.decoder_context)
+        if s.flight is not None:
+            s.flight = InFlight(torch.stack([resize(x) for x in s.flight.latents.unbind(1)], 1))
         s.bucket, s.slot = bucket, slot
         s.stream.dispose()
         s.stream = self.decoder.open()
@@ -477,21 +458,24 @@ class WanRunner:
         ``actions``: each session's (frames, ACTION_DIM) actions of the block."""
         cfg = self.cfg
         pool = self.pools[states[0].bucket]
-        ctx = pool.chunk([s.slot for s in states], np.array([s.frame_index for s in states]), cfg.chunk_frames)
-        extra = self._chunk_inputs(states, ctx, actions)
-        text = TextKV.cat([s.text for s in states]) if len(states) > 1 else states[0].text
-        shape = (cfg.out_dim, cfg.chunk_frames, pool.height, pool.width)
-        ts = self.schedule(steps)
-        x = self._noise(states, shape)  # (B, C, F, h, w)
-        x0 = x
-        for i, t in enumerate(ts):
-            tt = torch.full((len(states),), t, device=self.device, dtype=torch.float32)
-            v = self.model.denoise(x, tt, text, ctx, **extra)
-            x0 = x - cfg.sigma(t) * v
-            if i + 1 < len(ts):
-                sigma = cfg.sigma(ts[i + 1])
-                x = (1 - sigma) * x0 + sigma * self._noise(states, shape)
-        self.model.commit(x0, text, ctx, **extra)
+        if cfg.sampler == "rolling":  # its steps are its window's: a step rung changes nothing
+            x0 = run_blocks(self.model, pool, states)
+        else:
+            ctx = pool.chunk([s.slot for s in states], np.array([s.frame_index for s in states]), cfg.chunk_frames)
+            extra = self._chunk_inputs(states, ctx, actions)
+            text = TextKV.cat([s.text for s in states]) if len(states) > 1 else states[0].text
+            shape = (cfg.out_dim, cfg.chunk_frames, pool.height, pool.width)
+            ts = self.schedule(steps)
+            x = self._noise(states, shape)  # (B, C, F, h, w)
+            x0 = x
+            for i, t in enumerate(ts):
+                tt = torch.full((len(states),), t, device=self.device, dtype=torch.float32)
+                v = self.model.denoise(x, tt, text, ctx, **extra)
+                x0 = x - cfg.sigma(t) * v
+                if i + 1 < len(ts):
+                    sigma = cfg.sigma(ts[i + 1])
+                    x = (1 - sigma) * x0 + sigma * self._noise(states, shape)
+            self.model.commit(x0, text, ctx, **extra)
         for b, s in enumerate(states):
             for f in range(cfg.chunk_frames):
                 frame = x0[b, :, f].clone()

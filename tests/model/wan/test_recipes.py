@@ -105,12 +105,13 @@ def test_longlive_is_its_inference_config_with_its_lora_and_generator(name, raw)
     assert r.prompt_switch == "longlive"
 
 
-def test_rolling_forcing_has_its_five_steps_and_is_refused_by_name_saying_why(tmp_path):
-    r = recipes.get("rolling-forcing")
-    assert served("rolling-forcing").timesteps == published(ROLLING_FORCING).timesteps
-    assert r.checkpoint_key == "generator_ema" and r.sampler == "rolling"
-    with pytest.raises(ValueError, match=r"recipe rolling-forcing is not served: .*rolling window of 5 chunks"):
-        check_layout(tmp_path, r)
+def test_rolling_forcing_has_its_five_steps_its_anchor_and_its_rolling_sampler():
+    r, cfg = recipes.get("rolling-forcing"), served("rolling-forcing")
+    assert cfg.timesteps == published(ROLLING_FORCING).timesteps and r.refused is None
+    assert r.checkpoint_key == "generator_ema" and cfg.sampler == "rolling" and cfg.positions == "absolute"
+    assert cfg.sink_frames == cfg.chunk_frames == 3  # the anchor block
+    assert cfg.window_frames + cfg.chunk_frames == 21  # max_attention_size of the clean pass, in frames
+    assert cfg.step_timesteps == pytest.approx((1000.0, 952.380952, 882.352941, 769.230769, 555.555556))
 
 
 @pytest.mark.parametrize("variant", ["universal", "gta_drive", "templerun"])
