@@ -9,7 +9,8 @@
   at and the rung it got.
 - ``new_epoch``: block 0 on a running session: the store opens a new epoch, the model
   starts afresh, the replay ring is emptied.
-- ``refused``: the ``ModelFull`` error for a verdict that did not admit.
+- ``refused``: the ``ModelFull`` error for a verdict that did not admit; ``check``: a start
+  refused before any work is done for it (its first frame, a detached session evicted).
 - ``started`` and ``resumed``: the reply that tells a client what it was admitted at
   (rate, size, rung, block frames, the controls the model takes).
 - ``attach``: bind the peer, send it the reply and the replayed chunks, in order.
@@ -23,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from worldserve.protocol import Resumed, Started
+from worldserve.protocol import Resumed, Start, Started
 from worldserve.server.engine import Engine
 from worldserve.server.live import Chunk, Live, ModelFull, Peer, Shape, rebucket
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
 from worldserve.session.admission import Admission
+from worldserve.session.errors import AtCapacity
 from worldserve.session.plan import ModelState, SessionSpec
 from worldserve.session.scheduler import Mode
 
@@ -45,6 +47,19 @@ class Admissions:
 
     def refused(self, verdict: Admission) -> ModelFull:
         return ModelFull(verdict, self.settings.admission_threshold, self.sessions.store.capacity)
+
+    def check(self, engine: Engine, req: Start) -> None:
+        """Raise what ``schedule`` would for ``req`` now (ModelFull, or AtCapacity when every
+        session held is active), changing nothing."""
+        store = self.sessions.store
+        if store.active_count >= store.capacity:
+            raise AtCapacity(store.capacity, store.retry_after_s)
+        push = req.mode == "push"
+        verdict = engine.scheduler.would_admit(
+            req.bucket, fps=req.fps, lookahead=req.lookahead if push else 0, mode=Mode(req.mode)
+        )
+        if not verdict.admitted:
+            raise self.refused(verdict)
 
     def schedule(
         self,

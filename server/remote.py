@@ -76,9 +76,16 @@ class Remote(Protocol):
         """Check a ``start``'s reservation; raises PlacementRequired or DirectoryError."""
         ...
 
-    async def fetch(self, session_id: str) -> Handoff | None:
+    async def authorize(self, session_id: str, token: str) -> None:
+        """Check a resume's token against the directory's record of the session, before
+        any hand-off is fetched; raises BadToken, SessionMoved or DirectoryError (nothing
+        happens when the directory has no record, or none of its token)."""
+        ...
+
+    async def fetch(self, session_id: str, token: str | None = None) -> Handoff | None:
         """The handoff of a session placed on this worker (None: no record at all);
-        raises SessionMoved, SessionStateMissing (no snapshot) or DirectoryError."""
+        raises SessionMoved, SessionStateMissing (no snapshot) or DirectoryError, and,
+        given a token, BadToken before fetching when the record's token hash differs."""
         ...
 
     async def adopt(self, msg: Resume) -> None:

@@ -241,6 +241,8 @@ class Service:
         reservation the router made on this worker (refused otherwise, and refused while
         the directory cannot be reached rather than serving a session nobody can find)."""
         engine = self.gate.require_admitting(1.0)
+        if req.bucket in self.shape.buckets:
+            self.admit.check(engine, req)  # before the first frame is made
         first = None
         if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
             first = await self.inputs.decode_image(req.observation, "observation")
@@ -287,6 +289,7 @@ class Service:
             mode=req.mode,
             seed=req.seed,
         )
+        self.admit.check(engine, req)  # before the store makes room (evicting a detached session)
         if session_id is None:
             decision = self.store.open_block(None, 0, config=config, scene=req.prompt, frames=self.block_frames(0))
             session, token = decision.session, decision.token or ""
@@ -323,6 +326,17 @@ class Service:
                    "bucket": req.bucket, "ladder_level": live.level},
         )
         return started
+
+    async def authorize(self, msg: Resume) -> None:
+        """Check a resume's token before any work is done for it: against the session held
+        here, else against the directory's record (no hand-off fetched); BadToken if wrong."""
+        session = self.store.peek(msg.session_id)
+        if session is not None:
+            if not session.check_token(msg.token):
+                self.metrics.resumes.labels("bad_token").inc()
+                raise BadToken(msg.session_id)
+        elif self.remote is not None:
+            await self.remote.authorize(msg.session_id, msg.token)
 
     async def resume(self, msg: Resume, peer: Peer) -> Resumed:
         """Re-attach a detached session at the client's next block (see the docstring)."""

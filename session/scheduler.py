@@ -165,11 +165,7 @@ class Scheduler:
                 f"need fps > 0 and lookahead >= 0, got fps={fps!r} lookahead={lookahead!r}"
             )
         pull = mode is Mode.PULL
-        requested = Rung(float(fps), 0 if pull else lookahead, steps, spec.bucket)
-        rungs = build_ladder(
-            requested, info.buckets, min_steps=min(o.min_steps, steps), min_fps=o.min_fps
-        )
-        verdict = decide(rungs, self.load, self._demand_of, o.admission)
+        rungs, verdict = self._decide(spec.bucket, fps, lookahead, steps, pull)
         if not verdict.admitted:
             return verdict
         now = self.clock() if now is None else now
@@ -203,6 +199,17 @@ class Scheduler:
                 DegradationChanged(session_id, 0, verdict.level, describe_change(rungs[0], s), s)
             )
         return verdict
+
+    def _decide(self, bucket: int, fps: float, lookahead: int, steps: int, pull: bool) -> tuple[tuple[Rung, ...], Admission]:
+        o = self.options
+        requested = Rung(float(fps), 0 if pull else lookahead, steps, bucket)
+        rungs = build_ladder(requested, self.info.buckets, min_steps=min(o.min_steps, steps), min_fps=o.min_fps)
+        return rungs, decide(rungs, self.load, self._demand_of, o.admission)
+
+    def would_admit(self, bucket: int, *, fps: float, lookahead: int = 0, mode: Mode = Mode.PUSH) -> Admission:
+        """What ``add_session`` would decide now, changing nothing: a start asks before any
+        work is done for it (its first frame rendered, a detached session evicted)."""
+        return self._decide(bucket, fps, lookahead, self.info.max_steps, mode is Mode.PULL)[1]
 
     def remove_session(self, session_id: str) -> None:
         """Stop scheduling; the runner frees the session's state in the next plan."""

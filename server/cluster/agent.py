@@ -34,6 +34,7 @@ logged, ``stop()`` cancels then awaits.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from collections.abc import Awaitable, Coroutine
@@ -59,8 +60,9 @@ from worldserve.server.metrics import Metrics
 from worldserve.server.remote import PlacementRequired, SessionMoved
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
-from worldserve.session.errors import SessionStateMissing
+from worldserve.session.errors import BadToken, SessionStateMissing
 from worldserve.session.handoff import Handoff, HandoffError, decode
+from worldserve.session.session import hash_token
 
 log = logging.getLogger("worldserve.cluster")
 
@@ -169,12 +171,26 @@ class WorkerAgent:
                 f"router for a new one"
             )
 
-    async def fetch(self, session_id: str) -> Handoff | None:
+    async def authorize(self, session_id: str, token: str) -> None:
+        rec = await self._call(self.directory.get_session(session_id))
+        if rec is not None:
+            self._check(rec, token)
+
+    def _check(self, rec: SessionRecord, token: str | None) -> None:
+        """Where the session is and, given a token, that it is the session's: from the
+        directory's record alone, before any hand-off is fetched."""
+        if rec.worker_id != self.worker_id:
+            raise SessionMoved(rec.session_id, rec.worker_id)
+        if token is not None and rec.token_hash and not hmac.compare_digest(
+                rec.token_hash, hash_token(token).hex()):
+            self.metrics.resumes.labels("bad_token").inc()
+            raise BadToken(rec.session_id)
+
+    async def fetch(self, session_id: str, token: str | None = None) -> Handoff | None:
         rec = await self._call(self.directory.get_session(session_id))
         if rec is None:
             return None
-        if rec.worker_id != self.worker_id:
-            raise SessionMoved(session_id, rec.worker_id)
+        self._check(rec, token)
         data = await self._call(self.directory.get_snapshot(session_id))
         if data is None:
             raise SessionStateMissing(session_id)
@@ -188,7 +204,7 @@ class WorkerAgent:
         sid = msg.session_id
         if sid in self.service.table:
             return
-        handoff = await self.fetch(sid)
+        handoff = await self.fetch(sid, msg.token)
         if handoff is not None and sid not in self.service.table:
             self.migration.adopt(handoff, msg)
 
@@ -333,7 +349,8 @@ class WorkerAgent:
             pass
 
     async def _store_checkpoint(self, h: Handoff) -> None:
-        rec = SessionRecord(h.session_id, self.worker_id, h.epoch, h.next_block, SessionState.ACTIVE)
+        rec = SessionRecord(h.session_id, self.worker_id, h.epoch, h.next_block, SessionState.ACTIVE,
+                            token_hash=self._token_hash(h.session_id))
         try:
             # The record first: it refuses if the session moved on, before its snapshot
             # could be overwritten.
@@ -349,9 +366,14 @@ class WorkerAgent:
     # --- helpers ---
 
     async def _record(self, sid: str, epoch: int, next_block: int) -> None:
-        rec = SessionRecord(sid, self.worker_id, epoch, next_block, SessionState.ACTIVE)
+        rec = SessionRecord(sid, self.worker_id, epoch, next_block, SessionState.ACTIVE,
+                            token_hash=self._token_hash(sid))
         with suppress(DirectoryError, ValueError):
             await self._call(self.directory.update_session(rec))
+
+    def _token_hash(self, sid: str) -> str:
+        session = self.service.store.peek(sid)
+        return session.token_hash.hex() if session is not None else ""
 
     async def _forget(self, sid: str) -> None:
         with suppress(DirectoryError):

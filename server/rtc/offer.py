@@ -181,6 +181,8 @@ async def _offer(request: web.Request) -> web.Response:
         code = ErrorCode.AT_CAPACITY if why == "full" else ErrorCode.NOT_READY
         raise OfferError(code, f"server is {why}; retry after {retry:g} s", retry_after=retry)
 
+    if resume is not None:  # a wrong token costs no peer connection (certificate, SDP parse)
+        await _open_session(service, None, resume, None)
     fps = start.fps if start is not None else 24.0
     pc = RTCPeerConnection(rtc_configuration(rtc))
     track = SessionVideoTrack(fps)
@@ -212,6 +214,7 @@ async def _offer(request: web.Request) -> web.Response:
             if install_encoder(transceiver.sender, enc):
                 peer.encoder, peer.codec = enc, codec.lower()
         reply = await _open_session(service, start, resume, peer)
+        assert reply is not None
         opened = True
         await pc.setLocalDescription(answer)  # gathers every candidate (non-trickle)
         local = pc.localDescription
@@ -292,9 +295,15 @@ def _authorize(request: web.Request, key: str | None, keys: frozenset[str]) -> N
 
 
 async def _open_session(
-    service: Service, start: Start | None, resume: Resume | None, peer: RtcPeer
-) -> Started | Resumed:
+    service: Service, start: Start | None, resume: Resume | None, peer: RtcPeer | None
+) -> Started | Resumed | None:
+    """Start or resume the session on ``peer``; with no peer, only check a resume's token
+    (before a peer connection is built for it)."""
     try:
+        if peer is None:
+            assert resume is not None
+            await service.authorize(resume)
+            return None
         if start is not None:
             return await service.start(start, peer)  # reservation and directory checks apply
         assert resume is not None

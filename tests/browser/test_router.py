@@ -67,7 +67,8 @@ async def test_a_page_from_the_router_follows_a_drain_to_the_other_worker(transp
 
         # The worker's DELETE answers the router's page (CORS, preflight included).
         status = await page.evaluate(
-            "async (base) => (await fetch(`${base}/v1/sessions/nope`, {method: 'DELETE'})).status",
+            "async (base) => (await fetch(`${base}/v1/sessions/nope`, "
+            "{method: 'DELETE', headers: {'X-Session-Token': 'x'}})).status",
             c.worker_url(other))
         assert status == 404
         # Leaving the page: the DELETE goes to the worker holding the session.

@@ -272,7 +272,8 @@ async def test_deleting_the_session_tells_the_peer_and_closes_it() -> None:
             answer = await c.connect(start=START)
             await c.next_frame()
             async with aiohttp.ClientSession() as http:
-                r = await http.delete(f"{url}/v1/sessions/{answer['session']['session_id']}")
+                r = await http.delete(f"{url}/v1/sessions/{answer['session']['session_id']}",
+                                      headers={"X-Session-Token": answer["session"]["token"]})
                 assert r.status == 200
             ended, _ = await c.message(Ended)
             assert isinstance(ended, Ended) and ended.reason == "deleted"
@@ -376,3 +377,27 @@ async def test_offers_are_allowed_from_any_origin() -> None:
             assert "POST" in r.headers["Access-Control-Allow-Methods"]
         got, _, headers = await post(url, {"type": "offer"})
         assert got == 400 and headers["Access-Control-Allow-Origin"] == "*"
+
+
+async def test_a_resume_with_a_wrong_token_builds_no_peer_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldserve.server.rtc import offer
+
+    async with serve_rtc() as (_, url):
+        async with RtcClient(url) as c:
+            answer = await c.connect(start=START)
+            sid = answer["session"]["session_id"]
+            built: list[int] = []
+            real = offer.RTCPeerConnection
+
+            def counting(*a: Any, **kw: Any) -> Any:
+                built.append(1)
+                return real(*a, **kw)
+
+            monkeypatch.setattr(offer, "RTCPeerConnection", counting)
+            for _ in range(3):
+                with pytest.raises(OfferRefused) as bad:
+                    async with RtcClient(url) as thief:
+                        await thief.connect(resume={"session_id": sid, "token": "wrong"})
+                assert (bad.value.status, bad.value.body["error"]) == (403, "bad_token")
+            assert built == []
+            await c.close()

@@ -45,7 +45,8 @@ async def test_a_worker_says_worker_and_answers_the_pages_cross_origin_calls() -
                 "Origin": "http://elsewhere", "Access-Control-Request-Method": "DELETE"}) as resp:
             assert resp.status == 204 and "DELETE" in resp.headers["Access-Control-Allow-Methods"]
             assert "Authorization" in resp.headers["Access-Control-Allow-Headers"]
-        async with c.http.delete(f"{base}/v1/sessions/abc") as resp:
+            assert "X-Session-Token" in resp.headers["Access-Control-Allow-Headers"]
+        async with c.http.delete(f"{base}/v1/sessions/abc", headers={"X-Session-Token": "t"}) as resp:
             assert resp.status == 404 and resp.headers["Access-Control-Allow-Origin"] == "*"
 
 

@@ -39,6 +39,7 @@ Rules both keep:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -90,13 +91,21 @@ class SessionRecord:
     block_idx: int = 0  # the next block_idx the session expects
     state: SessionState = SessionState.ACTIVE
     updated: float = 0.0  # clock reading of the last write; set by the directory
+    # SHA-256 hex of the session's resume token ("" unknown; a write with "" keeps the
+    # stored one): a worker checks a resume against it before it fetches a hand-off
+    token_hash: str = ""
 
     def __post_init__(self) -> None:
         _check_id("session_id", self.session_id)
+        if self.token_hash and not _TOKEN_HASH.fullmatch(self.token_hash):
+            raise ValueError("token_hash must be 64 lowercase hex digits or empty")
         _check_id("worker_id", self.worker_id)
         SessionState(self.state)
         _check_count("epoch", self.epoch)
         _check_count("block_idx", self.block_idx)
+
+
+_TOKEN_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 class NoWorkerAvailable(DirectoryError):

@@ -155,6 +155,7 @@ class MemoryDirectory:
             block_idx=old.block_idx if old is not None else 0,
             state=SessionState.ACTIVE,
             updated=now,
+            token_hash=old.token_hash if old is not None else "",
         )
         self._lapse.pop(session_id, None)
         self._handover.pop(session_id, None)
@@ -185,7 +186,7 @@ class MemoryDirectory:
                 f"session {record.session_id!r} is on worker {old.worker_id!r}, not "
                 f"{record.worker_id!r}: move it with place_session"
             )
-        stored = dataclasses.replace(record, updated=now)
+        stored = dataclasses.replace(record, updated=now, token_hash=record.token_hash or old.token_hash)
         self._sessions[record.session_id] = stored
         w = self._workers.get(record.worker_id)
         if w is not None and stored.state in _HOLDS_SLOT:

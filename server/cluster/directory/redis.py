@@ -240,8 +240,8 @@ end
 return redis.call('HGETALL', k)
 """
 
-# ARGV: base, sid, worker_id, epoch, block_idx, state, now, orphan_ttl_ms, handover_ttl_ms
-#   -> {1} | {0} unknown | {-1, wid}
+# ARGV: base, sid, worker_id, epoch, block_idx, state, now, orphan_ttl_ms, handover_ttl_ms,
+#   token_hash ('' keeps the stored one) -> {1} | {0} unknown | {-1, wid}
 _UPDATE = """
 local sid, k = ARGV[2], sesskey(ARGV[2])
 local wid = redis.call('HGET', k, 'worker_id')
@@ -249,6 +249,7 @@ if not wid then return {0} end
 if wid ~= ARGV[3] then return {-1, wid} end
 redis.call('HSET', k, 'epoch', ARGV[4], 'block_idx', ARGV[5], 'state', ARGV[6],
            'updated', ARGV[7])
+if ARGV[10] ~= '' then redis.call('HSET', k, 'token_hash', ARGV[10]) end
 if ARGV[6] ~= 'orphaned' and redis.call('EXISTS', wkey(wid)) == 1 then
   redis.call('SADD', skey(wid), sid)
   redis.call('PERSIST', k)
@@ -414,6 +415,7 @@ class RedisDirectory:
             now,
             self._orphan_ttl_ms,
             self._handover_ttl_ms,
+            record.token_hash,
         )
         if reply[0] == 0:
             raise UnknownSession(record.session_id)
@@ -429,6 +431,7 @@ class RedisDirectory:
             block_idx=record.block_idx,
             state=SessionState(record.state),
             updated=float(now),
+            token_hash=record.token_hash,
         )
 
     async def orphan_sessions_of(self, worker_id: str) -> list[str]:
@@ -520,6 +523,7 @@ def _session(session_id: str, fields: dict[Any, Any]) -> SessionRecord:
             block_idx=int(h["block_idx"]),
             state=SessionState(h["state"]),
             updated=float(h["updated"]),
+            token_hash=h.get("token_hash", ""),
         )
     except (KeyError, ValueError) as exc:
         raise DirectoryUnavailable(f"corrupt record for session {session_id!r}: {exc!r}") from exc

@@ -1,0 +1,55 @@
+"""What an abusive or unlucky client cannot do to a worker: make it work before it is
+authorised or admitted, or make a refused start cost someone else's session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from tests.polling import until
+from tests.server.harness import fake_factory, recv, send, serve
+from worldserve.protocol import Error, Start, Started
+
+# Fake costs: 60 ms + 15 ms per chunk at bucket 64 and 4 steps, no batching: one session
+# at 12 fps and bucket 64 fills the model (tests/server/test_ws_protocol.py).
+FULL = dict(runner_factory=fake_factory(per_batch=0.06, sleep=False), admission_threshold=0.85, batching=False)
+
+
+async def _start(ws: aiohttp.ClientWebSocketResponse, **kw: Any) -> Started:
+    await send(ws, Start(**kw))
+    msg = await recv(ws)
+    assert isinstance(msg, Started), msg
+    return msg
+
+
+async def test_a_start_the_model_cannot_admit_renders_no_first_frame() -> None:
+    async with serve(**FULL) as s:  # type: ignore[arg-type]
+        ws = await s.connect()
+        await _start(ws, fps=60.0, bucket=128)
+        runner = s.service.engine.runner
+        made: list[int] = []
+        first_frame = runner.first_frame
+        runner.first_frame = lambda *a: made.append(1) or first_frame(*a)  # type: ignore[method-assign]
+        ws2 = await s.connect()
+        await send(ws2, Start(fps=60.0, bucket=128))
+        err = await recv(ws2)
+        assert isinstance(err, Error) and err.code == "at_capacity"
+        assert made == []
+
+
+async def test_a_refused_start_never_evicts_a_detached_session() -> None:
+    async with serve(capacity=2, **FULL) as s:  # type: ignore[arg-type]
+        ws = await s.connect()
+        away = await _start(ws, fps=12.0, bucket=64)
+        await ws.close()  # dropped: the session waits for its user to resume
+        await until(lambda: s.service.store.detached_count == 1, what="the session detached")
+        await until(lambda: away.session_id not in s.service.engine.scheduler, what="out of the engine")
+        ws2 = await s.connect()  # held open: its session stays attached
+        await _start(ws2, fps=60.0, bucket=128)  # admitted degraded: the model is full
+        for _ in range(3):
+            ws3 = await s.connect()
+            await send(ws3, Start(fps=60.0, bucket=128))
+            err = await recv(ws3)
+            assert isinstance(err, Error) and err.code == "at_capacity"
+        assert s.service.store.peek(away.session_id) is not None  # still resumable
