@@ -133,9 +133,21 @@ class Inputs:
             engine.scheduler.set_action(live.sid, vec, seq)
         self.metrics.actions.labels("applied").inc()
 
+    def _costly(self, live: Live, field: str) -> None:
+        """Spend the session's budget for a costly input (a prompt, an observation, a new
+        epoch: each costs about a chunk of model time that admission never granted)."""
+        if live.input_limit.take():
+            return
+        raise ProtocolError(
+            f"prompts, observations and new epochs are limited to about one per chunk period "
+            f"(burst {live.input_limit.burst}); retry in {live.input_limit.wait_time():.2f} s",
+            field, ErrorCode.RATE_LIMITED,
+        )
+
     def prompt(self, sid: str, msg: Prompt) -> Ack:
         live = self.sessions.attached(sid)
         engine = self.gate.require_ready()
+        self._costly(live, "prompt")
         self._ignored(live, "prompt")
         live.session.set_scene(msg.prompt)
         if sid in engine.scheduler:
@@ -143,7 +155,7 @@ class Inputs:
         return Ack("prompt", msg.id)
 
     async def observe(self, sid: str, msg: Observation) -> Ack:
-        self.sessions.attached(sid)
+        self._costly(self.sessions.attached(sid), "image")  # before the image is decoded
         self.gate.require_ready()
         frame = await self.decode_image(msg.image, "image")
         live = self.sessions.attached(sid)  # it may have ended or moved while the image was decoded
@@ -171,6 +183,7 @@ class Inputs:
             )
         n = msg.block_idx
         if n == 0:
+            self._costly(live, "block_idx")  # a new epoch: its first frame costs model time
             self._new_epoch(engine, live)
             return
         session = self.sessions.store.get(sid)

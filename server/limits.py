@@ -35,6 +35,13 @@ class TokenBucket:
             return True
         return False
 
+    @classmethod
+    def per_chunk(cls, fps: float, chunk_frames: int, burst: int, clock: Callable[[], float]) -> TokenBucket:
+        """One token per chunk period of a session at ``fps`` (``chunk_frames`` a chunk): the
+        budget of its costly inputs (prompts, observations, new epochs), each of which costs
+        about a chunk's model time."""
+        return cls(fps / chunk_frames, burst, clock)
+
     def wait_time(self) -> float:
         """Seconds until a token is there (0 if one is there now)."""
         self._refill()

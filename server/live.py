@@ -122,6 +122,7 @@ class Live:
     ring: deque[Chunk]
     settings: Rung  # the rung it is served at (``at_rung``)
     opened_at: float
+    input_limit: TokenBucket  # prompts, observations and new epochs, about one per chunk period
     level: int = 0  # its ladder level (``at_rung``)
     peer: Peer | None = None
     next_block: int = 0  # the first block not generated in this epoch (``at_block``)

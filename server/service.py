@@ -309,6 +309,7 @@ class Service:
             deque(maxlen=s.replay_blocks),
             Rung(req.fps, config.lookahead, self.shape.max_steps, req.bucket),
             self.clock(),
+            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock),
         )
         verdict = self.admit.schedule(engine, live, 0, observation=observation)
         if not verdict.admitted:

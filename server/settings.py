@@ -182,6 +182,8 @@ class Settings:
     max_actions_per_s: float = setting(120.0, "actions applied per second; faster ones coalesce "
                                               "(newest wins)")
     action_burst: int = setting(30, "actions a connection may send at once")
+    input_burst: int = setting(2, "prompts, observations and new epochs (pull block 0) a session may "
+                                  "send at once; then one per chunk period (docs/protocol.md)")
     send_queue: int = setting(16, "ordered frames (pull, replays) waiting per connection")
     control_queue: int = setting(64, "control messages waiting per connection; the oldest is dropped")
     status_interval_s: float = setting(1.0, "seconds between status messages")
@@ -274,7 +276,7 @@ class Settings:
         for name in ("max_msgs_per_s", "max_actions_per_s"):
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
-        for name in ("msg_burst", "action_burst", "send_queue", "control_queue", "pull_queue"):
+        for name in ("msg_burst", "action_burst", "input_burst", "send_queue", "control_queue", "pull_queue"):
             need(getattr(self, name) >= 1, f"{name} {getattr(self, name)!r} must be >= 1")
         need(self.log_format in ("kv", "json"), f"log_format {self.log_format!r} is kv or json")
         need(all(isinstance(k, str) and k for k in self.api_keys), "api keys must be non-empty")

@@ -174,7 +174,9 @@ class Migration:
         live = Live(  # built as the handoff left it: nothing is written into it afterwards
             session, req,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
-            ring, rung, self.clock(), level=h.level, next_block=k,
+            ring, rung, self.clock(),
+            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock),
+            level=h.level, next_block=k,
             suspension=Suspension(sid, k, state, h.level, rung),
             action=h.action, action_seq=h.action_seq, seen_seq=h.seen_seq,
             presentation=h.presentation or Presentation(start(k), start(k) * step_us), adopted=k,

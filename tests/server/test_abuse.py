@@ -53,3 +53,46 @@ async def test_a_refused_start_never_evicts_a_detached_session() -> None:
             err = await recv(ws3)
             assert isinstance(err, Error) and err.code == "at_capacity"
         assert s.service.store.peek(away.session_id) is not None  # still resumable
+
+
+async def _answers(ws: aiohttp.ClientWebSocketResponse, n: int) -> list[Any]:
+    """The next ``n`` acks and errors (frames skipped)."""
+    from worldserve.protocol import Ack
+
+    got: list[Any] = []
+    while len(got) < n:
+        msg = await recv(ws)
+        if isinstance(msg, Ack | Error):
+            got.append(msg)
+    return got
+
+
+async def test_prompts_faster_than_one_a_chunk_period_are_refused_as_rate_limited() -> None:
+    from worldserve.protocol import Ack, Prompt
+
+    async with serve(input_burst=2) as s:
+        ws = await s.connect()
+        await _start(ws, fps=4.0)  # a chunk period of a quarter second or more
+        for i in range(12):
+            await send(ws, Prompt(f"a scene {i}", id=i))
+        got = await _answers(ws, 12)
+        acked = [m for m in got if isinstance(m, Ack)]
+        refused = [m for m in got if isinstance(m, Error)]
+        assert 2 <= len(acked) <= 4, got  # the burst, and what a period or so earns on a slow machine
+        assert refused and all(e.code == "rate_limited" and e.field == "prompt" and not e.fatal for e in refused)
+
+
+async def test_new_epochs_in_pull_mode_share_the_costly_input_budget() -> None:
+    from worldserve.protocol import Block
+
+    async with serve(input_burst=1) as s:
+        ws = await s.connect()
+        await _start(ws, fps=4.0, mode="pull")
+        errors: list[Error] = []
+        for _ in range(6):
+            await send(ws, Block(0))
+        while len(errors) < 4:
+            msg = await recv(ws)
+            if isinstance(msg, Error):
+                errors.append(msg)
+        assert all(e.code == "rate_limited" and e.field == "block_idx" for e in errors)
