@@ -23,8 +23,9 @@ the window (``model.recache``) and decodes the kept frames to rebuild the VAE st
 cache; after the window has rolled, close (as LongLive's re-cache). A prompt change re-caches
 the window the same way. A first chunk decodes to ``1 + 4 (F - 1)`` frames (9), every later
 one to ``4 F`` (12). The prompt only steers it. A recipe whose ``long_mode`` is "restart" (CausVid)
-starts a new rollout from an overlap once a chunk fills one (model/wan/restart.py). One thread
-owns a runner: not thread-safe.
+starts a new rollout from an overlap once a chunk fills one (model/wan/restart.py); Rolling
+Forcing's (``sampler`` "rolling") makes each block in a window of blocks in flight
+(model/wan/rolling.py) instead of the step loop above. One thread owns a runner: not thread-safe.
 """
 
 from __future__ import annotations
