@@ -53,6 +53,11 @@ fd_floor=.. patch_ratio_60s=.. c2st_null=..`` for ``--weights`` (with ``VOID`` a
 failed); above it, ``realism canvas c2st_2s=.. ..`` for each runner on the world canvas (the served model
 with ``--canvas``). ``--weights`` other than the committed ones are measured with the committed weights
 beside them (``--beside``), on the same worlds and scripts.
+
+A single frame cannot show a frozen world: ``--motion`` adds ``bench.realism_motion`` (actor
+statistics from a detector, moving weather, a two-sample test on frame pairs with its frozen
+control, the canvas passed through, the server's start and the two-sided revisit) after the
+lines above; its ``realism <row> ...`` lines come last.
 """
 
 from __future__ import annotations
@@ -433,6 +438,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sharpen", type=float, nargs="+", default=[SHARPEN], metavar="S",
                     help="the canvas with each unsharp amount S on its decoded tiles (tile_decode.sharpen; 0: as "
                          f"the decoder draws); the served {SHARPEN:g} is labelled canvas, others 'canvas sharpen:S'")
+    ap.add_argument("--motion", action="store_true",
+                    help="then bench.realism_motion (what moves: actors, weather, frame pairs, the two starts, the "
+                         "passthrough canvas, the two-sided revisit) on its own worlds; its summary lines come last")
+    ap.add_argument("--motion-worlds", type=int, default=8, help="worlds of the --motion part")
     args = ap.parse_args(argv)
     if args.c2st_repeats < 1:
         ap.error(f"--c2st-repeats takes a count >= 1, got {args.c2st_repeats}")
@@ -454,6 +463,10 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(oracle_lines(res, oracles) + canvas_lines(res)))
     r = res[next(iter(runners))]
     print(f"realism {summary_fields(r)} c2st_null={r['c2st_null']:.3f}" + (" VOID" if r["void"] else ""))
+    if args.motion:
+        from worldserve.bench import realism_motion
+
+        realism_motion.main(["--worlds", str(args.motion_worlds), "--threads", str(args.threads), "--dtype", args.dtype])
 
 
 def beside_weights(weights: Path, beside: list[Path] | None) -> list[Path]:
