@@ -47,6 +47,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_VERSION = "unsupported_version"
     TOO_BIG = "too_big"  # over the server's max message size (the socket closes 1009)
     RATE_LIMITED = "rate_limited"  # too many messages; this one was dropped
+    OVER_QUOTA = "over_quota"  # the client opens sessions too fast or holds too many (closes 1013)
     UNAUTHORIZED = "unauthorized"  # missing or wrong API key (the socket closes 1008)
     NOT_STARTED = "not_started"  # the message needs a session: send start or resume first
     ALREADY_STARTED = "already_started"  # one session per connection

@@ -129,6 +129,9 @@ async def dispatch(service: Service, transport: Transport, msg: ClientMessage) -
     call in turn keeps its client's messages in order.
     """
     inputs = service.inputs  # the part that owns a session's inputs (server/inputs.py)
+    live = service.live(transport.need_session()) if not isinstance(msg, Ping) else None
+    if live is not None:
+        live.heard_at = service.clock()  # not idle (Settings.idle_timeout_s)
     if isinstance(msg, Action):
         inputs.action(transport.need_session(), msg)
     elif isinstance(msg, Prompt):

@@ -9,6 +9,7 @@ what the runner makes (block frames, frame sizes, controls).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -144,6 +145,11 @@ class Live:
     adopted: int | None = None  # restored from another worker's handoff at this block
     handing_off: bool = False  # suspended for a migration: no more generation here
     told_ignored: set[str] = field(default_factory=set)  # input kinds said ignored on this connection
+    heard_at: float = -math.inf  # when its client last sent a message (-inf: at opened_at)
+
+    def __post_init__(self) -> None:
+        if self.heard_at == -math.inf:
+            self.heard_at = self.opened_at
 
     @property
     def sid(self) -> str:

@@ -83,6 +83,7 @@ from worldserve.server.live import (
 )
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
+from worldserve.server.quotas import Quotas
 from worldserve.server.remote import PlacementRequired, Remote
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
@@ -131,6 +132,7 @@ class Service:
         self.admit = admit = Admissions(settings, table, shape)
         self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, admit.new_epoch)
         self.events = EngineEvents(metrics, clock, table, shape, gate)
+        self.quotas = Quotas(settings.quota_starts_per_s, settings.quota_start_burst, settings.quota_sessions, clock)
         self._reaper: asyncio.Task[None] | None = None
         metrics.track_sessions(table.counts)
 
@@ -236,11 +238,18 @@ class Service:
 
     # --- session start, resume, detach, end ---
 
-    async def start(self, req: Start, peer: Peer) -> Started:
+    async def start(self, req: Start, peer: Peer, client: tuple[str, ...] = ()) -> Started:
         """``open`` behind the directory: in multi-worker mode the ``start`` must carry a
         reservation the router made on this worker (refused otherwise, and refused while
-        the directory cannot be reached rather than serving a session nobody can find)."""
+        the directory cannot be reached rather than serving a session nobody can find).
+        ``client``: who the start is charged to (server/quotas.py), checked first."""
         engine = self.gate.require_admitting(1.0)
+        self.quotas.take(client, lambda sid: sid in self.table)
+        started = await self._start(engine, req, peer)
+        self.quotas.opened(client, started.session_id)
+        return started
+
+    async def _start(self, engine: Engine, req: Start, peer: Peer) -> Started:
         if req.bucket in self.shape.buckets:
             self.admit.check(engine, req)  # before the first frame is made
         first = None
@@ -482,6 +491,16 @@ class Service:
 
     # --- internals ---
 
+    def _end_overdue(self) -> None:
+        """End attached sessions idle (no input) past ``idle_timeout_s`` and any session
+        older than ``max_session_age_s`` (0: no limit)."""
+        s, now = self.settings, self.clock()
+        for live in list(self.table):
+            if s.max_session_age_s and now - live.opened_at > s.max_session_age_s:
+                self.close(live.sid, "max_age")
+            elif s.idle_timeout_s and live.peer is not None and now - live.heard_at > s.idle_timeout_s:
+                self.close(live.sid, "idle")
+
     async def _reap_loop(self) -> None:
         period = min(1.0, self.settings.detached_ttl_s / 2)
         try:
@@ -489,6 +508,7 @@ class Service:
                 await asyncio.sleep(period)
                 try:
                     self.store.reap()
+                    self._end_overdue()
                 except Exception:
                     log.exception("reaping detached sessions failed")
         except asyncio.CancelledError:

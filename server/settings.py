@@ -155,6 +155,13 @@ class Settings:
     # --- sessions ---
     capacity: int = setting(8, "sessions held at once, active and detached")
     detached_ttl_s: float = setting(30.0, "seconds a dropped session stays resumable")
+    idle_timeout_s: float = setting(300.0, "an attached session whose client sends nothing this long "
+                                           "is ended (idle); 0: never")
+    max_session_age_s: float = setting(86400.0, "a session is ended (max_age) this long after it "
+                                                "opened on this worker; 0: never")
+    quota_starts_per_s: float = setting(5.0, "starts a client (address, and API key) may make per second")
+    quota_start_burst: int = setting(20, "starts a client may make at once")
+    quota_sessions: int = setting(32, "sessions a client (address, and API key) may hold here; 0: no limit")
     replay_blocks: int = setting(16, "recent blocks kept per session, re-sent on resume")
     log_capacity: int = setting(1024, "events kept in a session's replay log (worldserve "
                                       "replay; changes only), 1-65536")
@@ -273,10 +280,13 @@ class Settings:
         need(self.admin_key is None or len(self.admin_key) >= 8, "admin_key must be >= 8 chars")
         need(1 <= self.jpeg_quality <= 95, f"jpeg_quality {self.jpeg_quality!r} must be in [1, 95]")
         need(self.max_msg_size >= 1024, f"max_msg_size {self.max_msg_size!r} must be >= 1024")
-        for name in ("max_msgs_per_s", "max_actions_per_s"):
+        for name in ("idle_timeout_s", "max_session_age_s"):
+            need(math.isfinite(getattr(self, name)) and getattr(self, name) >= 0, f"{name} must be finite and >= 0")
+        need(self.quota_sessions >= 0, f"quota_sessions {self.quota_sessions!r} must be >= 0")
+        for name in ("max_msgs_per_s", "max_actions_per_s", "quota_starts_per_s"):
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
-        for name in ("msg_burst", "action_burst", "input_burst", "send_queue", "control_queue", "pull_queue"):
+        for name in ("msg_burst", "action_burst", "input_burst", "quota_start_burst", "send_queue", "control_queue", "pull_queue"):
             need(getattr(self, name) >= 1, f"{name} {getattr(self, name)!r} must be >= 1")
         need(self.log_format in ("kv", "json"), f"log_format {self.log_format!r} is kv or json")
         need(all(isinstance(k, str) and k for k in self.api_keys), "api keys must be non-empty")

@@ -57,12 +57,13 @@ from worldserve.protocol import (
     Status,
     error_from,
 )
-from worldserve.server.auth import authorized
+from worldserve.server.auth import authorized, presented_key
 from worldserve.server.dispatch import Inbound, dispatch
 from worldserve.server.encode import FrameEncoder, make_encoder
 from worldserve.server.live import Chunk, NotReady
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
+from worldserve.server.quotas import OverQuota, clients
 from worldserve.server.remote import DirectoryUnavailable, PlacementRequired
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
@@ -237,7 +238,7 @@ class Connection:
             self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=1.0)
         except PlacementRequired as exc:
             self._error(exc, fatal=True, code=CloseCode.POLICY)
-        except AtCapacity as exc:
+        except (AtCapacity, OverQuota) as exc:
             self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=exc.retry_after_s)
         except BadToken as exc:
             self._error(exc, fatal=True, code=CloseCode.POLICY)
@@ -260,7 +261,7 @@ class Connection:
             self._need_no_session()
             self._authorize(msg.api_key)
             self._start_at = time.monotonic()
-            await self.service.start(msg, self)
+            await self.service.start(msg, self, clients(self.request.remote, presented_key(self.request.headers, msg.api_key)))
         elif isinstance(msg, Resume):
             self._need_no_session()
             await self.service.resume(msg, self)

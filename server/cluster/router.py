@@ -50,7 +50,7 @@ from typing import Any
 from aiohttp import web
 
 from worldserve.protocol.vocab import SESSION_ID_RE
-from worldserve.server.auth import authorized
+from worldserve.server.auth import authorized, bearer_key
 from worldserve.server.cluster.agent import ws_url
 from worldserve.server.cluster.directory import (
     HANDOVER_TTL_S,
@@ -67,6 +67,7 @@ from worldserve.server.cluster.directory import (
     open_directory,
 )
 from worldserve.server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
+from worldserve.server.quotas import OverQuota, Quotas, clients
 from worldserve.server.settings import setting
 from worldserve.server.web import CORS, add_web_routes, preflight
 
@@ -85,6 +86,8 @@ class RouterSettings:
     reservation_ttl_s: float = setting(30.0, "a reservation no worker took up is released after "
                                              "this, seconds")
     maintenance_s: float = setting(1.0, "seconds between reaping dead workers and stale reservations")
+    quota_places_per_s: float = setting(5.0, "places a client (address, and API key) may make per second")
+    quota_place_burst: int = setting(20, "places a client may make at once")
     retry_after_s: float = setting(1.0, "the retry_after a 503 during a directory outage says, seconds")
     orphan_ttl_s: float = setting(ORPHAN_TTL_S, "seconds the directory keeps the record of a session "
                                                 "whose worker died; give the workers the same")
@@ -97,7 +100,9 @@ class RouterSettings:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"bad setting: port {self.port!r} must be in [0, 65535]")
-        for name in ("threshold", "reservation_ttl_s", "maintenance_s", "retry_after_s"):
+        if self.quota_place_burst < 1:
+            raise ValueError(f"bad setting: quota_place_burst {self.quota_place_burst!r} must be >= 1")
+        for name in ("threshold", "reservation_ttl_s", "maintenance_s", "retry_after_s", "quota_places_per_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"bad setting: {name} {getattr(self, name)!r} must be > 0")
         for name in ("orphan_ttl_s", "handover_ttl_s"):
@@ -116,6 +121,7 @@ class Router:
         self.directory = directory
         self.metrics = metrics if metrics is not None else RouterMetrics()
         self._reservations: dict[str, tuple[float, float]] = {}  # sid -> (deadline, stamp)
+        self.quotas = Quotas(settings.quota_places_per_s, settings.quota_place_burst)
 
     async def place(self) -> dict[str, Any]:
         """Reserve a slot for a new session (NoWorkerAvailable / DirectoryUnavailable)."""
@@ -288,6 +294,10 @@ async def _place(request: web.Request) -> web.Response:
     router = request.app[ROUTER]
     if not authorized(request.headers, router.settings.api_keys):
         return _error(401, "unauthorized", "Authorization: Bearer <api key> required")
+    try:
+        router.quotas.take(clients(request.remote, bearer_key(request.headers)))
+    except OverQuota as exc:
+        return _error(429, exc.code, str(exc), exc.retry_after_s)
     try:
         return web.json_response(await router.place())
     except NoWorkerAvailable as exc:

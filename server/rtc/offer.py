@@ -71,8 +71,9 @@ from worldserve.protocol import (
     Started,
     from_wire,
 )
-from worldserve.server.auth import authorized
+from worldserve.server.auth import authorized, presented_key
 from worldserve.server.keys import CLOSABLES, METRICS, SERVICE, SETTINGS
+from worldserve.server.quotas import OverQuota, clients
 from worldserve.server.remote import DirectoryUnavailable, PlacementRequired
 from worldserve.server.rtc.encoder import (
     BitratePolicy,
@@ -105,6 +106,7 @@ _STATUS: dict[str, int] = {  # error code -> HTTP status
     "rtc_disabled": 404,
     ErrorCode.PLACEMENT_REQUIRED: 403,
     ErrorCode.AT_CAPACITY: 503,
+    ErrorCode.OVER_QUOTA: 429,
     ErrorCode.NOT_READY: 503,
     ErrorCode.DIRECTORY_UNAVAILABLE: 503,
 }
@@ -213,7 +215,8 @@ async def _offer(request: web.Request) -> web.Response:
                                  keyframe_interval_s=rtc.keyframe_interval_s)
             if install_encoder(transceiver.sender, enc):
                 peer.encoder, peer.codec = enc, codec.lower()
-        reply = await _open_session(service, start, resume, peer)
+        who = clients(request.remote, presented_key(request.headers, start.api_key)) if start else ()
+        reply = await _open_session(service, start, resume, peer, who)
         assert reply is not None
         opened = True
         await pc.setLocalDescription(answer)  # gathers every candidate (non-trickle)
@@ -295,7 +298,7 @@ def _authorize(request: web.Request, key: str | None, keys: frozenset[str]) -> N
 
 
 async def _open_session(
-    service: Service, start: Start | None, resume: Resume | None, peer: RtcPeer | None
+    service: Service, start: Start | None, resume: Resume | None, peer: RtcPeer | None, who: tuple[str, ...] = ()
 ) -> Started | Resumed | None:
     """Start or resume the session on ``peer``; with no peer, only check a resume's token
     (before a peer connection is built for it)."""
@@ -305,7 +308,7 @@ async def _open_session(
             await service.authorize(resume)
             return None
         if start is not None:
-            return await service.start(start, peer)  # reservation and directory checks apply
+            return await service.start(start, peer, who)  # reservation and directory checks apply
         assert resume is not None
         if resume.block_idx == LATEST:
             resume = replace(resume, block_idx=await _next_block(service, resume.session_id))
@@ -318,6 +321,8 @@ async def _open_session(
         raise OfferError(exc.code, str(exc)) from None
     except AtCapacity as exc:
         raise OfferError(ErrorCode.AT_CAPACITY, str(exc), retry_after=exc.retry_after_s) from None
+    except OverQuota as exc:
+        raise OfferError(ErrorCode.OVER_QUOTA, str(exc), retry_after=exc.retry_after_s) from None
     except ProtocolError as exc:
         raise OfferError(exc.code, exc.reason, field=exc.field) from None
     except (BadToken, SessionStateMissing, SessionError) as exc:

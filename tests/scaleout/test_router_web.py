@@ -65,3 +65,17 @@ async def test_the_router_s_place_needs_one_of_its_api_keys() -> None:
             assert resp.status == 503  # the key is right; there is just no worker
         async with client.post("/v1/resume", json={"session_id": "abcdefgh"}) as resp:
             assert resp.status == 404  # resume needs no key
+
+
+async def test_places_faster_than_a_client_s_quota_get_429_with_retry_after() -> None:
+    settings = RouterSettings(maintenance_s=60.0, quota_places_per_s=0.01, quota_place_burst=3)
+    app = create_router(settings, directory=MemoryDirectory())
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        statuses = []
+        for _ in range(5):
+            async with client.post("/v1/place") as resp:
+                statuses.append(resp.status)
+                if resp.status == 429:
+                    body = await resp.json()
+                    assert body["error"] == "over_quota" and int(resp.headers["Retry-After"]) >= 1
+        assert statuses == [503, 503, 503, 429, 429]  # no worker for the first three: charged all the same

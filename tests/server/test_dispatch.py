@@ -73,6 +73,9 @@ class FakeService:
         self.calls.append(("close", sid, reason))
         return True
 
+    def live(self, sid: str) -> None:  # no Live to mark heard
+        return None
+
 
 async def _route(msg: Any, transport: FakeTransport | None = None) -> tuple[FakeService, FakeTransport]:
     svc, tr = FakeService(), transport or FakeTransport()
