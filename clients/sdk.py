@@ -42,7 +42,7 @@ import io
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -464,6 +464,8 @@ class WorldClient:
                 return False
             if isinstance(reply, Resumed):
                 self.resumed = reply
+                if reply.token is not None:  # the server replaced the token: the old one is spent
+                    self.started = replace(self.started, token=reply.token)
                 self.reconnects += 1
                 self._next_block = reply.block_idx
                 if reply.gap_blocks:

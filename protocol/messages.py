@@ -417,6 +417,13 @@ class Resumed(Message):
     gap_blocks: int = 0
     first_chunk_frames: int | None = None  # as in ``started``
     controls: tuple[str, ...] = CONTROLS
+    # The session's new resume token: each resume or takeover replaces the token (the old
+    # one no longer resumes it). None from servers that do not rotate: keep the old one.
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.token is not None:
+            _check_text("token", self.token, MAX_TOKEN_CHARS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,10 +134,13 @@ class Admissions:
             requested = session.last_block_idx if session is not None else -1
         r, shape = live.request, self.shape
         height, width = shape.frame_size(live.settings.bucket)
+        # Every resume (a takeover included) answers here: the token is replaced here, so a
+        # token seen once (a log, a shoulder) stops working as soon as its owner resumes.
+        token = live.session.rotate_token()
         return Resumed(
             live.sid, block_idx, live.epoch, requested, replayed, r.mode, r.codec, live.settings.fps,
             width, height, shape.chunk_frames, live.level, restored_from, gap,
-            shape.block_frames(0), shape.controls,
+            shape.block_frames(0), shape.controls, token,
         )
 
     def attach(self, live: Live, peer: Peer, reply: Started | Resumed, replay: list[Chunk]) -> None:

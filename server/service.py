@@ -342,7 +342,7 @@ class Service:
         here, else against the directory's record (no hand-off fetched); BadToken if wrong."""
         session = self.store.peek(msg.session_id)
         if session is not None:
-            if not session.check_token(msg.token):
+            if not session.check_token(msg.token, self.settings.max_token_age_s):
                 self.metrics.resumes.labels("bad_token").inc()
                 raise BadToken(msg.session_id)
         elif self.remote is not None:
@@ -375,6 +375,8 @@ class Service:
             self.admit.new_epoch(engine, live)
             reply = self.admit.resumed(live, 0, 0)
             self.admit.attach(live, peer, reply, [])
+            if self.remote is not None:
+                self.remote.resumed(sid, live.epoch, 0)
             self.metrics.resumes.labels("new_epoch").inc()
             return reply
         replay = [ch for ch in live.ring if n <= ch.block_idx < k]
@@ -403,7 +405,7 @@ class Service:
         reply = self.admit.resumed(live, k if gap else n, len(replay), restored_from, gap)
         self.admit.attach(live, peer, reply, replay)
         self.metrics.resumes.labels("ok" if restored_from < 0 else "restored").inc()
-        if restored_from >= 0 and self.remote is not None:
+        if self.remote is not None:  # the directory's record takes the new token's hash
             self.remote.resumed(sid, live.epoch, k)
         log.info("session resumed", extra={"sid": sid, "block_idx": reply.block_idx,
                                            "replayed": len(replay), "restored_from": restored_from,

@@ -45,6 +45,7 @@ class Sessions:
             retry_after_s=settings.admission_retry_after_s,
             log_capacity=settings.log_capacity,
             log_frame_bytes=settings.log_frame_bytes,
+            max_token_age_s=settings.max_token_age_s,
         )
         self._live: dict[str, Live] = {}
         self._evicted_seen = 0

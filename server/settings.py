@@ -159,6 +159,8 @@ class Settings:
                                            "is ended (idle); 0: never")
     max_session_age_s: float = setting(86400.0, "a session is ended (max_age) this long after it "
                                                 "opened on this worker; 0: never")
+    max_token_age_s: float = setting(86400.0, "a resume token older than this is refused (each resume "
+                                              "gives a new one), seconds")
     quota_starts_per_s: float = setting(5.0, "starts a client (address, and API key) may make per second")
     quota_start_burst: int = setting(20, "starts a client may make at once")
     quota_sessions: int = setting(32, "sessions a client (address, and API key) may hold here; 0: no limit")
@@ -280,6 +282,7 @@ class Settings:
         need(self.admin_key is None or len(self.admin_key) >= 8, "admin_key must be >= 8 chars")
         need(1 <= self.jpeg_quality <= 95, f"jpeg_quality {self.jpeg_quality!r} must be in [1, 95]")
         need(self.max_msg_size >= 1024, f"max_msg_size {self.max_msg_size!r} must be >= 1024")
+        need(self.max_token_age_s > 0, f"max_token_age_s {self.max_token_age_s!r} must be > 0")
         for name in ("idle_timeout_s", "max_session_age_s"):
             need(math.isfinite(getattr(self, name)) and getattr(self, name) >= 0, f"{name} must be finite and >= 0")
         need(self.quota_sessions >= 0, f"quota_sessions {self.quota_sessions!r} must be >= 0")

@@ -118,6 +118,7 @@ class Session:
         "last_seen",
         "log",
         "token_hash",
+        "token_issued_at",
     )
 
     def __init__(
@@ -173,7 +174,7 @@ class Session:
         self._last_block_idx = last_block_idx
         self._frames_due = frames_due
         self._frames_committed = frames_committed
-        self.created_at = self.last_seen = clock()
+        self.created_at = self.last_seen = self.token_issued_at = clock()
         self._detached_at = self.created_at if status is SessionStatus.DETACHED else math.nan
 
     @classmethod
@@ -247,11 +248,20 @@ class Session:
         """Clock reading at the last detach; nan while not detached."""
         return self._detached_at
 
-    def check_token(self, token: str) -> bool:
-        """True if ``token`` is this session's resume token (constant-time compare)."""
+    def check_token(self, token: str, max_age_s: float = math.inf) -> bool:
+        """True if ``token`` is this session's resume token (constant-time compare) and was
+        issued at most ``max_age_s`` ago."""
         if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
             return False
-        return hmac.compare_digest(hash_token(token), self.token_hash)
+        fresh = self._clock() - self.token_issued_at <= max_age_s
+        return hmac.compare_digest(hash_token(token), self.token_hash) and fresh
+
+    def rotate_token(self) -> str:
+        """Replace the resume token (each resume or takeover): the old one no longer
+        resumes the session. Returns the new one, shown only here."""
+        token = secrets.token_urlsafe(24)
+        self.token_hash, self.token_issued_at = hash_token(token), self._clock()
+        return token
 
     def touch(self) -> None:
         """Record client activity."""

@@ -86,6 +86,7 @@ class SessionStore:
         retry_after_s: float = 1.0,
         log_capacity: int = DEFAULT_CAPACITY,
         log_frame_bytes: int = DEFAULT_FRAME_BYTES,
+        max_token_age_s: float = math.inf,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
@@ -100,6 +101,7 @@ class SessionStore:
         self._on_dispose = on_dispose
         self._log_capacity = log_capacity
         self._log_frame_bytes = log_frame_bytes
+        self.max_token_age_s = max_token_age_s  # a resume token older than this is refused
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
         self._detached: OrderedDict[str, Session] = OrderedDict()  # oldest detach first
         # Counters for metrics.
@@ -227,7 +229,7 @@ class SessionStore:
         first, so a caller without the token learns nothing), IllegalTransition while
         another client is attached (detach that one first)."""
         session = self._live(session_id, None)
-        if not session.check_token(token):
+        if not session.check_token(token, self.max_token_age_s):
             raise BadToken(session_id)
         session.attach()
         del self._detached[session_id]

@@ -191,6 +191,9 @@ class WorkerAgent:
         if rec is None:
             return None
         self._check(rec, token)
+        return await self._handoff(session_id)
+
+    async def _handoff(self, session_id: str) -> Handoff:
         data = await self._call(self.directory.get_snapshot(session_id))
         if data is None:
             raise SessionStateMissing(session_id)
@@ -204,9 +207,13 @@ class WorkerAgent:
         sid = msg.session_id
         if sid in self.service.table:
             return
-        handoff = await self.fetch(sid, msg.token)
-        if handoff is not None and sid not in self.service.table:
-            self.migration.adopt(handoff, msg)
+        rec = await self._call(self.directory.get_session(sid))
+        if rec is None:
+            return
+        self._check(rec, msg.token)
+        handoff = await self._handoff(sid)
+        if sid not in self.service.table:
+            self.migration.adopt(handoff, msg, bytes.fromhex(rec.token_hash) if rec.token_hash else None)
 
     def opened(self, session_id: str, epoch: int) -> None:
         self._spawn(self._record(session_id, epoch, 0), session_id)

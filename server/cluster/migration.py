@@ -137,9 +137,11 @@ class Migration:
         first = self.shape.block_start(next_block)
         return Presentation(first, live.presentation.at(first, 1e6 / live.settings.fps))
 
-    def adopt(self, h: Handoff, msg: Resume) -> None:
+    def adopt(self, h: Handoff, msg: Resume, token_hash: bytes | None = None) -> None:
         """Install another worker's handoff as a DETACHED session with its suspension, before
-        ``msg`` resumes it (``WorkerAgent.adopt`` fetches the handoff from the directory)."""
+        ``msg`` resumes it (``WorkerAgent.adopt`` fetches the handoff from the directory).
+        ``token_hash``: the directory record's, newer than the handoff's when the token
+        rotated (a resume) after the handoff was written."""
         sid = msg.session_id
         try:
             session, state = h.restore(self.clock)
@@ -147,7 +149,9 @@ class Migration:
             log.warning("unusable handoff: %s", exc, extra={"sid": sid})
             self.metrics.migrations.labels("failed").inc()
             raise SessionStateMissing(sid, msg.block_idx) from exc
-        if not session.check_token(msg.token):
+        if token_hash is not None:
+            session.token_hash = token_hash
+        if not session.check_token(msg.token, self.settings.max_token_age_s):
             self.metrics.resumes.labels("bad_token").inc()
             raise BadToken(sid)
         k = h.next_block

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.polling import until
 from tests.server.harness import serve
 from worldserve.clients.examples.steer import steer
 from worldserve.clients.sdk import SessionEnded, WorldClient
@@ -102,3 +103,18 @@ async def test_steer_example_saves_png_frames(tmp_path: object) -> None:
     assert len(saved) == 30 and all(p.exists() for p in saved)
     img = np.asarray(Image.open(saved[0]))
     assert img.shape == (64, 64, 3)
+
+
+async def test_each_resume_gives_the_client_a_new_token_and_spends_the_old_one() -> None:
+    async with serve() as s, WorldClient(s.ws_url, http=s.http) as client:
+        started = await client.start(fps=40.0, codec="raw")
+        await client.next_frame(5)
+        for drop in range(2):
+            before = client.started.token if client.started else ""
+            client.simulate_drop()
+            await until(lambda n=drop + 1: client.reconnects == n, what="the client resumed")
+            await client.next_frame(10)
+            assert client.started is not None and client.started.token != before
+        session = s.service.store.peek(started.session_id)
+        assert session is not None and session.check_token(client.started.token)
+        assert not session.check_token(started.token)

@@ -96,3 +96,38 @@ async def test_new_epochs_in_pull_mode_share_the_costly_input_budget() -> None:
             if isinstance(msg, Error):
                 errors.append(msg)
         assert all(e.code == "rate_limited" and e.field == "block_idx" for e in errors)
+
+
+async def test_a_resume_spends_the_token_it_used_and_a_takeover_gets_its_own() -> None:
+    from worldserve.protocol import Ended, Resume, Resumed
+
+    async with serve() as s:
+        owner = await s.connect()
+        st = await _start(owner, fps=10.0)
+        thief = await s.connect()
+        await send(thief, Resume(st.session_id, st.token, 1))  # a leaked token takes over once
+        took = await recv(thief)
+        assert isinstance(took, Resumed) and took.token and took.token != st.token
+        ended = await recv(owner)
+        while not isinstance(ended, Ended):
+            ended = await recv(owner)
+        again = await s.connect()
+        await send(again, Resume(st.session_id, st.token, 1))  # the leaked token is spent
+        err = await recv(again)
+        assert isinstance(err, Error) and err.code == "bad_token"
+
+
+async def test_a_token_older_than_the_maximum_age_no_longer_resumes() -> None:
+    from worldserve.protocol import Resume
+
+    async with serve(max_token_age_s=0.2) as s:
+        ws = await s.connect()
+        st = await _start(ws, fps=10.0)
+        await ws.close()
+        session = s.service.store.peek(st.session_id)
+        assert session is not None
+        await until(lambda: s.service.clock() - session.token_issued_at > 0.3, what="the token aged")
+        ws2 = await s.connect()
+        await send(ws2, Resume(st.session_id, st.token, 1))
+        err = await recv(ws2)
+        assert isinstance(err, Error) and err.code == "bad_token"
