@@ -31,8 +31,8 @@ asks the router for a worker and a reservation before ``start`` and, when its wo
 cannot be reached, where to resume (a worker that died is replaced by one that restores
 the session's last checkpoint: ``resumed.gap_blocks`` says how many blocks that cost).
 A draining worker sends ``migrate``: the client follows it to the target and resumes
-there, with no block lost or repeated. ``migrations``, ``gaps`` and ``url`` tell what
-happened.
+there, with no block lost or repeated (only to its host or ``allowed_hosts``, never
+wss -> ws: clients/urls.py). ``migrations``, ``gaps`` and ``url`` tell what happened.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from worldserve.clients.urls import pinned, refusal
 from worldserve.protocol import (
     Ack,
     Action,
@@ -153,11 +154,13 @@ class WorldClient:
         decode: bool = True,
         queue_size: int = 256,
         http: aiohttp.ClientSession | None = None,
+        allowed_hosts: Collection[str] = (),
     ) -> None:
         if url is None and router is None:
             raise ValueError("give a worker url (ws://host:port/v1/ws) or a router (http://host:port)")
         self.url = url or ""  # the worker now serving the session
         self.router = router.rstrip("/") if router else None
+        self._secure, self.allowed_hosts = pinned(self.url or self.router or "", allowed_hosts)
         self.api_key = api_key
         self.reconnect = reconnect
         self.max_retries = max_retries
@@ -489,7 +492,7 @@ class WorldClient:
         what the router says (it replaces a dead worker), else the same worker again."""
         m, self._migrate = self._migrate, None
         if m is not None and m.url:
-            self.url = m.url
+            self.url = self._followed(m.url, "a migrate")
             self.migrations += 1
             return
         if m is not None and m.retry_after:
@@ -501,12 +504,18 @@ class WorldClient:
         async with self._http.post(f"{self.router}/v1/resume", json=body) as resp:
             answer = await resp.json(content_type=None)
         if resp.status == 200:
-            self.url = answer["url"]
+            self.url = self._followed(answer["url"], "the router's resume")
             return
         if resp.status == 404:
             self._ended = Error(ErrorCode.MISSING_SESSION_STATE, str(answer.get("message")))
             raise SessionEnded(answer.get("message"))
         raise _Unreachable(f"router answered {resp.status}: {answer.get('message')}")
+
+    def _followed(self, url: object, what: str) -> str:
+        """``url`` if this client may go there (see ``allowed_hosts``); else SessionEnded."""
+        if (why := refusal(url, self._secure, self.allowed_hosts, what)) is not None:
+            raise SessionEnded(why)
+        return str(url)
 
     async def _place(self, timeout: float) -> str:
         """Ask the router for a worker and a reservation; sets ``self.url``."""
@@ -519,7 +528,7 @@ class WorldClient:
             async with self._http.post(f"{self.router}/v1/place", headers=headers) as resp:
                 answer = await resp.json(content_type=None)
             if resp.status == 200:
-                self.url = answer["url"]
+                self.url = self._followed(answer["url"], "the router's place")
                 return str(answer["session_id"])
             wait = float(answer.get("retry_after") or 0) if resp.status == 503 else 0.0
             if not wait or loop.time() + wait > end:

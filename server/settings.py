@@ -209,6 +209,10 @@ class Settings:
     advertise: str | None = setting(None, "http base URL others reach this worker at (empty: "
                                           "http://HOST:PORT)")
     worker_id: str | None = setting(None, "this worker's id (empty: derived from the advertised address)")
+    cluster_secret: str | None = setting(None, "the secret every worker signs and checks hand-offs with "
+                                               "(HMAC; set it via WORLDSERVE_CLUSTER_SECRET)")
+    allowed_workers: frozenset[str] = setting(frozenset(), "hosts (host or host:port) a draining worker "
+                                                           "may migrate sessions to, comma-separated (empty: any)")
     admin_key: str | None = setting(None, "bearer key of POST /admin/drain (empty: the admin API is off)")
     worker_heartbeat_s: float = setting(1.0, "seconds between directory heartbeats")
     worker_ttl_s: float = setting(5.0, "seconds without a heartbeat before a worker counts as dead")

@@ -56,6 +56,7 @@ from worldserve.server.cluster.directory import (
     WorkerState,
 )
 from worldserve.server.cluster.migration import Migration
+from worldserve.server.cluster.signing import address_allowed, sign, verify
 from worldserve.server.metrics import Metrics
 from worldserve.server.remote import PlacementRequired, SessionMoved
 from worldserve.server.service import Service
@@ -198,7 +199,7 @@ class WorkerAgent:
         if data is None:
             raise SessionStateMissing(session_id)
         try:
-            return decode(data)
+            return decode(verify(self.settings.cluster_secret, session_id, data))
         except HandoffError as exc:
             log.warning("unusable handoff in the directory: %s", exc, extra={"sid": session_id})
             raise SessionStateMissing(session_id) from exc
@@ -291,9 +292,11 @@ class WorkerAgent:
                 )
             except NoWorkerAvailable as exc:
                 retry_after = exc.retry_after_s
-            await self._call(
-                self.directory.put_snapshot(sid, handoff.encode(), self.settings.snapshot_ttl_s)
-            )
+            if target is not None and not address_allowed(target.address, self.settings.allowed_workers):
+                log.warning("not migrating to %s: not in allowed_workers", target.address, extra={"sid": sid})
+                target, retry_after = None, self.settings.admission_retry_after_s
+            blob = sign(self.settings.cluster_secret, sid, handoff.encode())
+            await self._call(self.directory.put_snapshot(sid, blob, self.settings.snapshot_ttl_s))
             holder = target.worker_id if target is not None else self.worker_id
             record = SessionRecord(sid, holder, handoff.epoch, handoff.next_block, SessionState.MIGRATING)
             await self._call(self.directory.update_session(record))
@@ -362,8 +365,8 @@ class WorkerAgent:
             # The record first: it refuses if the session moved on, before its snapshot
             # could be overwritten.
             await self._call(self.directory.update_session(rec))
-            await self._call(self.directory.put_snapshot(h.session_id, h.encode(),
-                                                         self.settings.snapshot_ttl_s))
+            blob = sign(self.settings.cluster_secret, h.session_id, h.encode())
+            await self._call(self.directory.put_snapshot(h.session_id, blob, self.settings.snapshot_ttl_s))
             self.metrics.snapshots.labels("ok").inc()
         except (DirectoryError, ValueError) as exc:
             self.metrics.snapshots.labels("failed").inc()

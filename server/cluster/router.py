@@ -66,6 +66,7 @@ from worldserve.server.cluster.directory import (
     WorkerState,
     open_directory,
 )
+from worldserve.server.cluster.signing import address_allowed
 from worldserve.server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
 from worldserve.server.quotas import OverQuota, Quotas, clients
 from worldserve.server.settings import setting
@@ -86,6 +87,8 @@ class RouterSettings:
     reservation_ttl_s: float = setting(30.0, "a reservation no worker took up is released after "
                                              "this, seconds")
     maintenance_s: float = setting(1.0, "seconds between reaping dead workers and stale reservations")
+    allowed_workers: frozenset[str] = setting(frozenset(), "hosts (host or host:port) the router places "
+                                                           "on and resumes at, comma-separated (empty: any)")
     quota_places_per_s: float = setting(5.0, "places a client (address, and API key) may make per second")
     quota_place_burst: int = setting(20, "places a client may make at once")
     retry_after_s: float = setting(1.0, "the retry_after a 503 during a directory outage says, seconds")
@@ -136,6 +139,11 @@ class Router:
             self.metrics.placements.labels("failed").inc()
             self.directory_failed("place")
             raise
+        if not address_allowed(worker.address, self.settings.allowed_workers):
+            log.warning("worker %s advertises %s, not in allowed_workers", worker.worker_id, worker.address)
+            await self.directory.release_session(sid)
+            self.metrics.placements.labels("refused").inc()
+            raise NoWorkerAvailable(self.settings.retry_after_s)
         stamp = rec.updated if rec is not None else 0.0
         self._reservations[sid] = (time.monotonic() + self.settings.reservation_ttl_s, stamp)
         self.metrics.placements.labels("placed").inc()
@@ -162,6 +170,9 @@ class Router:
         if rec is None:
             return None, "missing"
         worker = await self.directory.get_worker(rec.worker_id)
+        if worker is not None and not address_allowed(worker.address, self.settings.allowed_workers):
+            log.warning("worker %s advertises %s, not in allowed_workers", worker.worker_id, worker.address)
+            return None, "missing"
         if worker is not None and rec.state is not SessionState.ORPHANED:
             return {**_answer(sid, worker), "state": rec.state.value}, "found"
         if rec.state is not SessionState.ORPHANED:  # its worker died: orphan what it held

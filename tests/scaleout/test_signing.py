@@ -1,0 +1,80 @@
+"""Hand-offs signed with the cluster secret; worker addresses the cluster trusts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.polling import until
+from tests.scaleout.harness import cluster
+from tests.server.harness import recv_type, send
+from worldserve.protocol import Error, Resume, Start, Started
+from worldserve.server.cluster.directory import MemoryDirectory, SessionState
+from worldserve.server.cluster.router import RouterSettings, create_router
+from worldserve.server.cluster.signing import BadSignature, address_allowed, sign, verify
+
+
+def test_a_signed_handoff_reads_back_only_with_the_secret_and_for_its_session() -> None:
+    blob = b"a hand-off"
+    signed = sign("s3cret-cluster", "sess-1", blob)
+    assert signed != blob and verify("s3cret-cluster", "sess-1", signed) == blob
+    with pytest.raises(BadSignature):
+        verify("another-secret", "sess-1", signed)
+    with pytest.raises(BadSignature):
+        verify("s3cret-cluster", "sess-2", signed)  # not moved onto another session
+    with pytest.raises(BadSignature):
+        verify("s3cret-cluster", "sess-1", blob)  # a planted, unsigned one
+    assert verify(None, "sess-1", signed) == blob  # a cluster without a secret reads both
+
+
+def test_only_allowed_worker_addresses_pass() -> None:
+    assert address_allowed("http://10.0.0.5:8000", frozenset())
+    assert address_allowed("http://10.0.0.5:8000", frozenset({"10.0.0.5"}))
+    assert address_allowed("http://10.0.0.5:8000", frozenset({"10.0.0.5:8000"}))
+    assert not address_allowed("http://evil.example:8000", frozenset({"10.0.0.5"}))
+
+
+async def test_a_handoff_planted_in_the_directory_takes_over_no_session() -> None:
+    async with cluster(2, cluster_secret="cluster-secret-1") as c:
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            placed = await resp.json()
+        sid = placed["session_id"]
+        async with c.http.ws_connect(placed["url"]) as ws:
+            await send(ws, Start(session_id=sid, fps=30.0, codec="raw"))
+            started = await recv_type(ws, Started)
+            assert isinstance(started, Started)
+
+            async def checkpointed() -> bool:
+                return await c.directory.get_snapshot(sid) is not None
+
+            await until(checkpointed, what="a signed checkpoint")
+        source = c.index_of(placed["worker_id"])
+        await c.drain(source)
+        target = 1 - source
+
+        async def handed_over() -> bool:
+            rec = await c.directory.get_session(sid)
+            return rec is not None and rec.state is SessionState.MIGRATING and await c.holder(sid) == target
+
+        await until(handed_over, what="the session handed to the other worker")
+        data = await c.directory.get_snapshot(sid)
+        assert data is not None
+        tampered = verify("cluster-secret-1", sid, data)  # someone with Redis access rewrites it
+        await c.directory.put_snapshot(sid, tampered, 60.0)
+        async with c.http.ws_connect(c.worker_url(target).replace("http", "ws") + "/v1/ws") as ws:
+            await send(ws, Resume(sid, started.token, 1))
+            err = await recv_type(ws, Error)
+            assert isinstance(err, Error) and err.code == "missing_session_state"
+
+
+async def test_the_router_places_on_no_worker_outside_its_allowed_list() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from worldserve.server.cluster.directory import WorkerInfo, WorkerState
+
+    directory = MemoryDirectory()
+    await directory.register_worker(WorkerInfo("planted", "http://evil.example:80", WorkerState.SERVING, capacity=4), 30.0)
+    settings = RouterSettings(maintenance_s=60.0, allowed_workers=frozenset({"127.0.0.1"}))
+    async with TestClient(TestServer(create_router(settings, directory=directory), host="127.0.0.1")) as client:
+        async with client.post("/v1/place") as resp:
+            assert resp.status == 503
+        assert await directory.get_session("x") is None
