@@ -45,7 +45,7 @@ from __future__ import annotations
 import argparse
 import pickle
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -446,6 +446,21 @@ def run_rows(seeds: list[int], moments: tuple[tuple[str, int], ...], args: argpa
     return w, rows, rv, log
 
 
+def pack(w: Worlds, rows: dict[str, Run], rv: dict[str, float], log: list[str]) -> dict[str, object]:
+    """A run's rows as plain dicts and arrays (``--frames``: readable however the bench was started)."""
+    worlds = {f.name: getattr(w, f.name) for f in fields(w)}
+    for k in ("world", "frozen", "grounds"):
+        worlds[k] = worlds[k].frames
+    return {"worlds": worlds, "rows": {r: run.frames for r, run in rows.items()}, "revisit": rv, "log": log}
+
+
+def unpack(d: dict) -> tuple[Worlds, dict[str, Run], dict[str, float], list[str]]:
+    worlds = dict(d["worlds"])
+    for k in ("world", "frozen", "grounds"):
+        worlds[k] = Run(worlds[k])
+    return Worlds(**worlds), {r: Run(f) for r, f in d["rows"].items()}, d["revisit"], d["log"]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Motion realism of the served default: actors, weather, pairs.")
     ap.add_argument("--worlds", type=int, default=8)
@@ -474,12 +489,12 @@ def main(argv: list[str] | None = None) -> None:
     seeds = list(FRESH_SEEDS[: args.worlds]) if args.fresh else list(HELD_OUT_SEEDS[FIRST_WORLD : FIRST_WORLD + args.worlds])
     if args.frames is not None and args.frames.exists():  # the rows of an earlier run, measured again
         with args.frames.open("rb") as f:
-            w, rows, rv, log = pickle.load(f)
+            w, rows, rv, log = unpack(pickle.load(f))
     else:
         w, rows, rv, log = run_rows(seeds, moments, args)
         if args.frames is not None:
             with args.frames.open("wb") as f:
-                pickle.dump((w, rows, rv, log), f)
+                pickle.dump(pack(w, rows, rv, log), f)
     t1 = time.perf_counter()
     res = measure(rows, w, moments, load_detector(),
                   replace(C2STConfig(), repeats=args.c2st_repeats, epochs=args.c2st_epochs), mm.MotionC2STConfig(), log,

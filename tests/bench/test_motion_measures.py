@@ -2,9 +2,12 @@
 world's view; tracks of moving detections read their speed and continuity with the camera's
 shift taken out; the weather's drift reads the world's wind on a live world and none on its
 frozen copy; a camera-stabilised pair of a frozen world shows no difference; the motion
-two-sample test tells moving things from still ones; the summary line is key=value."""
+two-sample test tells moving things from still ones; the summary line is key=value; kept
+frames come back as the rows they were."""
 
 from __future__ import annotations
+
+import pickle
 
 import numpy as np
 import pytest
@@ -20,7 +23,7 @@ from worldserve.bench.actor_detector import (
     load_detector,
     match_counts,
 )
-from worldserve.bench.realism_motion import summary_line
+from worldserve.bench.realism_motion import Run, Worlds, pack, summary_line, unpack
 from worldserve.world import World, WorldState
 from worldserve.world.actors import ANIMAL, BOAT, Actors
 
@@ -160,3 +163,13 @@ def test_the_summary_line_is_key_value_and_says_void_where_the_control_fails() -
     kv = dict(f.split("=") for f in fields)
     assert kv["c2st_motion_10s"] == "0.800" and kv["c2st_motion_60s"] == "VOID"
     assert kv["passthrough_actors_ratio"] == "0.000" and float(kv["c2st_2s"]) == 0.6
+
+
+def test_kept_frames_come_back_as_the_rows_they_were() -> None:
+    frames = {"2s": np.zeros((4, 56, 64, 64, 3), np.uint8)}
+    w = Worlds([1, 2, 3, 4], ["a"] * 4, np.zeros((4, 65, 6)), np.zeros((4, 65, 2)), Run(frames), Run(frames),
+               Run(frames), {"2s": np.zeros((4, 56))}, np.zeros((4, 64, 64, 3), np.uint8), np.zeros((4, 2)))
+    rows = {"world": w.world, "canvas": Run({"2s": np.ones((4, 56, 64, 64, 3), np.uint8)})}
+    back, rows2, rv, log = unpack(pickle.loads(pickle.dumps(pack(w, rows, {"revisit_world": 1.0}, ["x"]))))
+    assert back.seeds == w.seeds and back.grounds.frames["2s"].shape == (4, 56, 64, 64, 3)
+    assert rows2["canvas"].frames["2s"].max() == 1 and rv == {"revisit_world": 1.0} and log == ["x"]
