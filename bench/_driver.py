@@ -43,7 +43,8 @@ class Driver:
         return np.stack([by_id[sid] for sid in self.ids])
 
     def scene(self, prompts: list[str]) -> None:
-        self.runner.execute(StepPlan(updates=[SessionUpdate(sid, scene=p) for sid, p in zip(self.ids, prompts, strict=True)]))
+        updates = [SessionUpdate(sid, scene=p) for sid, p in zip(self.ids, prompts, strict=True)]
+        self.runner.execute(StepPlan(updates=updates))
 
     def close(self) -> None:
         self.runner.execute(StepPlan(freed=self.ids))

@@ -308,7 +308,10 @@ class MotionC2STConfig:
     repeats: int = 1  # classifiers per fold (consecutive seeds), their accuracies averaged
 
     def __post_init__(self) -> None:
-        if not self.widths or min(self.widths) < 1 or self.epochs < 1 or self.batch < 2 or self.lr <= 0 or self.repeats < 1:
+        if (
+            not self.widths or min(self.widths) < 1 or self.epochs < 1 or self.batch < 2
+            or self.lr <= 0 or self.repeats < 1
+        ):
             raise ValueError(f"bad MotionC2STConfig: {self}")
 
 

@@ -110,7 +110,8 @@ def random_crops(x: torch.Tensor, size: int, gen: torch.Generator) -> torch.Tens
         return x
     ys = torch.randint(0, h - size + 1, (n,), generator=gen)
     xs = torch.randint(0, w - size + 1, (n,), generator=gen)
-    return torch.stack([x[i, :, y : y + size, xx : xx + size] for i, (y, xx) in enumerate(zip(ys.tolist(), xs.tolist(), strict=True))])
+    corners = zip(ys.tolist(), xs.tolist(), strict=True)
+    return torch.stack([x[i, :, y : y + size, xx : xx + size] for i, (y, xx) in enumerate(corners)])
 
 
 def world_folds(groups: np.ndarray, folds: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""A minimal aiortc peer for ``POST /v1/rtc/offer``, the benches' and the tests' WebRTC client (a browser is the users' one).
+"""A minimal aiortc peer for ``POST /v1/rtc/offer``, the benches' and the tests' WebRTC client (a
+browser is the users' one).
 
     async with RtcClient("http://127.0.0.1:8000") as c:
         answer = await c.connect(start={"prompt": "a green forest", "bucket": 64})

@@ -97,9 +97,11 @@ def train_scene_net(recipe: SceneNetRecipe = SceneNetRecipe(), log: bool = True)
     frames, labs, groups = render_views(recipe, np.random.default_rng(recipe.seed))
     val = groups >= recipe.worlds - recipe.val_worlds
     x, y = to_input(frames), torch.from_numpy(labs)
-    x_tr, y_tr, x_val, y_val = x[~torch.from_numpy(val)], y[~torch.from_numpy(val)], x[torch.from_numpy(val)], y[torch.from_numpy(val)]
+    held_out = torch.from_numpy(val)
+    x_tr, y_tr, x_val, y_val = x[~held_out], y[~held_out], x[held_out], y[held_out]
     if log:
-        print(f"scene net: {len(x_tr)} training frames, {len(x_val)} held out, rendered in {time.perf_counter() - t0:.0f} s")
+        print(f"scene net: {len(x_tr)} training frames, {len(x_val)} held out, "
+              f"rendered in {time.perf_counter() - t0:.0f} s")
     torch.manual_seed(recipe.seed)
     gen = torch.Generator().manual_seed(recipe.seed)
     net = SceneNet(recipe.widths)
@@ -124,7 +126,8 @@ def train_scene_net(recipe: SceneNetRecipe = SceneNetRecipe(), log: bool = True)
             sched.step()
             total += float(loss.detach()) * len(idx)
         if log:
-            print(f"  epoch {epoch + 1}/{recipe.epochs}: loss {total / len(x_tr):.3f} ({time.perf_counter() - t0:.0f} s)")
+            print(f"  epoch {epoch + 1}/{recipe.epochs}: loss {total / len(x_tr):.3f} "
+                  f"({time.perf_counter() - t0:.0f} s)")
     net.eval()
     with torch.no_grad():
         out = net(x_val)

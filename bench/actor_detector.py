@@ -72,8 +72,8 @@ class DetectorRecipe:
 
 
 class ActorNet(nn.Module):
-    """(N, 3, H, W) in [-1, 1] -> (N, len(KINDS) + 1, H, W) logits (each kind's heatmap, then water): 3x3 convolutions at full
-    resolution (``dilations``), ReLU between, a 1x1 head."""
+    """(N, 3, H, W) in [-1, 1] -> (N, len(KINDS) + 1, H, W) logits (each kind's heatmap, then
+    water): 3x3 convolutions at full resolution (``dilations``), ReLU between, a 1x1 head."""
 
     def __init__(self, width: int, dilations: tuple[int, ...]):
         super().__init__()
@@ -195,7 +195,8 @@ def train(recipe: DetectorRecipe, log: bool = True) -> tuple[ActorNet, dict[str,
             sched.step()
             total += float(loss.detach()) * len(idx)
         if log:
-            print(f"epoch {epoch + 1}/{recipe.epochs} loss {total / len(x):.4f} {time.perf_counter() - t0:.0f} s", flush=True)
+            print(f"epoch {epoch + 1}/{recipe.epochs} loss {total / len(x):.4f} "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
     return net.eval(), {"train_frames": float(len(x)), "train_s": time.perf_counter() - t0}
 
 

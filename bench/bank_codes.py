@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    painter = GroundPainter(load_tokenizer(args.tokenizer), GroundBank.load(args.bank), torch.device("cpu"), ahead=False)
+    painter = GroundPainter(load_tokenizer(args.tokenizer), GroundBank.load(args.bank),
+                            torch.device("cpu"), ahead=False)
     rng = np.random.default_rng(args.seed)
     keys = sorted(painter.bank.maps)
     keys = [keys[i] for i in sorted(rng.choice(len(keys), min(args.looks, len(keys)), replace=False))]

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.sessions} sessions, {str(runner.dtype).removeprefix('torch.')}, bucket {args.bucket}, "
           f"tiles decode {mode} chunks, {batches} batches in {elapsed:.1f} s")
     each = c.inline_s * 1e3 / max(c.inline, 1)
-    print(f"canvas_work frames_per_s={batches * args.sessions / elapsed:.1f} {c.line(elapsed)} ({each:.1f} ms a decode inline)")
+    print(f"canvas_work frames_per_s={batches * args.sessions / elapsed:.1f} {c.line(elapsed)} "
+          f"({each:.1f} ms a decode inline)")
 
 
 if __name__ == "__main__":

@@ -124,7 +124,8 @@ class Reference:
 def psnr(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     if not a:
         return float("nan")
-    mse = float(np.mean([np.mean((x.astype(np.float64) - y.astype(np.float64)) ** 2) for x, y in zip(a, b, strict=True)]))
+    errs = [np.mean((x.astype(np.float64) - y.astype(np.float64)) ** 2) for x, y in zip(a, b, strict=True)]
+    mse = float(np.mean(errs))
     return float("inf") if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 

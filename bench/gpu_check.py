@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batches:
         t_eager = model_step.measure(runners[False], 64, b)[1] * 1e3
         t_graph = model_step.measure(runners[True], 64, b)[1] * 1e3
-        print(f"{b:>5} {t_eager:>9.2f} {t_graph:>9.2f} {t_eager / t_graph:>8.2f} {b * 1e3 / t_graph:>15.0f}", flush=True)
+        print(f"{b:>5} {t_eager:>9.2f} {t_graph:>9.2f} {t_eager / t_graph:>8.2f} "
+              f"{b * 1e3 / t_graph:>15.0f}", flush=True)
 
     if args.quick:
         return

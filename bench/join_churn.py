@@ -21,10 +21,12 @@ or a prompt change (``PROMPTS``: new looks, a canvas drawn anew, and one re-skin
 window counts from it. For each join it prints the steady
 sessions' missed frames from the moment the visitor asks to join (its start frame still to
 render) until ``WINDOW`` seconds after it is added, and the visitor's time from asking to its
-first frame; the last line:
+first frame; the last line (each a single line, wrapped here):
 
-    join_churn arrive=<start|resume> steady=<n> joins=<n> quiet_missed_per_s=<x> missed_per_join=<x> join_miss_share=<x> visitor_first_frame_ms=<p50>
-    join_churn event=<observe|prompt> steady=<n> events=<n> quiet_missed_per_s=<x> missed_per_event=<x> event_miss_share=<x>
+    join_churn arrive=<start|resume> steady=<n> joins=<n> quiet_missed_per_s=<x>
+        missed_per_join=<x> join_miss_share=<x> visitor_first_frame_ms=<p50>
+    join_churn event=<observe|prompt> steady=<n> events=<n> quiet_missed_per_s=<x>
+        missed_per_event=<x> event_miss_share=<x>
 
 ``missed_per_join``: the steady sessions' frames missed in a join's window, all of them
 together, less what the quiet seconds miss in ``WINDOW`` seconds (its mean over the joins);
@@ -157,7 +159,8 @@ async def churn(runner: ModelRunner, args: argparse.Namespace) -> None:
         stop.set()
         await steering
         if args.event is not None:
-            print(f"join_churn event={args.event} steady={args.steady} events={args.joins} quiet_missed_per_s={quiet:.2f} "
+            print(f"join_churn event={args.event} steady={args.steady} events={args.joins} "
+                  f"quiet_missed_per_s={quiet:.2f} "
                   f"missed_per_event={np.mean(per_join):.2f} event_miss_share={np.mean(shares):.4f}")
             return
         print(f"join_churn arrive={args.arrive} steady={args.steady} joins={args.joins} quiet_missed_per_s={quiet:.2f} "
@@ -203,8 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.stay < WINDOW:
         ap.error(f"--stay must be at least the {WINDOW:g} s window a join is measured over")
     torch.set_num_threads(args.threads)
-    runner = ModelRunner.from_pretrained(max_sessions=max(2 * max(BATCH_SIZES), args.steady + 2), dtype=args.dtype, trace=True,
-                                         canvas=args.canvas, canvas_decode=args.canvas_decode)
+    runner = ModelRunner.from_pretrained(max_sessions=max(2 * max(BATCH_SIZES), args.steady + 2), dtype=args.dtype,
+                                         trace=True, canvas=args.canvas, canvas_decode=args.canvas_decode)
     kind = "on the world canvas" if runner.ground is not None else "on its own frames (no canvas)"
     arrive = "fresh starts" if args.arrive == "start" else "resumes" + (" (no ready_restore)" if args.no_ready else "")
     if args.event is not None:

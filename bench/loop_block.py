@@ -72,14 +72,16 @@ class TexturedRunner(FakeRunner):
             n, side = r.frames.shape[0], r.frames.shape[1]
             base = self._base[side]
             start = r.block_idx * n
-            r.frames = np.stack([base[(k % 16) : (k % 16) + side, (k % 12) : (k % 12) + side] for k in range(start, start + n)])
+            r.frames = np.stack([base[(k % 16) : (k % 16) + side, (k % 12) : (k % 12) + side]
+                                 for k in range(start, start + n)])
         return out
 
 
 # --- the clients (child process) ------------------------------------------------------
 
 
-def _clients(url: str, n: int, start: dict[str, Any], ready: MpEvent, measure: MpEvent, stop: MpEvent, out: Any) -> None:
+def _clients(url: str, n: int, start: dict[str, Any], ready: MpEvent, measure: MpEvent, stop: MpEvent,
+             out: Any) -> None:
     out.put(asyncio.run(_client_main(url, n, start, ready, measure, stop)))
 
 
@@ -157,7 +159,8 @@ def _encode_ms(app: web.Application, codec: str) -> float:
 
 async def run_level(args: argparse.Namespace, sessions: int) -> Level:
     settings = Settings(
-        port=0, capacity=sessions, warmup_batch_sizes=tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max(sessions, 1)),
+        port=0, capacity=sessions,
+        warmup_batch_sizes=tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max(sessions, 1)),
         admission_threshold=1e9, buckets=(args.bucket,), log_level="WARNING",
     )
     fpc = args.frames_per_chunk
@@ -175,7 +178,8 @@ async def run_level(args: argparse.Namespace, sessions: int) -> Level:
     ready, measure, stop = ctx.Event(), ctx.Event(), ctx.Event()
     out = ctx.Queue()
     start = {"fps": 24.0, "bucket": args.bucket, "codec": args.codec, "lookahead": 1}
-    proc = ctx.Process(target=_clients, args=(f"http://127.0.0.1:{port}/v1/ws", sessions, start, ready, measure, stop, out))
+    url = f"http://127.0.0.1:{port}/v1/ws"
+    proc = ctx.Process(target=_clients, args=(url, sessions, start, ready, measure, stop, out))
     proc.start()
     try:
         loop = asyncio.get_running_loop()
@@ -298,12 +302,15 @@ def main(argv: list[str] | None = None) -> None:
         else:
             lv = asyncio.run(run_level(args, n))
         rows.append(lv)
-        print(f"{lv.sessions:>8} {lv.fps:>10.1f} {lv.p50_ms:>9.2f} {lv.p99_ms:>9.2f} {lv.max_ms:>9.2f} {lv.encode_ms:>10.3f}", flush=True)
+        print(f"{lv.sessions:>8} {lv.fps:>10.1f} {lv.p50_ms:>9.2f} {lv.p99_ms:>9.2f} "
+              f"{lv.max_ms:>9.2f} {lv.encode_ms:>10.3f}", flush=True)
     print(f"\n{'sessions':>8} {'frames/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9} {'encode ms':>10}")
     for lv in rows:
-        print(f"{lv.sessions:>8} {lv.fps:>10.1f} {lv.p50_ms:>9.2f} {lv.p99_ms:>9.2f} {lv.max_ms:>9.2f} {lv.encode_ms:>10.3f}")
+        print(f"{lv.sessions:>8} {lv.fps:>10.1f} {lv.p50_ms:>9.2f} {lv.p99_ms:>9.2f} "
+              f"{lv.max_ms:>9.2f} {lv.encode_ms:>10.3f}")
     last = rows[-1]
-    print(f"loop_block sessions={last.sessions} codec={args.codec} max_late_ms={last.max_ms:.2f} p99_late_ms={last.p99_ms:.2f}")
+    print(f"loop_block sessions={last.sessions} codec={args.codec} max_late_ms={last.max_ms:.2f} "
+          f"p99_late_ms={last.p99_ms:.2f}")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     runner = ModelRunner.from_pretrained(args.weights, max_sessions=2)
     rng = np.random.default_rng(5)
     radius = runner.cfg.radius(64)
-    print(f"{'action':<14} {'shift dy,dx':>11} {'mass y':>7} {'mass x':>7}  mean x kernel over offsets -{radius}..{radius}")
+    print(f"{'action':<14} {'shift dy,dx':>11} {'mass y':>7} {'mass x':>7}  "
+          f"mean x kernel over offsets -{radius}..{radius}")
     masses = []
     for name, entries in ACTIONS.items():
         action = np.zeros(ACTION_DIM, np.float32)
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         # out(y, x) = sum_i k[i] prev(y + i - r, x + ...): a scene moving by d pixels needs offset -d
         my, mx = float(ky[radius - round(dy)]), float(kx[radius - round(dx)])
         masses += [my, mx]
-        print(f"{name:<14} {f'{dy:+.0f},{dx:+.0f}':>11} {my:>7.3f} {mx:>7.3f}  {np.array2string(kx, precision=3, suppress_small=True)}")
+        kernel = np.array2string(kx, precision=3, suppress_small=True)
+        print(f"{name:<14} {f'{dy:+.0f},{dx:+.0f}':>11} {my:>7.3f} {mx:>7.3f}  {kernel}")
     print(f"motion_kernels mean_mass={np.mean(masses):.3f} min_mass={np.min(masses):.3f}")
 
 

@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.worlds < 4 or FIRST_WORLD + args.worlds > len(HELD_OUT_SEEDS) or args.seconds < 2:
         ap.error(f"--worlds must be 4 ... {len(HELD_OUT_SEEDS) - FIRST_WORLD}, --seconds >= 2")
     torch.set_num_threads(args.threads)
-    painter = GroundPainter(load_tokenizer(args.tokenizer), GroundBank.load(args.bank), torch.device("cpu"), ahead=False)
+    painter = GroundPainter(load_tokenizer(args.tokenizer), GroundBank.load(args.bank),
+                            torch.device("cpu"), ahead=False)
     t0 = time.perf_counter()
     res, strip = measure(painter, args.worlds, args.seconds, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)

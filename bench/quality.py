@@ -52,15 +52,17 @@ What a person sees, at 2, 10 and 60 s of steering (``bench.realism``, smallest b
 held-out worlds of its own, 16 with ``--quick``): a classifier two-sample test per moment
 (``c2st_<moment>``, 0.5: the model's frames cannot be told from the renderer's) with its
 controls (``c2st_control``: the renderer against its 4x blur, ``c2st_blocks``: against its
-16x16 block means; both must reach 0.95 or the run is VOID; ``c2st_null``: the renderer against itself elsewhere, near 0.5), the Frechet
-distance in a scene-attribute network's features (``fd_<moment>``) beside the renderer's own
-(``fd_floor``), and patch realism (``patch_ratio_<moment>``, 1.0: made of the world's
-materials). ``--weights`` other than the committed ones are measured there beside the
-committed weights (``--beside``), on the same worlds. ``--canvas`` adds the weights served on the world canvas (realism, and its revisit on its own
-line, ``canvas revisit_psnr=..``, and its steering, ``canvas control_acc=.. scene_ok=..``, on the worlds and
-scripts of the weights' own), and each of the weights beside them on it (``canvas <name>``). ``--oracle frame|ground|tokens`` measures the
-weights there once more with their anchor reference taken from the renderer
-(``bench._oracle``; ``ground:1``: the ground view every frame, as a canvas would give it), each on a line ``oracle ... go_on=0|1`` above the summary.
+16x16 block means; both must reach 0.95 or the run is VOID; ``c2st_null``: the renderer against
+itself elsewhere, near 0.5), the Frechet distance in a scene-attribute network's features
+(``fd_<moment>``) beside the renderer's own (``fd_floor``), and patch realism
+(``patch_ratio_<moment>``, 1.0: made of the world's materials). ``--weights`` other than the
+committed ones are measured there beside the committed weights (``--beside``), on the same worlds.
+``--canvas`` adds the weights served on the world canvas (realism, and its revisit on its own line,
+``canvas revisit_psnr=..``, and its steering, ``canvas control_acc=.. scene_ok=..``, on the worlds
+and scripts of the weights' own), and each of the weights beside them on it (``canvas <name>``).
+``--oracle frame|ground|tokens`` measures the weights there once more with their anchor reference
+taken from the renderer (``bench._oracle``; ``ground:1``: the ground view every frame, as a canvas
+would give it), each on a line ``oracle ... go_on=0|1`` above the summary.
 
 Writes sample strips (renderer row above model row) as PNG under ``--out`` (default
 ``runs/quality``; ``--update-docs``: ``docs/quality``, the strips the docs show): ``strip_<bucket>``
@@ -315,7 +317,8 @@ def long_rollout(
     }
 
 
-def save_strips(roll: Rollouts, out: Path, bucket: int, n: int = 3, frames: tuple[int, ...] = (0, 1, 4, 8, 16, 24, 31)) -> None:
+def save_strips(roll: Rollouts, out: Path, bucket: int, n: int = 3,
+                frames: tuple[int, ...] = (0, 1, 4, 8, 16, 24, 31)) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(min(n, roll.truth.shape[0])):
@@ -323,7 +326,8 @@ def save_strips(roll: Rollouts, out: Path, bucket: int, n: int = 3, frames: tupl
         rows.append(np.concatenate([roll.model[i, t] for t in frames], 1))
     img = np.concatenate(rows, 0)
     scale = max(1, 128 // bucket)
-    Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST).save(out / f"strip_{bucket}.png")
+    big = Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST)
+    big.save(out / f"strip_{bucket}.png")
 
 
 def save_long_strip(frames: list[tuple[np.ndarray, np.ndarray]], out: Path, bucket: int) -> None:
@@ -338,7 +342,8 @@ def save_long_strip(frames: list[tuple[np.ndarray, np.ndarray]], out: Path, buck
         rows.append(np.concatenate([model[i] for _, model in frames], 1))
     img = np.concatenate(rows, 0)
     scale = max(1, 128 // bucket)
-    Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST).save(out / f"long_{bucket}.png")
+    big = Image.fromarray(img).resize((img.shape[1] * scale, img.shape[0] * scale), Image.NEAREST)
+    big.save(out / f"long_{bucket}.png")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -389,7 +394,8 @@ def main(argv: list[str] | None = None) -> None:
                 res.update(region_psnr(roll, h, bucket))
         per_model, _ = control_steps(roll)
         steer, by_weather = steering(runner, bucket, episodes, max(HORIZONS) + 1, args.seed)
-        still = still_rollouts(runner, bucket, episodes, max(HORIZONS) + 1, np.random.default_rng([args.seed, bucket, 1]))
+        still = still_rollouts(runner, bucket, episodes, max(HORIZONS) + 1,
+                               np.random.default_rng([args.seed, bucket, 1]))
         for h in HORIZONS[1:]:
             res[f"still_psnr_h{h}"] = pooled_psnr(still.model[:, h], still.truth[:, h])
             res[f"still_psnr_h{h}_repeat"] = pooled_psnr(still.truth[:, 0], still.truth[:, h])
@@ -401,8 +407,8 @@ def main(argv: list[str] | None = None) -> None:
         long_lines: list[str] = []
         if bucket == asked[0] or not args.quick:  # the summary's bucket always has a long rollout
             frames: list[tuple[np.ndarray, np.ndarray]] = []
-            long = long_rollout(runner, bucket, min(episodes, 4), long_len if bucket == runner.buckets[0] else long_len // 5,
-                                rng, frames, long_lines)
+            length = long_len if bucket == runner.buckets[0] else long_len // 5
+            long = long_rollout(runner, bucket, min(episodes, 4), length, rng, frames, long_lines)
             save_long_strip(frames, out, bucket)
             res.update(long)
             res["long_ok"] = float(

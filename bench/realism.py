@@ -181,7 +181,8 @@ def steer_worlds(
 
 
 def drive(runner: ModelRunner, bucket: int, anchors: np.ndarray, prompts: list[str], actions: np.ndarray,
-          moments: list[Moment], label: str, oracle: Oracle | None = None, references: np.ndarray | None = None) -> None:
+          moments: list[Moment], label: str, oracle: Oracle | None = None,
+          references: np.ndarray | None = None) -> None:
     """The model's side: anchored on ``anchors``, driven by ``actions``; its frames in each
     moment's window go into ``moment.model[label]``. With an ``oracle`` (``runner`` an
     ``OracleRunner``), each session's reference is refreshed from ``references`` (E, K, H, W, 3)
@@ -249,7 +250,8 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
     run = steer_worlds(bucket, worlds, np.random.default_rng([seed, bucket, 50]), moments, size,
                        tuple(oracles.values()))
     steps, prompts, actions = run.moments, run.prompts, run.actions
-    log.append(f"realism, bucket {bucket}: {worlds} held-out worlds (HELD_OUT_SEEDS[{FIRST_WORLD}:{FIRST_WORLD + worlds}]), "
+    log.append(f"realism, bucket {bucket}: {worlds} held-out worlds "
+               f"(HELD_OUT_SEEDS[{FIRST_WORLD}:{FIRST_WORLD + worlds}]), "
                f"{size} frames a moment each, renderer {time.perf_counter() - t0:.0f} s")
     for label, runner in runners.items():
         t1 = time.perf_counter()
@@ -273,13 +275,15 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
     feats = {m.name: scene_features(net, m.flat(m.truth)) for m in steps}
     shared["fd_floor"] = frechet_distance(feats[last.name], feats[middle.name])
     shared["void"] = float(min(shared["c2st_control"], shared["c2st_blocks"]) < CONTROL_GOAL)
-    log.append(f"  c2st_control {shared['c2st_control']:.3f} (renderer at {last.name} vs its 4x blur; goal >= {CONTROL_GOAL})"
+    log.append(f"  c2st_control {shared['c2st_control']:.3f} "
+               f"(renderer at {last.name} vs its 4x blur; goal >= {CONTROL_GOAL})"
                f"   c2st_blocks {shared['c2st_blocks']:.3f} (vs its 16x16 block means; goal >= {CONTROL_GOAL})"
                f"   c2st_null {shared['c2st_null']:.3f} (renderer at {last.name} vs at {middle.name}; ~0.5)"
                f"   fd_floor {shared['fd_floor']:.2f} (the same pair)")
     if shared["void"]:
-        log.append(f"  VOID: the two-sample test told the renderer from its 4x blur {shared['c2st_control']:.3f} and from "
-                   f"its block means {shared['c2st_blocks']:.3f} of the time (< {CONTROL_GOAL}); its c2st numbers mean nothing")
+        log.append(f"  VOID: the two-sample test told the renderer from its 4x blur {shared['c2st_control']:.3f} "
+                   f"and from its block means {shared['c2st_blocks']:.3f} of the time (< {CONTROL_GOAL}); "
+                   "its c2st numbers mean nothing")
     res: dict[str, dict[str, float]] = {}
     log.append(f"  {'weights':<28} {'moment':>6} {'c2st':>6} {'classifiers':>11} {'fd':>8} {'patch_ratio':>11}")
     for label in runners:
@@ -292,8 +296,8 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
             r[f"fd_{m.name}"] = frechet_distance(scene_features(net, frames), feats[m.name])
             r[f"patch_ratio_{m.name}"], d_model, d_truth = patch_ratio(m, run.bank, label)
             spread = f"{reads.min():.2f}-{reads.max():.2f}"
-            log.append(f"  {label[:28]:<28} {m.name:>6} {r[f'c2st_{m.name}']:6.3f} {spread:>11} {r[f'fd_{m.name}']:8.2f} "
-                       f"{r[f'patch_ratio_{m.name}']:11.3f}")
+            log.append(f"  {label[:28]:<28} {m.name:>6} {r[f'c2st_{m.name}']:6.3f} {spread:>11} "
+                       f"{r[f'fd_{m.name}']:8.2f} {r[f'patch_ratio_{m.name}']:11.3f}")
             if m is last:
                 per_world = [f"    w{e:<2} {prompts[e][:40]:<40} patch distance model / renderer {a:5.1f} / {b:5.1f}"
                              for e, (a, b) in enumerate(zip(d_model, d_truth, strict=True))]
@@ -307,7 +311,8 @@ def measure(runners: dict[str, ModelRunner], bucket: int, worlds: int, seed: int
 def summary_fields(r: dict[str, float]) -> str:
     """The realism part of the summary line (``bench.quality``'s too)."""
     return (f"c2st_2s={r['c2st_2s']:.3f} c2st_10s={r['c2st_10s']:.3f} c2st_60s={r['c2st_60s']:.3f} "
-            f"c2st_control={r['c2st_control']:.3f} c2st_blocks={r['c2st_blocks']:.3f} fd_60s={r['fd_60s']:.2f} fd_floor={r['fd_floor']:.2f} "
+            f"c2st_control={r['c2st_control']:.3f} c2st_blocks={r['c2st_blocks']:.3f} "
+            f"fd_60s={r['fd_60s']:.2f} fd_floor={r['fd_floor']:.2f} "
             f"patch_ratio_60s={r['patch_ratio_60s']:.3f}")
 
 
@@ -374,7 +379,8 @@ def oracle_lines(res: dict[str, dict[str, float]], oracles: dict[str, Oracle]) -
 
 def add_out_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, default=None, help=f"where the strips go (default {RUNS_OUT})")
-    ap.add_argument("--update-docs", action="store_true", help=f"write the strips to {DOCS_OUT}, the ones the docs show")
+    ap.add_argument("--update-docs", action="store_true",
+                    help=f"write the strips to {DOCS_OUT}, the ones the docs show")
 
 
 def out_dir(args: argparse.Namespace) -> Path:
@@ -389,10 +395,12 @@ def add_oracle_args(ap: argparse.ArgumentParser) -> None:
                     help=f"also measure the weights with their anchor reference taken from the renderer's view "
                          f"({'|'.join(VIEWS)}; frame: as shown; ground: the ground alone), refreshed every EVERY "
                          f"frames (default --oracle-every) and moved by the exact camera shift between")
-    ap.add_argument("--oracle-every", type=int, default=8, help="frames between the oracle reference's refreshes (1-16)")
+    ap.add_argument("--oracle-every", type=int, default=8,
+                    help="frames between the oracle reference's refreshes (1-16)")
     ap.add_argument("--canvas", action="store_true",
                     help="also measure the weights served with the world canvas as their reference "
-                         "(model/default/reference/canvas/ground.py: the ground tokenizer and the prior's bank), labelled canvas; "
+                         "(model/default/reference/canvas/ground.py: the ground tokenizer and the prior's bank), "
+                         "labelled canvas; "
                          "the weights beside them too, labelled 'canvas <name>'")
 
 
@@ -454,11 +462,13 @@ def main(argv: list[str] | None = None) -> None:
     runners = {} if args.canvas_only else {label: ModelRunner.from_pretrained(p, **kw)  # type: ignore[arg-type]
                                            for label, p in zip(label_weights(paths), paths, strict=True)}
     oracles = with_oracles(runners, args.weights, parse_oracles(ap, args), **kw)
-    canvas = args.canvas or args.canvas_only or bool(args.tokenizers) or args.trust != [TRUST] or args.sharpen != [SHARPEN]
+    canvas = (args.canvas or args.canvas_only or bool(args.tokenizers)
+              or args.trust != [TRUST] or args.sharpen != [SHARPEN])
     with_canvas(runners, paths, canvas, args.tokenizers, args.trust, args.sharpen, **kw)
     lines: list[str] = []
+    c2st = replace(C2STConfig(), epochs=args.epochs, repeats=args.c2st_repeats)
     res = measure(runners, args.bucket, worlds_for(args.quick), args.seed, out_dir(args),
-                  replace(C2STConfig(), epochs=args.epochs, repeats=args.c2st_repeats), args.scene_net, lines, oracles=oracles)
+                  c2st, args.scene_net, lines, oracles=oracles)
     print("\n".join(lines))
     print("\n".join(oracle_lines(res, oracles) + canvas_lines(res)))
     r = res[next(iter(runners))]
@@ -466,7 +476,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.motion:
         from worldserve.bench import realism_motion
 
-        realism_motion.main(["--worlds", str(args.motion_worlds), "--threads", str(args.threads), "--dtype", args.dtype])
+        realism_motion.main(["--worlds", str(args.motion_worlds), "--threads", str(args.threads),
+                             "--dtype", args.dtype])
 
 
 def beside_weights(weights: Path, beside: list[Path] | None) -> list[Path]:

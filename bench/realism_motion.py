@@ -16,9 +16,9 @@ Rows:
   starts a session without an observation (``ModelRunner.first_frame``, its ground kept);
 - ``canvas obs``: the same, started on a client's observation (the world's first frame,
   ``ready_observation`` then the open, as the server does);
-- ``passthrough`` / ``passthrough obs``: the canvas's reference of each frame (its colour
-  channels in the transformer's input, ``ModelRunner._prev_inputs``) shown as the frame, no transformer: the baseline a model
-  that draws must beat. Read from the same sessions as the two canvas rows.
+- ``passthrough`` / ``passthrough obs``: the canvas's reference of each frame (its colour channels
+  in the transformer's input, ``ModelRunner._prev_inputs``) shown as the frame, no transformer:
+  the baseline a model that draws must beat. Read from the same sessions as the two canvas rows.
 
 At each moment (2, 10, 60 s) the frames t - 39 ... t + 16 are kept; the last 32 (t - 15 ...
 t + 16, ``bench.realism``'s window) are judged:
@@ -182,7 +182,8 @@ def drive(runner: ModelRunner, w: Worlds, moments: tuple[tuple[str, int], ...], 
     return served, passed
 
 
-def open_sessions(runner: ModelRunner, seeds: list[int], prompts: list[str], first: np.ndarray, observe: bool) -> list[str]:
+def open_sessions(runner: ModelRunner, seeds: list[int], prompts: list[str], first: np.ndarray,
+                  observe: bool) -> list[str]:
     """Sessions opened as the server opens them: without an observation, on the runner's
     ``first_frame`` (checked to be the world's frame 0, ``first``); with ``observe``, on
     ``first`` as a client's observation (``ready_observation``, then the open). Their ids."""
@@ -301,7 +302,8 @@ def _ratio(a: float, b: float) -> float:
 
 
 def measure(rows: dict[str, Run], w: Worlds, moments: tuple[tuple[str, int], ...], net: ActorNet,
-            c2st: C2STConfig, motion: mm.MotionC2STConfig, log: list[str], motion_rows: tuple[str, ...] = ("canvas", "passthrough"),
+            c2st: C2STConfig, motion: mm.MotionC2STConfig, log: list[str],
+            motion_rows: tuple[str, ...] = ("canvas", "passthrough"),
             c2st_rows: tuple[str, ...] = ("frozen", "canvas", "passthrough", "canvas obs"), control: bool = True,
             ) -> dict[str, dict[str, float]]:
     """Every measure of every row against ``rows["world"]`` (the two-sample tests on ``c2st_rows``
@@ -316,7 +318,8 @@ def measure(rows: dict[str, Run], w: Worlds, moments: tuple[tuple[str, int], ...
         truth = rows["world"].frames[name]
         pairs = {r: np.concatenate([pairs_of(rows[r].frames[name][i], w.cam[i], t0) for i in range(n)])
                  for r in rows if r in ("world", "frozen", *motion_rows)}
-        ctrl = mm.motion_c2st(pairs["world"], pairs["frozen"], groups, groups, motion) if name != "2s" and control else float("nan")
+        controlled = name != "2s" and control
+        ctrl = mm.motion_c2st(pairs["world"], pairs["frozen"], groups, groups, motion) if controlled else float("nan")
         log.append(f"  {name}: views' water share {w.water[name][:, LEAD:].mean():.2f} (the same places in every row); "
                    f"motion_control {ctrl:.3f}" + (" VOID" if ctrl < MOTION_CONTROL_GOAL else ""))
         for r, run in rows.items():
@@ -375,14 +378,16 @@ def measure(rows: dict[str, Run], w: Worlds, moments: tuple[tuple[str, int], ...
 def table(res: dict[str, dict[str, float]], moments: tuple[tuple[str, int], ...]) -> list[str]:
     """Per row and moment: c2st, motion c2st, water share read, animals per land view and boats
     per water view (``density``), median speeds (px a frame), continuity, cloud cover, haze, drift."""
-    out = [f"  {'row':<16} {'moment':>6} {'c2st':>6} {'c2st_mo':>7} {'water':>5} {'anim/l':>6} {'boat/w':>6} {'spd_an':>6} "
-           f"{'spd_bt':>6} {'cont_an':>7} {'cont_bt':>7} {'cloud':>6} {'haze':>6} {'drift':>6}"]
+    out = [f"  {'row':<16} {'moment':>6} {'c2st':>6} {'c2st_mo':>7} {'water':>5} {'anim/l':>6} {'boat/w':>6} "
+           f"{'spd_an':>6} {'spd_bt':>6} {'cont_an':>7} {'cont_bt':>7} {'cloud':>6} {'haze':>6} {'drift':>6}"]
     for r, x in res.items():
         for name, _ in moments:
-            out.append(f"  {r:<16} {name:>6} {x.get(f'c2st_{name}', np.nan):6.3f} {x.get(f'c2st_motion_{name}', np.nan):7.3f} "
+            out.append(f"  {r:<16} {name:>6} {x.get(f'c2st_{name}', np.nan):6.3f} "
+                       f"{x.get(f'c2st_motion_{name}', np.nan):7.3f} "
                        f"{x[f'water_{name}']:5.2f} {x[f'density_animal_{name}']:6.2f} {x[f'density_boat_{name}']:6.2f} "
-                       f"{x[f'speed_animal_{name}']:6.3f} {x[f'speed_boat_{name}']:6.3f} {x[f'continuity_animal_{name}']:7.3f} "
-                       f"{x[f'continuity_boat_{name}']:7.3f} {x[f'cloud_{name}']:6.3f} {x[f'fog_{name}']:6.3f} {x[f'drift_{name}']:6.3f}")
+                       f"{x[f'speed_animal_{name}']:6.3f} {x[f'speed_boat_{name}']:6.3f} "
+                       f"{x[f'continuity_animal_{name}']:7.3f} {x[f'continuity_boat_{name}']:7.3f} "
+                       f"{x[f'cloud_{name}']:6.3f} {x[f'fog_{name}']:6.3f} {x[f'drift_{name}']:6.3f}")
     return out
 
 
@@ -434,7 +439,8 @@ def run_rows(seeds: list[int], moments: tuple[tuple[str, int], ...], args: argpa
         served, passed = drive(runner, w, moments, observe)
         suffix = " obs" if observe else ""
         rows["canvas" + suffix], rows["passthrough" + suffix] = served, passed
-        log.append(f"  canvas{suffix}: {w.actions.shape[1]} frames x {len(seeds)} worlds in {time.perf_counter() - t1:.0f} s")
+        log.append(f"  canvas{suffix}: {w.actions.shape[1]} frames x {len(seeds)} worlds "
+                   f"in {time.perf_counter() - t1:.0f} s")
         print(log[-1], flush=True)
     t1 = time.perf_counter()
     rv = revisit(runner, seeds, w.prompts, np.random.default_rng([args.seed, 3]))
@@ -464,13 +470,15 @@ def unpack(d: dict) -> tuple[Worlds, dict[str, Run], dict[str, float], list[str]
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Motion realism of the served default: actors, weather, pairs.")
     ap.add_argument("--worlds", type=int, default=8)
-    ap.add_argument("--fresh", action="store_true", help="FRESH_SEEDS instead of HELD_OUT_SEEDS[FIRST_WORLD:] (once, at the end)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="FRESH_SEEDS instead of HELD_OUT_SEEDS[FIRST_WORLD:] (once, at the end)")
     ap.add_argument("--moments", default="2s,10s,60s", help="of " + ",".join(n for n, _ in MOMENTS))
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="float32", choices=DTYPES)
     ap.add_argument("--c2st-repeats", type=int, default=1, help="single-frame classifiers per fold")
-    ap.add_argument("--c2st-epochs", type=int, default=C2STConfig.epochs, help="single-frame classifier training passes")
+    ap.add_argument("--c2st-epochs", type=int, default=C2STConfig.epochs,
+                    help="single-frame classifier training passes")
     ap.add_argument("--c2st-rows", default="frozen,canvas,passthrough,canvas obs",
                     help="rows the single-frame two-sample test judges")
     ap.add_argument("--no-obs", action="store_true", help="skip the observation-start rows")
@@ -486,7 +494,8 @@ def main(argv: list[str] | None = None) -> None:
     moments = tuple(m for m in MOMENTS if m[0] in wanted)
     if args.worlds < 4 or not moments:
         ap.error("--worlds >= 4 (four folds of worlds) and at least one moment")
-    seeds = list(FRESH_SEEDS[: args.worlds]) if args.fresh else list(HELD_OUT_SEEDS[FIRST_WORLD : FIRST_WORLD + args.worlds])
+    held_out = HELD_OUT_SEEDS[FIRST_WORLD : FIRST_WORLD + args.worlds]
+    seeds = list(FRESH_SEEDS[: args.worlds]) if args.fresh else list(held_out)
     if args.frames is not None and args.frames.exists():  # the rows of an earlier run, measured again
         with args.frames.open("rb") as f:
             w, rows, rv, log = unpack(pickle.load(f))
@@ -503,7 +512,8 @@ def main(argv: list[str] | None = None) -> None:
     log.append(f"  measures {time.perf_counter() - t1:.0f} s")
     log += table(res, moments)
     print("\n".join(log[1:]))
-    print(world_line(res["world"]) + f" revisit_psnr={rv['revisit_world']:.2f} revisit_ground_psnr={rv['revisit_ground_world']:.2f}")
+    print(world_line(res["world"]) + f" revisit_psnr={rv['revisit_world']:.2f} "
+          f"revisit_ground_psnr={rv['revisit_ground_world']:.2f}")
     for r in rows:
         if r == "world":
             continue

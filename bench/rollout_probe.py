@@ -90,7 +90,8 @@ def probe(
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="One held-out episode's long rollout, frame by frame.")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
-    ap.add_argument("--sampler", type=json.loads, default={}, help="sampler overrides (JSON), e.g. '{\"sampler_eta\": 1}'")
+    ap.add_argument("--sampler", type=json.loads, default={},
+                    help="sampler overrides (JSON), e.g. '{\"sampler_eta\": 1}'")
     ap.add_argument("--seed", type=int, default=11, help="generator of the episode set and the camera path")
     ap.add_argument("--episode", type=int, default=1, choices=range(4))
     ap.add_argument("--bucket", type=int, default=64)

@@ -46,7 +46,8 @@ chunks (``inline``, ``fills inline``).
   differ the machine changed speed under the levels); held_share = sessions_at_24fps /
   capacity_sessions.
 
-Last line: ``serve_load sessions_at_24fps=<n> capacity_sessions=<n> held_share=<x> miss_rate=<x> overhead=<x> batching_gain=<x> overload_min_share=<x>``
+Last line: ``serve_load sessions_at_24fps=<n> capacity_sessions=<n> held_share=<x> miss_rate=<x>
+overhead=<x> batching_gain=<x> overload_min_share=<x>``
 """
 
 from __future__ import annotations
@@ -409,7 +410,8 @@ async def main_async(args: argparse.Namespace) -> None:
              else f"{args.threads} thread(s), {'traced' if args.cpu_trace else 'eager'} chunks")
     canvas = ""
     if runner.ground is not None:
-        canvas = f" with the world canvas (tiles decode {'beside' if runner.ground.decoder.beside_chunks else 'between'} chunks)"
+        when = "beside" if runner.ground.decoder.beside_chunks else "between"
+        canvas = f" with the world canvas (tiles decode {when} chunks)"
     print(f"weights {args.weights}{canvas}, {where}, {str(runner.dtype).removeprefix('torch.')}, "
           f"bucket {runner.buckets[0]}, {runner.max_steps} steps, {seconds:.0f} s per load level, "
           f"sessions join over {spread:g} s")
@@ -469,7 +471,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--limit", type=int, default=12, help="most sessions to try")
-    ap.add_argument("--dtype", default="auto", choices=DTYPES, help="the model's float type (the server's --dtype, auto by default)")
+    ap.add_argument("--dtype", default="auto", choices=DTYPES,
+                    help="the model's float type (the server's --dtype, auto by default)")
     ap.add_argument("--join-spread", type=float, default=1.0,
                     help="seconds over which the sessions of a load level join, at random moments")
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)

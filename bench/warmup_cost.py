@@ -10,9 +10,10 @@ default), as it loads them on a restart (from the trace cache the first start fi
 ``model/default/trace_cache.py``; a temporary directory here) and with traces recorded in
 the serving process itself, each in a fresh process so that none inherits another's memory.
 Prints, for each, the seconds the warm-up took, the process's resident memory before and
-after it, and the recordings it left. Last line::
+after it, and the recordings it left. Last line (a single line, wrapped here)::
 
-    warmup_cost eager_s=<x> traced_s=<x> cached_s=<x> here_s=<x> eager_mb=<x> traced_mb=<x> cached_mb=<x> here_mb=<x> traces=<n>
+    warmup_cost eager_s=<x> traced_s=<x> cached_s=<x> here_s=<x>
+        eager_mb=<x> traced_mb=<x> cached_mb=<x> here_mb=<x> traces=<n>
 
 the ``_mb`` figures the growth of resident memory over the warm-up, ``cached`` the restart,
 ``here`` the traces recorded in the serving process.

@@ -17,7 +17,8 @@ def test_steering_reads_the_world_s_own_motion_and_untrained_weights_fail_it() -
     assert res["control_acc"] < res["control_acc_renderer"]  # untrained weights do not follow keys
     assert sum(n for _, _, n in by_weather.values()) > 0
     assert steering_fields(res) == (f"control_acc={res['control_acc']:.3f} "
-                                    f"control_acc_judged={res['control_acc_judged']:.3f} scene_ok={int(res['scene_ok'])}")
+                                    f"control_acc_judged={res['control_acc_judged']:.3f} "
+                                    f"scene_ok={int(res['scene_ok'])}")
 
 
 def test_one_seed_gives_every_runner_the_same_worlds_and_scripts() -> None:

@@ -74,8 +74,8 @@ def test_tracks_read_speed_and_continuity_with_the_camera_shift_taken_out() -> N
     assert np.allclose(speeds, 0.5, atol=0.1)
     cont = mm.continuity(tracks, cam, 64, range(0, 1))[BOAT]
     assert cont == [1.0]  # it leaves the view (ground slides left) while still tracked
-    still = [(np.array([[30, 30]]), np.array([ANIMAL])) if t < 10 else (np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
-             for t in range(t_len)]
+    nothing = (np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
+    still = [(np.array([[30, 30]]), np.array([ANIMAL])) if t < 10 else nothing for t in range(t_len)]
     broken = mm.continuity(mm.link_tracks(still, np.zeros((t_len, 2))), np.zeros((t_len, 2)), 64, range(0, 1))
     assert broken[ANIMAL] == [pytest.approx(10 / 24)]
 

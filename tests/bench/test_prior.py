@@ -31,7 +31,8 @@ def test_a_village_is_built_ground_and_open_sea_is_water_not_built() -> None:
     world.reset(world.layout.start)  # the first village
     assert built_cells(world).mean() > 0.05
     water = world.layout.walk_water  # (256, 256): a boat may float here
-    open_sea = [(y, x) for y in range(32, 224, 8) for x in range(32, 224, 8) if water[y - 32 : y + 32, x - 32 : x + 32].all()]
+    open_sea = [(y, x) for y in range(32, 224, 8) for x in range(32, 224, 8)
+                if water[y - 32 : y + 32, x - 32 : x + 32].all()]
     assert open_sea, "the world has a view of open water"
     world.reset(tuple(float(c) for c in open_sea[0]))
     assert not built_cells(world).any()

@@ -63,7 +63,8 @@ def textures(
     frame pixel noise on it."""
     base = rng.integers(60, 196, (worlds, 3)) if base is None else base
     base = base[:, None, None, None, :]
-    noise = rng.normal(0, 40, (worlds, per_world, size, size, 1)) + rng.normal(0, 10, (worlds, per_world, size, size, 3))
+    noise = (rng.normal(0, 40, (worlds, per_world, size, size, 1))
+             + rng.normal(0, 10, (worlds, per_world, size, size, 3)))
     frames = np.clip(base + noise, 0, 255).astype(np.uint8).reshape(-1, size, size, 3)
     return frames, np.repeat(np.arange(worlds), per_world)
 
@@ -153,7 +154,8 @@ def test_frechet_distance_of_a_set_with_itself_is_zero_and_follows_the_formula()
     shift = rng.normal(0, 1, 6)
     assert frechet_distance(f, f + shift) == pytest.approx(float((shift**2).sum()), rel=1e-6)
     centred = f - f.mean(0)  # doubling: covariance x4, so tr(S + 4S - 2 * 2S) = tr(S)
-    assert frechet_distance(centred, 2 * centred) == pytest.approx(float(np.trace(np.cov(centred, rowvar=False))), rel=1e-6)
+    trace = float(np.trace(np.cov(centred, rowvar=False)))
+    assert frechet_distance(centred, 2 * centred) == pytest.approx(trace, rel=1e-6)
     with pytest.raises(ValueError, match="feature sets"):
         frechet_distance(f, f[:, :3])
 
@@ -258,7 +260,8 @@ def test_every_runner_on_the_canvas_gets_a_realism_line_of_its_own() -> None:
                "fd_60s": 77.1, "fd_floor": 50.7, "patch_ratio_60s": 1.7, "void": 0.0}
     res = {"default.safetensors": figures, "canvas": figures, "canvas tok:a": {**figures, "void": 1.0}}
     lines = canvas_lines(res)
-    assert lines == [f"realism canvas {summary_fields(figures)}", f"realism canvas tok:a {summary_fields(figures)} VOID"]
+    assert lines == [f"realism canvas {summary_fields(figures)}",
+                     f"realism canvas tok:a {summary_fields(figures)} VOID"]
     assert canvas_lines({"default.safetensors": figures}) == []
 
 

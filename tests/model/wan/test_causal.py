@@ -37,7 +37,8 @@ def visible_frames(cfg: WanConfig, start: int) -> list[int]:
 
 
 def time_angles(cfg: WanConfig, positions: list[int], t: int) -> tuple[torch.Tensor, torch.Tensor]:
-    ang = torch.tensor(positions, dtype=torch.float64).repeat_interleave(t)[:, None] * rope_frequencies(cfg, cfg.rope_pairs[0])
+    pos = torch.tensor(positions, dtype=torch.float64).repeat_interleave(t)[:, None]
+    ang = pos * rope_frequencies(cfg, cfg.rope_pairs[0])
     return ang.cos().float()[None, :, None], ang.sin().float()[None, :, None]  # (1, N*T, 1, Pt)
 
 
@@ -72,7 +73,8 @@ def full_forward(model, x: torch.Tensor, t: torch.Tensor, text: TextKV) -> torch
             y[:, rows] = attend(qc, rotate(k[:, idx], cos, sin, 0), v[:, idx], None)
         h = h + (sa.o(y.flatten(2)).view(1, n, tpf, -1) * g1).flatten(1, 2)
         h = h + blk.cross_attn(blk.norm3(h), text.k[i], text.v[i])
-        h = h + (blk.ffn((blk.norm2(h).view(1, n, tpf, -1) * (1 + c2) + s2).flatten(1, 2)).view(1, n, tpf, -1) * g2).flatten(1, 2)
+        ffn_in = (blk.norm2(h).view(1, n, tpf, -1) * (1 + c2) + s2).flatten(1, 2)
+        h = h + (blk.ffn(ffn_in).view(1, n, tpf, -1) * g2).flatten(1, 2)
     out = model.head(h, e.view(1, n, -1), grid)  # (1, N*T, patch_dim)
     out = out.view(1, n, hh, ww, 1, 2, 2, cfg.out_dim).permute(0, 7, 1, 4, 2, 5, 3, 6)
     return out.reshape(1, cfg.out_dim, n, hh * 2, ww * 2)
@@ -212,7 +214,8 @@ def cached_kv(cache, slot):
 def test_recache_under_a_new_prompt_equals_committing_under_it_from_the_start(model):
     cfg = model.cfg
     gen = torch.Generator().manual_seed(2)
-    old, new = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen)), model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
+    old = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
+    new = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
     cache = WanKVCache.create(cfg, H, W, slots=2)
     a, b = cache.allocate(), cache.allocate()
     for _ in range(2):  # 4 frames: the window has not rolled
@@ -232,7 +235,8 @@ def test_recache_under_a_new_prompt_equals_committing_under_it_from_the_start(mo
 def test_recache_after_the_window_rolled_equals_a_fresh_cache_of_the_same_frames(model):
     cfg = model.cfg
     gen = torch.Generator().manual_seed(3)
-    old, new = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen)), model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
+    old = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
+    new = model.text_kv(torch.randn(1, 5, cfg.text_dim, generator=gen))
     cache = WanKVCache.create(cfg, H, W, slots=2)
     a = cache.allocate()
     for _ in range(5):
@@ -359,7 +363,8 @@ def joint_kv(model, x: torch.Tensor, text: TextKV, sinks: list[tuple[torch.Tenso
         y = attend(qt, rotate(ks, cos, sin, 0), vs, None)
         h = h + (sa.o(y.flatten(2)).view(1, n, tpf, -1) * g1).flatten(1, 2)
         h = h + blk.cross_attn(blk.norm3(h), text.k[i], text.v[i])
-        h = h + (blk.ffn((blk.norm2(h).view(1, n, tpf, -1) * (1 + c2) + s2).flatten(1, 2)).view(1, n, tpf, -1) * g2).flatten(1, 2)
+        ffn_in = (blk.norm2(h).view(1, n, tpf, -1) * (1 + c2) + s2).flatten(1, 2)
+        h = h + (blk.ffn(ffn_in).view(1, n, tpf, -1) * g2).flatten(1, 2)
     return out
 
 

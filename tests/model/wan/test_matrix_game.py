@@ -150,7 +150,8 @@ def full_forward(model, x: torch.Tensor, cond: torch.Tensor, t: torch.Tensor, ct
         h = h + blk.cross_attn(blk.norm3(h), ctx_kv.k[i], ctx_kv.v[i])
         if blk.action_model is not None:
             h = full_action(blk.action_model, h, n, tpf, kb[:n], ms[:n], attended, f)
-        h = h + (blk.ffn((blk.norm2(h).view(1, n, tpf, -1) * (1 + c2) + s2).flatten(1, 2)).view(1, n, tpf, -1) * g2).flatten(1, 2)
+        ffn_in = (blk.norm2(h).view(1, n, tpf, -1) * (1 + c2) + s2).flatten(1, 2)
+        h = h + (blk.ffn(ffn_in).view(1, n, tpf, -1) * g2).flatten(1, 2)
     out = model.head(h, e.view(1, n, -1), grid)
     out = out.view(1, n, hh, ww, 1, 2, 2, cfg.out_dim).permute(0, 7, 1, 4, 2, 5, 3, 6)
     return out.reshape(1, cfg.out_dim, n, hh * 2, ww * 2)
@@ -256,7 +257,8 @@ def test_a_held_key_reaches_the_keyboard_module_at_the_latent_frames_whose_windo
     kb[9:, 0] = 1  # forward from pixel frame 9
     ms = np.zeros((n_pixels, 2), np.float32)
     seen: list[torch.Tensor] = []
-    hook = model.blocks[0].action_model.keyboard_embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    embed = model.blocks[0].action_model.keyboard_embed
+    hook = embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
     try:
         pool = WanKVCache.create(cfg, H, W, slots=1)
         actions = ActionKVCache.create(cfg, pool)
@@ -347,8 +349,10 @@ def authors_parameters(cfg: WanConfig) -> dict[str, tuple[int, ...]]:
         if i in a.blocks:
             m = p + "action_model."
             out |= {
-                m + "keyboard_embed.0.weight": (a.hidden_size, a.keyboard_dim_in), m + "keyboard_embed.0.bias": (a.hidden_size,),
-                m + "keyboard_embed.2.weight": (a.hidden_size, a.hidden_size), m + "keyboard_embed.2.bias": (a.hidden_size,),
+                m + "keyboard_embed.0.weight": (a.hidden_size, a.keyboard_dim_in),
+                m + "keyboard_embed.0.bias": (a.hidden_size,),
+                m + "keyboard_embed.2.weight": (a.hidden_size, a.hidden_size),
+                m + "keyboard_embed.2.bias": (a.hidden_size,),
                 m + "key_attn_q_norm.weight": (kh // hn,), m + "key_attn_k_norm.weight": (kh // hn,),
                 m + "mouse_attn_q.weight": (kh, d), m + "keyboard_attn_kv.weight": (2 * kh, a.hidden_size * w),
                 m + "proj_keyboard.weight": (d, kh),

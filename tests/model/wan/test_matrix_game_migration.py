@@ -73,7 +73,8 @@ def through_snapshot(state: ModelState) -> ModelState:
 
 
 def migrate(src: MatrixGameRunner, dst: MatrixGameRunner, blocks: int, after: int, *, observe_at: int | None = None,
-            state_edit=None) -> tuple[tuple[list[np.ndarray], list[torch.Tensor]], tuple[list[np.ndarray], list[torch.Tensor]]]:
+            state_edit=None,
+            ) -> tuple[tuple[list[np.ndarray], list[torch.Tensor]], tuple[list[np.ndarray], list[torch.Tensor]]]:
     """Run ``blocks`` blocks on ``src`` (an observation before block ``observe_at``), move the
     session to ``dst`` through snapshot bytes, then run ``after`` more blocks on both."""
     src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, SEED, "")]))

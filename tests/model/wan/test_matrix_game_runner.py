@@ -38,7 +38,8 @@ def runner(weights: Path) -> MatrixGameRunner:
     return r
 
 
-def held(runner: MatrixGameRunner, block: int, keys: tuple[int, ...] = (), mouse: tuple[float, float] = (0, 0)) -> np.ndarray:
+def held(runner: MatrixGameRunner, block: int, keys: tuple[int, ...] = (),
+         mouse: tuple[float, float] = (0, 0)) -> np.ndarray:
     n = runner.first_chunk_frames if block == 0 else runner.frames_per_chunk
     act = np.zeros((n, ACTION_DIM), np.float32)
     act[:, list(keys)] = 1
@@ -49,14 +50,16 @@ def held(runner: MatrixGameRunner, block: int, keys: tuple[int, ...] = (), mouse
 def run(runner: MatrixGameRunner, sid: str, blocks: range, **kw) -> list[np.ndarray]:
     frames = []
     for b in blocks:
-        out = runner.execute(StepPlan(batches=[Batch(BUCKET, runner.max_steps, [ChunkWork(sid, b, held(runner, b, **kw))])]))
+        work = [ChunkWork(sid, b, held(runner, b, **kw))]
+        out = runner.execute(StepPlan(batches=[Batch(BUCKET, runner.max_steps, work)]))
         assert not out.errors, out.errors
         frames.append(out.results[0].frames)
     return frames
 
 
 def open_(runner: MatrixGameRunner, *sids: str, seed: int = 1, observation: np.ndarray | None = None) -> None:
-    out = runner.execute(StepPlan(new_sessions=[SessionSpec(s, BUCKET, seed, "a quiet lake", observation) for s in sids]))
+    specs = [SessionSpec(s, BUCKET, seed, "a quiet lake", observation) for s in sids]
+    out = runner.execute(StepPlan(new_sessions=specs))
     assert not out.errors, out.errors
 
 
@@ -105,7 +108,8 @@ def test_an_observation_anchors_a_session_and_a_later_one_re_anchors_it(runner: 
     out = runner.execute(StepPlan(updates=[SessionUpdate("r2", observation=blue)]))
     assert not out.errors
     s = runner.sessions["r2"]
-    assert s.anchor.frame == s.frame_index == 2 + 2 and runner.pools[BUCKET].held(s.slot)[0].size == 0  # type: ignore[attr-defined]
+    assert s.anchor.frame == s.frame_index == 2 + 2  # type: ignore[attr-defined]
+    assert runner.pools[BUCKET].held(s.slot)[0].size == 0
     np.testing.assert_array_equal(s.anchor.image, fit_frame(blue, HEIGHT, WIDTH))  # type: ignore[attr-defined]
     a2, b2 = run(runner, "r1", range(2, 4)), run(runner, "r2", range(2, 4))
     assert [x.shape[0] for x in b2] == [8, 8]  # blocks keep their size across the re-anchor

@@ -75,8 +75,10 @@ class RollingPort:
             ck, cv = self.k[i], self.v[i]
             if rolls:  # the anchor stays, the rest moves down over the evicted frames
                 kept = self.local_end - evict - blk_len
-                ck[:, blk_len * T:(blk_len + kept) * T] = ck[:, (blk_len + evict) * T:(blk_len + evict + kept) * T].clone()
-                cv[:, blk_len * T:(blk_len + kept) * T] = cv[:, (blk_len + evict) * T:(blk_len + evict + kept) * T].clone()
+                dst = slice(blk_len * T, (blk_len + kept) * T)
+                src = slice((blk_len + evict) * T, (blk_len + evict + kept) * T)
+                ck[:, dst] = ck[:, src].clone()
+                cv[:, dst] = cv[:, src].clone()
             ck[:, local_start * T:local_end * T] = (k if local_start == 0 else rk)[:, :blk_len * T]
             cv[:, local_start * T:local_end * T] = v[:, :blk_len * T]
             if local_start == 0:

@@ -35,7 +35,8 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_runner(weights: Path, **kw: object) -> WanRunner:
-    runner = load("wan-causal", LoadOptions(weights=weights, dtype="float32", sizes=((HEIGHT, WIDTH),), **kw))  # type: ignore[arg-type]
+    options = LoadOptions(weights=weights, dtype="float32", sizes=((HEIGHT, WIDTH),), **kw)  # type: ignore[arg-type]
+    runner = load("wan-causal", options)
     assert isinstance(runner, WanRunner)
     return runner
 
@@ -145,7 +146,8 @@ def test_restore_after_the_window_rolled_goes_on_close_to_the_undisturbed_sessio
     state = snapshot_round_trip(a, "s")
     assert state.latents.shape[0] == 12  # sinks + every later frame (the VAE's context)
     b.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, seed=99, scene=state.scene, restore=state)]))
-    assert b.pools[BUCKET].held(b.sessions["s"].slot)[0].tolist() == a.pools[BUCKET].held(a.sessions["s"].slot)[0].tolist()
+    assert (b.pools[BUCKET].held(b.sessions["s"].slot)[0].tolist()
+            == a.pools[BUCKET].held(a.sessions["s"].slot)[0].tolist())
     fa, fb = step(a, [[("s", 6)]])["s"], step(b, [[("s", 6)]])["s"]
     other = make_runner(weights)
     open_(other, "s")

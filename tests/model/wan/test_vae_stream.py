@@ -70,7 +70,8 @@ def test_first_chunk_decodes_to_9_frames_and_later_chunks_to_12(vae):
     counts = [dec.decode(s, z[:, :, i : i + 3]).shape[0] for i in range(0, 12, 3)]
     assert counts == [9, 12, 12, 12]
     assert (s.latent_frames, s.pixel_frames) == (12, 45)
-    assert [pixel_frames_for(0, 3), pixel_frames_for(3, 3), pixel_frames_for(0, 1), pixel_frames_for(1, 2)] == [9, 12, 1, 8]
+    assert [pixel_frames_for(0, 3), pixel_frames_for(3, 3),
+            pixel_frames_for(0, 1), pixel_frames_for(1, 2)] == [9, 12, 1, 8]
 
 
 def test_uint8_frames_are_height_width_channels(vae):

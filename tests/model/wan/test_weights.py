@@ -44,7 +44,8 @@ def test_generator_ema_is_preferred_over_generator(tmp_path, cfg, models):
     assert_same_weights(load_model(path, cfg), ema)
 
 
-@pytest.mark.parametrize("keys, prefix", [(("generator",), "model."), (("generator_ema",), ""), ((), "model."), ((), "")])
+@pytest.mark.parametrize("keys, prefix",
+                         [(("generator",), "model."), (("generator_ema",), ""), ((), "model."), ((), "")])
 def test_authors_checkpoints_load_with_or_without_the_wrapper_prefix(tmp_path, cfg, models, keys, prefix):
     path = save_checkpoint(models[0], tmp_path / "ckpt.pt", keys=keys, prefix=prefix)
     assert_same_weights(load_model(path, cfg), models[0])
@@ -81,7 +82,8 @@ def test_a_missing_key_names_the_file_the_key_and_its_shape(tmp_path, cfg, model
     sd = dict(models[0].state_dict())
     del sd["blocks.1.cross_attn.norm_k.weight"]
     path = save_checkpoint(sd, tmp_path / "missing.pt")
-    with pytest.raises(WeightsError, match=r"missing\.pt: key 'blocks\.1\.cross_attn\.norm_k\.weight' is missing \(expected shape \(48,\)"):
+    with pytest.raises(WeightsError, match=r"missing\.pt: key 'blocks\.1\.cross_attn\.norm_k\.weight' "
+                                           r"is missing \(expected shape \(48,\)"):
         load_model(path, cfg)
     assert issubclass(WeightsError, ValueError)
 
@@ -96,7 +98,8 @@ def test_an_extra_key_names_the_file_and_the_key(tmp_path, cfg, models):
 def test_a_wrong_shape_names_the_file_the_key_and_both_shapes(tmp_path, cfg, models):
     wide = random_model(tiny_config(ffn_dim=64), seed=0)
     path = save_checkpoint(wide, tmp_path / "wide.pt")
-    with pytest.raises(WeightsError, match=r"wide\.pt: key 'blocks\.0\.ffn\.0\.weight' has shape \(64, 48\), expected \(96, 48\)"):
+    with pytest.raises(WeightsError, match=r"wide\.pt: key 'blocks\.0\.ffn\.0\.weight' "
+                                           r"has shape \(64, 48\), expected \(96, 48\)"):
         load_model(path, cfg)
     model = CausalWanModel(cfg)
     with pytest.raises(WeightsError, match=r"wide\.pt"):

@@ -34,7 +34,8 @@ def build_tiny_mg_dir(root: str | Path, seed: int = 0) -> Path:
     model = random_model(cfg, seed)
     tdir = root / "transformer"
     tdir.mkdir(parents=True, exist_ok=True)
-    save_file({"model." + k: v.contiguous() for k, v in model.state_dict().items()}, str(tdir / "base_distill.safetensors"))
+    tensors = {"model." + k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(tdir / "base_distill.safetensors"))
     raw = {
         "_class_name": "CausalWanModel", "_diffusers_version": "0.35.0.dev0",
         "action_config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg.action_config).items()},
