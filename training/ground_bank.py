@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--maps", type=int, default=1, help="training worlds per look")
     ap.add_argument("--map-size", type=int, default=1024, help="world units per side of each world (a multiple of 64)")
-    ap.add_argument("--tokenizer", type=Path, default=WEIGHTS, help="the tokenizer whose codes the bank holds (no suffix)")
+    ap.add_argument("--tokenizer", type=Path, default=WEIGHTS,
+                    help="the tokenizer whose codes the bank holds (no suffix)")
     ap.add_argument("--out", type=Path, default=BANK)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seasons", nargs="+", default=list(ATTRIBUTES["season"]), choices=ATTRIBUTES["season"],

@@ -120,7 +120,8 @@ def held_out(map_size: int = DEFAULT_MAP_SIZE) -> list[tuple[torch.Tensor, torch
     rng = np.random.default_rng(88)
     out = []
     for s in EVAL_SEEDS:
-        seen, ground, scenes = seen_and_ground(World(s, sample_scene(rng), (BUCKET,), map_size=map_size), EVAL_VIEWS, rng)
+        world = World(s, sample_scene(rng), (BUCKET,), map_size=map_size)
+        seen, ground, scenes = seen_and_ground(world, EVAL_VIEWS, rng)
         out.append((to_input(seen), to_input(ground), torch.from_numpy(scenes)))
     return out
 
@@ -191,7 +192,8 @@ def train(tc: ObserverTrainConfig, resume: bool, export: Path | None, tokenizer:
         meta["step"] += 1
         losses.append(float(loss.detach()))
         if meta["step"] % tc.eval_every == 0:
-            meta["history"].append({"step": meta["step"], "loss": float(np.mean(losses))} | evaluate(tok, observer, views))
+            scores = evaluate(tok, observer, views)
+            meta["history"].append({"step": meta["step"], "loss": float(np.mean(losses))} | scores)
             losses = []
             print(f"step {meta['step']} ({time.perf_counter() - t0:.0f} s): " + json.dumps(meta["history"][-1]),
                   file=sys.stderr)

@@ -84,7 +84,8 @@ class TokenizerTrainConfig:
     eval_every: int = 200
     checkpoint_minutes: float = 10.0
     map_size: int = DEFAULT_MAP_SIZE
-    model: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(norm_window=32))  # a fresh model's; a resumed or --init one keeps its own
+    # a fresh model's; a resumed or --init one keeps its own
+    model: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(norm_window=32))
 
 
 def scene_vector(scene: SceneAttrs) -> np.ndarray:
@@ -195,7 +196,8 @@ def evaluate(model: GroundTokenizer, views: list) -> dict[str, float]:
         rec = model.decode(ids, torch.from_numpy(sa)[None].expand(len(a), -1)).clamp(-1, 1)
         same.append(float(((rec - xa) ** 2).mean()))
         sharp.append(float(detail(rec).mean() / detail(xa).mean().clamp_min(1e-6)))
-        reskin.append(float(((model.decode(ids, torch.from_numpy(sb)[None].expand(len(a), -1)).clamp(-1, 1) - xb) ** 2).mean()))
+        reskinned = model.decode(ids, torch.from_numpy(sb)[None].expand(len(a), -1)).clamp(-1, 1)
+        reskin.append(float(((reskinned - xb) ** 2).mean()))
     model.train()
     return {"psnr": psnr_db(same), "psnr_reskin": psnr_db(reskin), "codes_used": float(len(used)),
             "sharpness": float(np.mean(sharp))}
@@ -343,7 +345,8 @@ def train(tc: TokenizerTrainConfig, resume: bool, export: Path | None, init: Pat
             ev = evaluate(model, views)
             meta["history"].append({"step": meta["step"], "mse": float(np.mean(losses))} | ev)
             losses = []
-            print(f"step {meta['step']} ({time.perf_counter() - t0:.0f} s): " + json.dumps(meta["history"][-1]), file=sys.stderr)
+            print(f"step {meta['step']} ({time.perf_counter() - t0:.0f} s): " + json.dumps(meta["history"][-1]),
+                  file=sys.stderr)
         if time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
             meta["seconds"] = seconds0 + time.perf_counter() - t0
             save_checkpoint(tc.out, model, opt, meta, adversary)

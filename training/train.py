@@ -38,7 +38,8 @@ What one step does (teacher forcing in one pass, as CausVid / diffusion forcing)
   learns the shift per action that serving sums instead (``SHIFT_WEIGHT``).
 
 Checkpoints (``out/ckpt.safetensors`` + ``out/ckpt.json``, ``training/checkpoint.py``) hold
-model, EMA and optimizer state as safetensors (no pickle); ``--resume`` continues from them. The EMA weights are exported.
+model, EMA and optimizer state as safetensors (no pickle); ``--resume`` continues from them. The
+EMA weights are exported.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ class TrainConfig:
     adv_warmup: int = 100  # steps of this run the critic trains alone, then as many ramping the term in
     adv_lr: float = 2e-4  # the critic's learning rate (Adam, betas 0, 0.99)
     texture_weight: float = 0.0  # feature statistics of the x0 guesses against the renderer's (``training/texture.py``)
-    canvas_share: float = 0.0  # batches whose references are the ground through the tokenizer (``training/canvas_refs.py``)
+    # batches whose references are the ground through the tokenizer (``training/canvas_refs.py``)
+    canvas_share: float = 0.0
     bank_share: float = 0.0  # steps that train on the model's own long rollouts (``training/bank.py``)
     bank_life: int = 800  # frames a bank session lives at most (each a random life up to it)
     bank_advance: int = 2  # frames every bank session moves on per training step
@@ -386,7 +388,8 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
     fresh: frozenset[str] = frozenset()
     if resume and (out / "ckpt.safetensors").exists():
         with safe_open(str(out / "ckpt.safetensors"), "pt") as f:
-            fresh = frozenset(n for n, _ in model.named_parameters()) - {k[6:] for k in f.keys() if k.startswith("model.")}
+            saved = {k[6:] for k in f.keys() if k.startswith("model.")}
+            fresh = frozenset(n for n, _ in model.named_parameters()) - saved
     if tc.train_only:
         freeze_except(model, tc.train_only)
     opt = make_optimizer(model, tc, fresh)
@@ -552,7 +555,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--export", type=Path, default=None, help="write EMA weights here (.safetensors + .json)")
     ap.add_argument("--export-only", action="store_true", help="export the checkpoint in --out to --export and stop")
     ap.add_argument("--sampler", type=json.loads, default=None,
-                    help='with --export-only: JSON of sampler settings for the exported config, e.g. \'{"sampler_eta": 0}\'')
+                    help="with --export-only: JSON of sampler settings for the exported config, "
+                         'e.g. \'{"sampler_eta": 0}\'')
     args = ap.parse_args(argv)
     if args.export_only:
         if args.export is None:

@@ -28,12 +28,12 @@ On the CPU the same few hundred small kernels run eagerly from Python, and the t
 them needs the GIL back after every one: beside a thread that runs Python a quarter of the
 time, an eager chunk took 1.5x its time alone (``bench.gil_contention``). ``mode="trace"``
 records ``_body`` once per shape with ``torch.jit.trace`` and runs the recording, which
-executes in C++ with the GIL released (1.02x there) and is 5-15 % faster alone. The trace holds the shapes and the Python
-branches of the shape it was recorded on, which is why there is one per shape, as for CUDA
-graphs. Traces are of the steady state only: a batch with a cache still filling runs eagerly,
-which halves the shapes a warm-up records (a shape first met after warm-up is recorded then:
-about half a second of the model thread). ``mode="eager"`` runs the same buffers eagerly:
-that is how the tests hold this path to the eager one.
+executes in C++ with the GIL released (1.02x there) and is 5-15 % faster alone. The trace
+holds the shapes and the Python branches of the shape it was recorded on, which is why there
+is one per shape, as for CUDA graphs. Traces are of the steady state only: a batch with a
+cache still filling runs eagerly, which halves the shapes a warm-up records (a shape first met
+after warm-up is recorded then: about half a second of the model thread). ``mode="eager"`` runs the
+same buffers eagerly: that is how the tests hold this path to the eager one.
 """
 
 from __future__ import annotations

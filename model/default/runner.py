@@ -124,15 +124,16 @@ class ModelRunner:
         self.ref: Reference = (AnchorReference(self.cfg, shift, self.device, dtype) if ground is None
                                else CanvasReference(ground, shift, self.device))
         if (live is not None) != bool(self.cfg.state_channels) or (live is not None and ground is None):
-            raise ValueError(f"a live state needs a canvas and weights with state channels "
-                             f"(live={live is not None}, canvas={ground is not None}, state_channels={self.cfg.state_channels})")
+            raise ValueError(f"a live state needs a canvas and weights with state channels (live={live is not None}, "
+                             f"canvas={ground is not None}, state_channels={self.cfg.state_channels})")
         if live is not None:
             self.ref = LiveReference(CanvasReference(ground, shift, self.device), live)  # type: ignore[arg-type]
         self.starts = self.ref.start_views(start_frame, start_views)
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None, dtype: torch.dtype | str = torch.float32,
+        cls, path: str | Path = DEFAULT_WEIGHTS, *, threads: int | None = None,
+        dtype: torch.dtype | str = torch.float32,
         sampler: dict[str, float] | None = None, canvas: bool = False, canvas_decode: str = "between",
         tokenizer: Path | None = None, canvas_trust: float = TRUST, canvas_sharpen: float = SHARPEN,
         canvas_live: bool = False, **kw: object,
@@ -163,7 +164,8 @@ class ModelRunner:
         if canvas:
             beside = beside_chunks(canvas_decode, torch.device(device), kw["dtype"])  # type: ignore[arg-type]
             paint = {"tokenizer": tokenizer} if tokenizer is not None else {}
-            kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside, sharpen=canvas_sharpen, **paint)
+            kw["ground"] = GroundPainter.load(torch.device(device), dtype=kw["dtype"], beside_chunks=beside,
+                                             sharpen=canvas_sharpen, **paint)
             if canvas_live:
                 kw["live"] = LiveBank.load()
         model = load_model(path)

@@ -11,9 +11,10 @@ Buffer layout of one slot, by frame position (each position holds T = tokens_per
 
 A chunk sees the sinks, the window (the latest K committed frames) and itself. The ring holds
 R = max(K, chunk) frames: the window, or where the window is shorter than a chunk (Matrix-Game's
-gta_drive: K = 1, chunks of 3) the whole last chunk, of which the older frames are masked. Keys are stored after ``norm_k``, rotated in
-space (height, width): those angles belong to the token and never change. Their time rotation
-depends on the position scheme (``cfg.positions``), each one an authors' attention module:
+gta_drive: K = 1, chunks of 3) the whole last chunk, of which the older frames are masked.
+Keys are stored after ``norm_k``, rotated in space (height, width): those angles belong to the
+token and never change. Their time rotation depends on the position scheme (``cfg.positions``), each
+one an authors' attention module:
 
 - ``absolute`` (LongLive's and Self-Forcing's ``causal_model.py``): a frame's position is its
   epoch index, so its keys are rotated in time when written, and read as stored. The sinks stay

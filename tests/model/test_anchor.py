@@ -66,8 +66,9 @@ def _frame(model: WorldModel, prev: torch.Tensor, open_logit: float) -> torch.Te
         torch.nn.init.constant_(head.bias, open_logit)
     b, n = prev.shape[:2]
     x = torch.zeros(b, n, 3, *prev.shape[-2:])
+    scene = torch.zeros(b, model.cfg.scene_dim)
     out, _ = model.forward_sequence(x, prev, torch.full((b, n), 0.5), torch.zeros(b, n, ACTION_DIM),
-                                    torch.zeros(b, model.cfg.scene_dim), torch.arange(n), torch.ones(n, dtype=torch.bool))
+                                    scene, torch.arange(n), torch.ones(n, dtype=torch.bool))
     return out
 
 
@@ -173,7 +174,8 @@ def test_a_restore_without_family_state_and_a_bucket_switch_anchor_on_the_newest
 def test_a_batch_of_anchored_sessions_gives_each_what_it_gets_alone() -> None:
     def run(ids: list[str], seeds: list[int]) -> dict[str, list[np.ndarray]]:
         runner = _anchor_runner()
-        runner.execute(StepPlan(new_sessions=[SessionSpec(s, 32, seed=k, scene="x") for s, k in zip(ids, seeds, strict=True)]))
+        specs = [SessionSpec(s, 32, seed=k, scene="x") for s, k in zip(ids, seeds, strict=True)]
+        runner.execute(StepPlan(new_sessions=specs))
         out: dict[str, list[np.ndarray]] = {s: [] for s in ids}
         for c in range(6):
             items = []

@@ -78,7 +78,8 @@ def test_the_prior_draws_the_same_ground_from_the_same_seed_and_continues_its_ne
     table = painter.table
     edge = (table[canvas.tiles[(4, 4)][:, -1]] * table[right[:, 0]]).sum(-1).mean()
     rng = np.random.default_rng(0)
-    rand = np.mean([(table[canvas.tiles[(4, 4)][:, -1]] * table[maps[0, rng.integers(0, 60, TILE), rng.integers(0, 64)]]).sum(-1).mean()
+    edge_codes = table[canvas.tiles[(4, 4)][:, -1]]
+    rand = np.mean([(edge_codes * table[maps[0, rng.integers(0, 60, TILE), rng.integers(0, 64)]]).sum(-1).mean()
                     for _ in range(20)])
     assert edge > rand
 
@@ -296,7 +297,8 @@ def test_a_place_keeps_its_colours_whatever_the_prior_drew_around_it() -> None:
         for i in (-1, 0, 1):
             for j in (-1, 0, 1):
                 key = (i % side, j % side)
-                g.canvas.write(key, place if key == (0, 0) else maps[0, 40 + 16 * i : 56 + 16 * i, 40 + 16 * j : 56 + 16 * j])
+                around = maps[0, 40 + 16 * i : 56 + 16 * i, 40 + 16 * j : 56 + 16 * j]
+                g.canvas.write(key, place if key == (0, 0) else around)
         ref = painter.reference(g, np.zeros((1, 2)), BUCKET)[0, :3, 16:48, 16:48]  # the tile's middle
         means.append((ref.mean((1, 2)) + 1) * 127.5)
     spread = torch.stack(means).amax(0) - torch.stack(means).amin(0)  # per colour channel, grey levels

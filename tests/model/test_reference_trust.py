@@ -76,7 +76,8 @@ def test_the_server_s_canvas_trust_reaches_the_canvas_runner_alone(tmp_path: Pat
     kw = {"scene_encoder": scene_encoder_for(cfg), "max_sessions": 1}
     assert ModelRunner.from_pretrained(path, canvas=True, canvas_trust=2.0, **kw).cfg.reference_trust == 2.0
     assert ModelRunner.from_pretrained(path, canvas=True, **kw).cfg.reference_trust == TRUST  # served
-    assert ModelRunner.from_pretrained(path, canvas_trust=2.0, **kw).cfg.reference_trust == 0.0  # the anchor: as trained
+    # the anchor: as trained
+    assert ModelRunner.from_pretrained(path, canvas_trust=2.0, **kw).cfg.reference_trust == 0.0
     # the server's setting and the registry's option default to the served trust
     assert Settings().canvas_trust == LoadOptions().canvas_trust == TRUST > 0
     with pytest.raises(ValueError, match="reference_trust"):

@@ -26,7 +26,8 @@ def test_a_rebuild_of_some_seasons_keeps_the_others_and_covers_every_look(tmp_pa
         assert m.shape == (1, 64, 64) and m.dtype == np.uint16
     # one world in both seasons: the same land, its canopy's codes changed with the leaves
     spring, autumn = (bank.maps[bank_key(SceneAttrs(vegetation="dense", season=s))] for s in ("spring", "autumn"))
-    desert = [bank.maps[bank_key(SceneAttrs(biome="desert", vegetation="sparse", season=s))] for s in ("spring", "autumn")]
+    desert = [bank.maps[bank_key(SceneAttrs(biome="desert", vegetation="sparse", season=s))]
+              for s in ("spring", "autumn")]
     assert (spring != autumn).mean() > (desert[0] != desert[1]).mean()
 
 
@@ -50,8 +51,10 @@ def test_a_map_is_encoded_in_the_codes_a_view_gets_there() -> None:
     with torch.inference_mode():
         for y, x0 in ((0, 0), (96, 32), (224, 192)):  # map units, on the KEEP grid (the last at the torus's end)
             view = x[:, :, MARGIN + y - pad : MARGIN + y - pad + VIEW, MARGIN + x0 - pad : MARGIN + x0 - pad + VIEW]
-            mid = tok.encode(view)[0, pad // CODE_UNITS : pad // CODE_UNITS + k, pad // CODE_UNITS : pad // CODE_UNITS + k]
+            c0 = pad // CODE_UNITS
+            mid = tok.encode(view)[0, c0 : c0 + k, c0 : c0 + k]
             cy, cx = y // CODE_UNITS, x0 // CODE_UNITS
             assert np.array_equal(codes[cy : cy + k, cx : cx + k], mid.numpy())
-        whole = tok.encode(x)[0, MARGIN // CODE_UNITS : (MARGIN + 256) // CODE_UNITS, MARGIN // CODE_UNITS : (MARGIN + 256) // CODE_UNITS]
+        lo, hi = MARGIN // CODE_UNITS, (MARGIN + 256) // CODE_UNITS
+        whole = tok.encode(x)[0, lo:hi, lo:hi]
     assert (whole.numpy() == codes).mean() < 0.8  # the whole map at once speaks otherwise

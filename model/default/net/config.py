@@ -45,7 +45,8 @@ class ModelConfig:
     # --- few-step sampler (flow matching, clean-sample prediction) ---
     denoising_steps: int = 4  # default steps; levels for n steps are 1, (n-1)/n, ..., 1/n
     min_steps: int = 1  # fewest steps the degradation ladder may ask for
-    sampler_eta: float = 0.0  # share of fresh noise between steps (0: the guess's own noise, the Euler step; 1: all fresh)
+    # share of fresh noise between steps (0: the guess's own noise, the Euler step; 1: all fresh)
+    sampler_eta: float = 0.0
     # --- conditioning ---
     num_keys: int = 4  # multi-hot movement keys (forward, back, left, right)
     mouse_dims: int = 2  # continuous mouse / camera delta

@@ -52,7 +52,8 @@ class AnchorState:
 
     def on(self, frame: torch.Tensor) -> None:
         """Make ``frame`` (C, H, W) the anchor, nothing moved yet."""
-        self.anchor, self.offset, self.wait, self.age = frame, torch.zeros(2, device=frame.device, dtype=torch.float32), 0, 0
+        self.anchor, self.wait, self.age = frame, 0, 0
+        self.offset = torch.zeros(2, device=frame.device, dtype=torch.float32)
 
 
 class AnchorReference:
@@ -64,7 +65,9 @@ class AnchorReference:
     def __init__(self, cfg: ModelConfig, camera_shift: CameraShift, device: torch.device, dtype: torch.dtype) -> None:
         self.cfg, self.camera_shift, self.device, self.dtype = cfg, camera_shift, device, dtype
 
-    def start_views(self, frame: Callable[[str, int, int], np.ndarray] | None, views: Views | None) -> StartViews | None:
+    def start_views(
+        self, frame: Callable[[str, int, int], np.ndarray] | None, views: Views | None,
+    ) -> StartViews | None:
         return None if frame is None else StartViews(frame)
 
     def open(self, seed: int, scene: str) -> AnchorState:
@@ -89,7 +92,9 @@ class AnchorReference:
         if newest is not None:
             st.on(newest)
 
-    def inputs(self, states: list[AnchorState], prev: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def inputs(
+        self, states: list[AnchorState], prev: torch.Tensor, actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         b, fc, c, h, _ = prev.shape
         zero = torch.zeros(2, device=self.device, dtype=torch.float32)
         start = torch.stack([zero if s.offset is None else s.offset for s in states])  # (B, 2)

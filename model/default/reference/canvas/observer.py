@@ -51,7 +51,8 @@ def save_observer(encoder: Encoder, tokenizer: GroundTokenizer, dest: Path, repo
     dest.parent.mkdir(parents=True, exist_ok=True)
     path = dest.with_suffix(".safetensors")
     save_file({k: v.detach().to(torch.float16).contiguous() for k, v in encoder.state_dict().items()}, str(path))
-    meta = {"config": asdict(tokenizer.cfg), "codebook": codebook_id(tokenizer)} | ({"report": report} if report else {})
+    meta = {"config": asdict(tokenizer.cfg), "codebook": codebook_id(tokenizer)}
+    meta |= {"report": report} if report else {}
     dest.with_suffix(".json").write_text(json.dumps(meta, indent=2))
     return path
 

@@ -184,7 +184,8 @@ def fill_tile(canvas: Canvas, key: tuple[int, int], maps: np.ndarray, sim: np.nd
     known_codes = canvas.crop(top, size * CODE_UNITS)  # (size, size), MISSING where unknown
     rng = np.random.default_rng([seed & 0xFFFFFFFF, key[0], key[1]])
     m, s = maps.shape[0], maps.shape[1]
-    picks = np.stack([rng.integers(0, m, CANDIDATES), rng.integers(0, s, CANDIDATES), rng.integers(0, s, CANDIDATES)], 1)
+    picks = np.stack(
+        [rng.integers(0, m, CANDIDATES), rng.integers(0, s, CANDIDATES), rng.integers(0, s, CANDIDATES)], 1)
     known = known_codes != MISSING
     if known.any():
         ongoing = continuations(canvas, key, index) if index is not None else picks[:0]

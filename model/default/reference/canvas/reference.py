@@ -25,7 +25,9 @@ class CanvasReference:
         self.painter, self.camera_shift, self.device = painter, camera_shift, device
         self.restores = ReadyRestores(painter.release)
 
-    def start_views(self, frame: Callable[[str, int, int], np.ndarray] | None, views: Views | None) -> StartViews | None:
+    def start_views(
+        self, frame: Callable[[str, int, int], np.ndarray] | None, views: Views | None,
+    ) -> StartViews | None:
         """A served session's canvas is made with its start frame, off the model thread."""
         if frame is None:
             return None
@@ -49,7 +51,9 @@ class CanvasReference:
     def resized(self, st: SessionGround, newest: torch.Tensor | None) -> None:
         return None  # the canvas is in world units: every bucket reads the same one
 
-    def inputs(self, states: list[SessionGround], prev: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def inputs(
+        self, states: list[SessionGround], prev: torch.Tensor, actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         bucket = prev.shape[-1]
         shifts = self.camera_shift(actions, bucket).float().cpu().numpy()  # (B, F, 2) px
         return self.painter.references(states, shifts, bucket).to(self.device), actions[..., :2]

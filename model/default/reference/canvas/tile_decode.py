@@ -93,7 +93,8 @@ class DecodeCounts:
         """The counts over ``seconds`` of wall time, times in ms a second (the benches' breakdown)."""
         ms = 1e3 / seconds
         return (f"ahead {self.ahead} waited {self.waited} ({self.waited_s * ms:.1f} ms/s) inline {self.inline} "
-                f"({self.inline_s * ms:.1f} ms/s) fills inline {self.inline_fills} ({self.inline_fills_s * ms:.1f} ms/s)")
+                f"({self.inline_s * ms:.1f} ms/s) fills inline {self.inline_fills} "
+                f"({self.inline_fills_s * ms:.1f} ms/s)")
 
 
 @dataclass(frozen=True, slots=True)

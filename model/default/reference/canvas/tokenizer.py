@@ -44,7 +44,8 @@ class TokenizerConfig:
     scene_dim: int = SCENE_DIM  # the scene vector the decoder is conditioned on
     groups: int = 8  # group norm groups in every res block
     upsample: str = "nearest"  # the decoder's 2x steps: "nearest" or "bilinear" (no 4-px grid)
-    norm_window: int = 0  # > 0: the decoder's norms take their statistics over this many pixels around each pixel (``LocalGroupNorm``)
+    # > 0: the decoder's norms take their statistics over this many pixels around each pixel (``LocalGroupNorm``)
+    norm_window: int = 0
 
     def __post_init__(self) -> None:
         if self.codes < 2 or self.code_dim < 1:

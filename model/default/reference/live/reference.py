@@ -55,7 +55,9 @@ class LiveReference:
     def painter(self) -> GroundPainter:
         return self.canvas.painter
 
-    def start_views(self, frame: Callable[[str, int, int], np.ndarray] | None, views: Views | None) -> StartViews | None:
+    def start_views(
+        self, frame: Callable[[str, int, int], np.ndarray] | None, views: Views | None,
+    ) -> StartViews | None:
         return self.canvas.start_views(frame, views)
 
     def open(self, seed: int, scene: str) -> LiveSession:
@@ -83,12 +85,15 @@ class LiveReference:
     def resized(self, st: LiveSession, newest: torch.Tensor | None) -> None:
         self.canvas.resized(st.ground, newest)
 
-    def inputs(self, states: list[LiveSession], prev: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def inputs(
+        self, states: list[LiveSession], prev: torch.Tensor, actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The canvas's references (B, F, 4, H, W) with the live state's channels after them."""
         bucket = prev.shape[-1]
         tops0 = [s.ground.position.copy() for s in states]
         refs, moved = self.canvas.inputs([s.ground for s in states], prev, actions)
-        shifts = self.canvas.camera_shift(actions, bucket).float().cpu().numpy()  # (B, F, 2) px, as the canvas sums them
+        # (B, F, 2) px, as the canvas sums them
+        shifts = self.canvas.camera_shift(actions, bucket).float().cpu().numpy()
         out = []
         for s, top0, shift in zip(states, tops0, shifts, strict=True):
             tops = top0 - np.cumsum(shift.astype(np.float64), 0) * (VIEW_UNITS / bucket)

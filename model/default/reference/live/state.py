@@ -206,7 +206,8 @@ def step(st: LiveState, bank: LiveBank, canvas: Canvas, centre: tuple[float, flo
 def weather_of(seed: int, bank: LiveBank) -> tuple[int, int, np.ndarray]:
     """The session's cloud field, fog field and wind (2,), units a frame: the seed's."""
     rng = _rng(seed, _WEATHER_DRAW)
-    return int(rng.integers(len(bank.clouds))), int(rng.integers(len(bank.fog))), bank.winds[rng.integers(len(bank.winds))]
+    cloud, fog = int(rng.integers(len(bank.clouds))), int(rng.integers(len(bank.fog)))
+    return cloud, fog, bank.winds[rng.integers(len(bank.winds))]
 
 
 def channels(st: LiveState, bank: LiveBank, weather: str, top_left: tuple[float, float], bucket: int,
@@ -244,7 +245,8 @@ _ARRAYS = {  # entry -> (field, dtype, trailing shape)
 
 def to_entries(st: LiveState) -> dict[str, np.ndarray]:
     out = {name: np.ascontiguousarray(getattr(st, f), dtype) for name, (f, dtype, _) in _ARRAYS.items()}
-    out["live_seed"], out["live_frame"], out["live_next_uid"] = (pack_scalar(v) for v in (st.seed, st.frame, st.next_uid))
+    out["live_seed"], out["live_frame"] = pack_scalar(st.seed), pack_scalar(st.frame)
+    out["live_next_uid"] = pack_scalar(st.next_uid)
     return out
 
 
@@ -267,4 +269,5 @@ def from_entries(state: Mapping[str, np.ndarray], bank: LiveBank) -> LiveState |
         raise ValueError(f"{FAMILY}.live_kind/live_snippet/live_t: out of the bank's range")
     return LiveState(seed=scalar(state, "live_seed", 0, MAX_SEED, family=FAMILY),
                      frame=scalar(state, "live_frame", 0, MAX_SEED, family=FAMILY),
-                     next_uid=scalar(state, "live_next_uid", 0, MAX_SEED, family=FAMILY), **kw)  # type: ignore[arg-type]
+                     next_uid=scalar(state, "live_next_uid", 0, MAX_SEED, family=FAMILY),
+                     **kw)  # type: ignore[arg-type]
