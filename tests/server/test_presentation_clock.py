@@ -169,8 +169,9 @@ async def test_pts_continue_one_period_on_after_a_long_detach_and_after_a_takeov
 
         # a second connection takes the still-attached session over, one block re-sent
         again = b.last.block_idx
+        token = next(m.token for m in b.other if isinstance(m, Resumed))  # each resume gives a new one
         ws2 = await s.connect()
-        await send(ws2, Resume(started.session_id, started.token, again))
+        await send(ws2, Resume(started.session_id, token or started.token, again))
         c = Reader(ws2)
         c.stream, c.rates = b.stream, b.rates
         await c.until(block_end(again + 3))
@@ -269,6 +270,8 @@ async def test_each_input_kind_a_model_does_not_take_gets_one_ignored_control(
             await send(ws, Action(seq=2 * i + 2, mouse=(0.3, 0.0)))
             await send(ws, Prompt("a snowy street", id=i))
             await send(ws, Observation(image, id=10 + i))
+            if i == 0:  # prompts and observations: about one a chunk period (docs/protocol.md)
+                await r.until((r.last.frame if r.stream else 0) + 3 * started.chunk_frames)
         await r.until(started.first_chunk_frames + 2 * started.chunk_frames - 1)
         acks = lambda: [m for m in r.other if m.TYPE == "ack"]  # noqa: E731
         newest = lambda: max(m.action_seq for m in r.stream if isinstance(m, Frame))  # noqa: E731
