@@ -124,7 +124,7 @@ class _Decoder:
         if msg.codec == "jpeg":
             from PIL import Image as PILImage
 
-            with PILImage.open(io.BytesIO(msg.data)) as img:
+            with PILImage.open(io.BytesIO(msg.data), formats=("JPEG", "PNG")) as img:  # no other decoder
                 return np.asarray(img.convert("RGB"))
         try:
             import av
@@ -359,7 +359,7 @@ class WorldClient:
             with suppress(Exception):
                 await asyncio.wait_for(old.close(), 1.0)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
-        self._ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=0)
+        self._ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=1 << 26)  # 64 MiB
         self._decoder.reset()
         if self._reader is None:
             self._reader = asyncio.create_task(self._read_loop(), name="worldclient-reader")

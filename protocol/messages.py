@@ -148,8 +148,8 @@ class Image:
         from PIL import Image as PILImage
 
         try:
-            with PILImage.open(io.BytesIO(self.data)) as img:
-                want = "JPEG" if self.format == "jpeg" else "PNG"
+            want = "JPEG" if self.format == "jpeg" else "PNG"
+            with PILImage.open(io.BytesIO(self.data), formats=(want,)) as img:  # no other decoder runs
                 if img.format != want:
                     raise ProtocolError(f"data is {img.format}, not {want}", "data")
                 w, h = img.size

@@ -132,7 +132,8 @@ class EngineEvents:
             self.metrics.runner_errors.inc()
             log.warning("runner error: %s", ev.message, extra={"sid": live.sid})
             if peer is not None:
-                peer.send(Error(ErrorCode.RUNNER_ERROR, ev.message[:1000]))
+                # the exception's text stays in the log: it may name paths, shapes or memory
+                peer.send(Error(ErrorCode.RUNNER_ERROR, "the model failed this session's chunk; it is retried"))
 
     def on_step(self, plan: StepPlan, out: StepOutput, seconds: float) -> None:
         m = self.metrics

@@ -213,6 +213,8 @@ class Settings:
                                                "(HMAC; set it via WORLDSERVE_CLUSTER_SECRET)")
     allowed_workers: frozenset[str] = setting(frozenset(), "hosts (host or host:port) a draining worker "
                                                            "may migrate sessions to, comma-separated (empty: any)")
+    allowed_origins: frozenset[str] = setting(frozenset(), "Origin headers a browser's WebSocket may come "
+                                                           "from, e.g. https://play.example (empty: any)")
     admin_key: str | None = setting(None, "bearer key of POST /admin/drain (empty: the admin API is off)")
     worker_heartbeat_s: float = setting(1.0, "seconds between directory heartbeats")
     worker_ttl_s: float = setting(5.0, "seconds without a heartbeat before a worker counts as dead")

@@ -70,6 +70,7 @@ from worldserve.server.settings import Settings
 from worldserve.session.errors import AtCapacity, BadToken, SessionError
 
 log = logging.getLogger("worldserve.ws")
+DIRECTORY_DOWN = "the session directory cannot be reached; retry later"  # its address stays in the log
 
 
 class Connection:
@@ -235,7 +236,8 @@ class Connection:
         except NotReady as exc:
             self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=exc.retry_after)
         except DirectoryUnavailable as exc:  # multi-worker: refuse rather than misplace
-            self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=1.0)
+            log.warning("directory unavailable: %s", exc, extra={"sid": self.sid})
+            self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=1.0, message=DIRECTORY_DOWN)
         except PlacementRequired as exc:
             self._error(exc, fatal=True, code=CloseCode.POLICY)
         except (AtCapacity, OverQuota) as exc:
@@ -464,11 +466,16 @@ def _timed_encode(enc: FrameEncoder, frame: np.ndarray, index: int, key: bool) -
     return data, is_key, time.perf_counter() - t0
 
 
-async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
+async def websocket_handler(request: web.Request) -> web.StreamResponse:
     from worldserve.server.keys import CLOSABLES, CODECS, METRICS, SERVICE, SETTINGS
 
     app = request.app
     settings = app[SETTINGS]
+    origin = request.headers.get("Origin")
+    if settings.allowed_origins and origin is not None and origin not in settings.allowed_origins:
+        # a page from another site would open sessions with its visitor's cookies or address
+        return web.json_response({"error": "forbidden_origin", "message": f"origin {origin!r} is not allowed"},
+                                 status=403)
     ws = web.WebSocketResponse(
         max_msg_size=settings.max_msg_size,
         heartbeat=settings.heartbeat_s,

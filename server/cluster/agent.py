@@ -106,7 +106,6 @@ class WorkerAgent:
         self.worker_id = settings.worker_id or _worker_id(self.address)
         self.drained = asyncio.Event()  # set once a drain has handed over or ended everything
         self.directory_ok = True
-        self._why = ""
         self._registered = False
         self._draining = False
         self._loops: list[asyncio.Task[None]] = []
@@ -156,7 +155,7 @@ class WorkerAgent:
     # --- the service's Remote ---
 
     def unhealthy(self) -> str | None:
-        return None if self.directory_ok else f"directory unavailable: {self._why}"
+        return None if self.directory_ok else "directory unavailable"  # why: in the log, not on /readyz
 
     async def admit(self, reservation: str | None) -> None:
         if reservation is None:
@@ -410,7 +409,7 @@ class WorkerAgent:
         except DirectoryUnavailable as exc:
             if self.directory_ok:
                 log.warning("session directory unavailable: %s", exc.reason)
-            self.directory_ok, self._why = False, exc.reason
+            self.directory_ok = False
             self.metrics.directory_up.set(0)
             raise
         except (UnknownSession, UnknownWorker, NoWorkerAvailable):
@@ -422,7 +421,7 @@ class WorkerAgent:
     def _up(self) -> None:
         if not self.directory_ok:
             log.info("session directory reachable again")
-        self.directory_ok, self._why = True, ""
+        self.directory_ok = True
         self.metrics.directory_up.set(1)
 
 

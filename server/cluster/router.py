@@ -314,7 +314,7 @@ async def _place(request: web.Request) -> web.Response:
     except NoWorkerAvailable as exc:
         return _error(503, exc.code, str(exc), exc.retry_after_s)
     except DirectoryError as exc:
-        return _error(503, exc.code, str(exc), router.settings.retry_after_s)
+        return _directory_down(exc, router.settings.retry_after_s)
 
 
 async def _resume(request: web.Request) -> web.Response:
@@ -332,7 +332,7 @@ async def _resume(request: web.Request) -> web.Response:
     except NoWorkerAvailable as exc:
         return _error(503, exc.code, str(exc), exc.retry_after_s)
     except DirectoryError as exc:
-        return _error(503, exc.code, str(exc), router.settings.retry_after_s)
+        return _directory_down(exc, router.settings.retry_after_s)
     if found is None:
         return _error(404, "missing_session_state",
                       f"no session {sid!r} (or its worker died with no snapshot of it)")
@@ -345,7 +345,7 @@ async def _workers(request: web.Request) -> web.Response:
         workers = await router.directory.list_workers()
     except DirectoryError as exc:
         router.directory_failed("workers")
-        return _error(503, exc.code, str(exc), router.settings.retry_after_s)
+        return _directory_down(exc, router.settings.retry_after_s)
     return web.json_response({"workers": [asdict(w) for w in workers]})
 
 
@@ -363,7 +363,8 @@ async def _readyz(request: web.Request) -> web.Response:
         workers = await request.app[ROUTER].directory.list_workers()
     except DirectoryUnavailable as exc:
         request.app[ROUTER].directory_failed("readyz")
-        return web.json_response({"ready": False, "reason": str(exc)}, status=503)
+        log.warning("directory unavailable: %s", exc)
+        return web.json_response({"ready": False, "reason": "directory unavailable"}, status=503)
     serving = sum(w.state is WorkerState.SERVING for w in workers)
     ok = serving > 0
     return web.json_response(
@@ -394,6 +395,12 @@ async def _maintenance_ctx(app: web.Application) -> AsyncIterator[None]:
     with suppress(asyncio.CancelledError):
         await task
     await router.directory.close()
+
+
+def _directory_down(exc: DirectoryError, retry_after: float) -> web.Response:
+    """503 for a directory failure; its text (the Redis address) stays in the log."""
+    log.warning("directory unavailable: %s", exc)
+    return _error(503, exc.code, "the session directory cannot be reached; retry later", retry_after)
 
 
 def _error(status: int, code: str, message: str, retry_after: float | None = None) -> web.Response:

@@ -88,6 +88,7 @@ from worldserve.server.rtc.peer import RtcPeer
 from worldserve.server.rtc.track import SessionVideoTrack
 from worldserve.server.service import NotReady, Service
 from worldserve.server.settings import VideoCodecName
+from worldserve.server.ws import DIRECTORY_DOWN
 from worldserve.session.errors import AtCapacity, BadToken, SessionError, SessionStateMissing
 
 log = logging.getLogger("worldserve.rtc")
@@ -316,7 +317,8 @@ async def _open_session(
     except NotReady as exc:
         raise OfferError(ErrorCode.NOT_READY, str(exc), retry_after=exc.retry_after) from None
     except DirectoryUnavailable as exc:  # multi-worker: refuse rather than misplace
-        raise OfferError(ErrorCode.DIRECTORY_UNAVAILABLE, str(exc), retry_after=1.0) from None
+        log.warning("directory unavailable: %s", exc)
+        raise OfferError(ErrorCode.DIRECTORY_UNAVAILABLE, DIRECTORY_DOWN, retry_after=1.0) from None
     except PlacementRequired as exc:
         raise OfferError(exc.code, str(exc)) from None
     except AtCapacity as exc:

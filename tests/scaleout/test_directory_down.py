@@ -33,10 +33,12 @@ async def test_a_worker_without_its_directory_is_unready_and_refuses_starts() ->
         async with s.http.get(s.url("/readyz")) as resp:
             body = await resp.json()
             assert resp.status == 503 and body["reason"].startswith("directory unavailable")
+            assert "127.0.0.1" not in body["reason"] and "redis" not in body["reason"]  # no address for clients
         ws = await s.connect()
         await send(ws, Start(session_id="reserved-1"))
         err = await recv_type(ws, Error)
         assert isinstance(err, Error) and err.code == "directory_unavailable" and err.fatal
+        assert "127.0.0.1" not in err.message
         assert err.retry_after is not None and err.retry_after > 0
         closed = await ws.receive(5)
         assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == CloseCode.TRY_AGAIN

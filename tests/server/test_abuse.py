@@ -131,3 +131,15 @@ async def test_a_token_older_than_the_maximum_age_no_longer_resumes() -> None:
         await send(ws2, Resume(st.session_id, st.token, 1))
         err = await recv(ws2)
         assert isinstance(err, Error) and err.code == "bad_token"
+
+
+async def test_a_runner_error_reaches_the_client_without_the_exception_text() -> None:
+    async with serve() as s:
+        ws = await s.connect()
+        st = await _start(ws, fps=10.0)
+        s.service.engine.runner.fail[st.session_id] = "CUDA OOM at /srv/weights/secret.safetensors"
+        while True:
+            msg = await recv(ws)
+            if isinstance(msg, Error):
+                break
+        assert msg.code == "runner_error" and "secret" not in msg.message and "/srv" not in msg.message

@@ -102,3 +102,15 @@ async def test_a_session_ends_at_its_maximum_age() -> None:
         assert isinstance(await recv(ws), Started)
         got = await recv_type(ws, Ended, timeout=10)
         assert isinstance(got, Ended) and got.reason == "max_age"
+
+
+async def test_a_websocket_from_an_origin_not_allowed_is_refused() -> None:
+    async with serve(allowed_origins=frozenset({"https://play.example"})) as s:
+        async with s.http.get(s.ws_url, headers={"Origin": "https://evil.example"}) as resp:
+            assert resp.status == 403 and (await resp.json())["error"] == "forbidden_origin"
+        ws = await s.connect(headers={"Origin": "https://play.example"})
+        await send(ws, Start())
+        assert isinstance(await recv(ws), Started)
+        ws = await s.connect()  # no Origin: not a browser
+        await send(ws, Start())
+        assert isinstance(await recv(ws), Started)
