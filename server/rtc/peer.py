@@ -113,6 +113,7 @@ class RtcPeer:
         self._on_closed = on_closed
         self._control: RTCDataChannel | None = None
         self._queue: deque[bytes] = deque()
+        self._waiting = 0  # control messages received, not yet handled (at most control_queue)
         self._status: bytes | None = None  # the newest status (latest wins)
         self._inbound = Inbound(settings, metrics)
         self._control_order = asyncio.Lock()  # control messages handled one by one, in order
@@ -216,9 +217,18 @@ class RtcPeer:
         # for its image to decode off the loop, and the FIFO lock keeps the ones behind it
         # behind it.
         msg = self._decode(data)
-        if msg is not None:
+        if msg is None:
+            return
+        if self._waiting >= self.settings.control_queue:  # behind a slow one: bounded, not queued forever
+            self._error(ProtocolError(f"over {self.settings.control_queue} control messages wait; this one "
+                                      "was dropped", code=ErrorCode.RATE_LIMITED))
+            return
+        self._waiting += 1
+        try:
             async with self._control_order:
                 await self._dispatch(msg)
+        finally:
+            self._waiting -= 1
 
     def _decode(self, data: bytes | str) -> ClientMessage | None:
         if not isinstance(data, bytes):

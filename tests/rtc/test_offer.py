@@ -401,3 +401,22 @@ async def test_a_resume_with_a_wrong_token_builds_no_peer_connection(monkeypatch
                 assert (bad.value.status, bad.value.body["error"]) == (403, "bad_token")
             assert built == []
             await c.close()
+
+
+async def test_control_messages_waiting_behind_a_slow_one_are_bounded() -> None:
+    import asyncio
+
+    from worldserve.protocol import Error, Ping
+
+    async with serve_rtc(control_queue=4) as (app, url):
+        async with RtcClient(url) as c:
+            await c.connect(start=START)
+            (peer,) = app[RTC_PEERS]
+            async with peer._control_order:  # as if an observation were decoding
+                waiting = [asyncio.create_task(peer._on_control(Ping(i).encode())) for i in range(7)]
+                await until(lambda: peer._waiting == 4, what="four waiting")
+                err, _ = await c.message(Error)
+                assert isinstance(err, Error) and err.code == "rate_limited"
+            await asyncio.gather(*waiting)
+            assert peer._waiting == 0
+            await c.close()
