@@ -94,8 +94,9 @@ class Admissions:
                 engine.scheduler.set_action(live.sid, live.action, live.action_seq)
         return verdict
 
-    def new_epoch(self, engine: Engine, live: Live) -> None:
-        """Block 0 on a live session: the store opens a new epoch, the model starts afresh."""
+    def new_epoch(self, engine: Engine, live: Live, first_frame: np.ndarray | None = None) -> None:
+        """Block 0 on a live session: the store opens a new epoch, the model starts afresh
+        (from ``first_frame``, the start frame made beforehand off the model thread, if given)."""
         sid = live.sid
         decision = self.sessions.store.open_block(sid, 0, frames=self.shape.block_frames(0))
         if sid in engine.scheduler:
@@ -104,7 +105,7 @@ class Admissions:
         live.session = decision.session  # a new epoch is a new Session in the store
         live.ring.clear()
         live.restored = None
-        verdict = self.schedule(engine, live, 0)
+        verdict = self.schedule(engine, live, 0, observation=first_frame)
         if not verdict.admitted:
             self.sessions.close(sid, "refused")
             raise self.refused(verdict)

@@ -139,7 +139,7 @@ async def dispatch(service: Service, transport: Transport, msg: ClientMessage) -
     elif isinstance(msg, Observation):
         transport.send(await inputs.observe(transport.need_session(), msg))
     elif isinstance(msg, Block):
-        inputs.block(transport.need_session(), msg)
+        await inputs.block(transport.need_session(), msg)
     elif isinstance(msg, Keyframe):
         transport.need_session()
         transport.request_keyframe()

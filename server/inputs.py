@@ -32,6 +32,7 @@ block 0 opens a new epoch through the service's ``new_epoch``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 import numpy as np
@@ -56,6 +57,8 @@ from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
 from worldserve.session.plan import encode_action
 
+log = logging.getLogger("worldserve.service")
+
 
 def seconds(ms: float | None) -> float | None:
     """A message's deadline in milliseconds (or none) as seconds."""
@@ -73,7 +76,7 @@ class Inputs:
         sessions: Sessions,
         shape: Shape,
         gate: Gate,
-        new_epoch: Callable[[Engine, Live], None],
+        new_epoch: Callable[[Engine, Live, np.ndarray | None], None],
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -165,6 +168,18 @@ class Inputs:
             engine.observe(sid, frame)
         return Ack("observation", msg.id)
 
+    async def _start_frame(self, engine: Engine, live: Live) -> np.ndarray | None:
+        """The runner's start frame for a new epoch of ``live``, made on a worker thread, not
+        by the model thread while every running session waits; None (the model thread then
+        makes it) where the runner has none or it fails."""
+        req = live.request
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, engine.runner.first_frame, live.scene, req.seed, req.bucket)
+        except Exception:
+            log.exception("start frame for a new epoch failed", extra={"sid": live.sid})
+            return None
+
     async def decode_image(self, image: Image, field: str) -> np.ndarray:
         """A client's image as (H, W, 3) uint8, decoded and checked on the codec pool; a bad
         one is a ``ProtocolError`` that names ``field`` and the image's field."""
@@ -173,8 +188,9 @@ class Inputs:
         except ProtocolError as exc:
             raise ProtocolError(exc.reason, f"{field}.{exc.field or 'data'}") from None
 
-    def block(self, sid: str, msg: Block) -> None:
-        """Pull mode: a block request, under the store's block_idx rules."""
+    async def block(self, sid: str, msg: Block) -> None:
+        """Pull mode: a block request, under the store's block_idx rules. Block 0 (a new
+        epoch) waits for its start frame, made on a worker thread as a start's is."""
         live = self.sessions.attached(sid)
         engine = self.gate.require_ready()
         if not live.pull:
@@ -184,7 +200,9 @@ class Inputs:
         n = msg.block_idx
         if n == 0:
             self._costly(live, "block_idx")  # a new epoch: its first frame costs model time
-            self._new_epoch(engine, live)
+            first = await self._start_frame(engine, live)
+            live = self.sessions.attached(sid)  # it may have ended or moved meanwhile
+            self._new_epoch(self.gate.require_ready(), live, first)
             return
         session = self.sessions.store.get(sid)
         outstanding = session.last_block_idx + 1 - live.next_block

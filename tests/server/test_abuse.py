@@ -143,3 +143,29 @@ async def test_a_runner_error_reaches_the_client_without_the_exception_text() ->
             if isinstance(msg, Error):
                 break
         assert msg.code == "runner_error" and "secret" not in msg.message and "/srv" not in msg.message
+
+
+async def test_a_new_epoch_s_start_frame_is_made_off_the_loop_and_the_model_thread() -> None:
+    import threading
+
+    from worldserve.protocol import Block, Frame
+
+    async with serve() as s:
+        ws = await s.connect()
+        st = await _start(ws, fps=8.0, mode="pull")
+        runner = s.service.engine.runner
+        threads: list[str] = []
+        first_frame = runner.first_frame
+
+        def recording(*a: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return first_frame(*a)
+
+        runner.first_frame = recording  # type: ignore[method-assign]
+        await send(ws, Block(0))  # a new epoch
+        await until(lambda: s.service.live(st.session_id).epoch == 1, what="the new epoch")  # type: ignore[union-attr]
+        msg = await recv(ws)
+        while not (isinstance(msg, Frame) and msg.block_idx == 0):
+            msg = await recv(ws)
+        assert len(threads) == 1
+        assert threads[0] != threading.main_thread().name and not threads[0].startswith("worldserve-model")

@@ -66,7 +66,7 @@ class FakeService:
         self.calls.append(("observe", sid, msg))
         return Ack("observation", msg.id)
 
-    def block(self, sid: str, msg: Block) -> None:
+    async def block(self, sid: str, msg: Block) -> None:
         self.calls.append(("block", sid, msg))
 
     def close(self, sid: str, reason: str) -> bool:
