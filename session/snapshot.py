@@ -20,8 +20,9 @@ and its reference's memory there, so that, restored from it, the session makes e
 frames it would have made on the old worker; Matrix-Game the actions its window was made
 with.
 
-``latents`` is optional: nil or absent where a state has none. Versions 1 to 5 were
-development formats no release wrote; they are not read.
+``latents`` is optional: nil or absent where a state has none. Version 5 (the default
+family's ``continuation`` and Matrix-Game's ``actions`` maps in place of ``family_state``) is
+read too, converted (session/snapshot_v5.py); versions 1 to 4 are not.
 
 Arrays travel as ``{"dtype", "shape", "data"}`` with a dtype from ``DTYPES``
 (``session/msgfields.py``, stored little-endian). ``restore`` validates everything (format,
@@ -50,6 +51,7 @@ import time
 import msgpack
 import numpy as np
 
+from worldserve.session import snapshot_v5
 from worldserve.session.errors import SnapshotError
 from worldserve.session.eventlog import (
     MAX_CAPACITY,
@@ -161,6 +163,9 @@ def restore(
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise SnapshotError(f"not a snapshot map with format {FORMAT!r}")
     version = obj.get("version")
+    if type(version) is int and version == snapshot_v5.VERSION:  # N - 1: a rolling upgrade's
+        obj = snapshot_v5.upgrade(obj)
+        version = obj["version"]
     if type(version) is not int or version != VERSION:
         shown = repr(version) if isinstance(version, int | float | str | None) else "?"
         raise SnapshotError(f"unsupported version {shown[:32]}; this worker reads {VERSION}")
