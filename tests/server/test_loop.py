@@ -94,7 +94,7 @@ def _png(side: int, seed: int = 0) -> Image:
 
 async def test_an_observation_is_decoded_off_the_loop_and_keeps_its_place_in_line() -> None:
     big = _png(512)  # a few ms of decoding: the prompt and ping behind it must wait for it
-    async with serve() as s:
+    async with serve(input_burst=3) as s:  # three costly inputs at once (docs/protocol.md)
         ws = await s.connect()
         await send(ws, Start(fps=20.0, observation=_png(64, 1)))  # decoded off the loop too
         assert isinstance(await recv_type(ws, Started), Started)

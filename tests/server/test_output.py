@@ -44,7 +44,7 @@ def setup(mode: str) -> tuple[EngineEvents, Live, Peer]:
     req = Start(mode=mode, fps=50.0, bucket=64)
     session = Session(SessionConfig(fps=50.0), hash_token("t"), session_id="s")
     live = Live(session, req, TokenBucket(10.0, 10, time.monotonic), deque(maxlen=4),
-                Rung(50.0, 0, 1, 64), time.monotonic())
+                Rung(50.0, 0, 1, 64), time.monotonic(), TokenBucket(50.0, 2, time.monotonic))
     peer = Peer()
     live.peer = peer
     sessions.add(live)
