@@ -57,6 +57,12 @@ class Quotas:
         """Charge one new session to each of ``who``; OverQuota (nothing charged) if any is
         over its rate or, with ``held`` saying which of its sessions are still held, over
         its count."""
+        for bucket in self.check(who, held):
+            bucket.take()
+
+    def check(self, who: tuple[str, ...], held: Callable[[str], bool] = lambda sid: False) -> list[TokenBucket]:
+        """``take`` without charging (a transport refuses before costly set-up); the buckets
+        a ``take`` would charge."""
         for w in who:
             sids = self._held.get(w)
             if sids is not None:
@@ -68,8 +74,7 @@ class Quotas:
             wait = bucket.wait_time()
             if wait > 0:
                 raise OverQuota(f"{w} opens sessions faster than {self.rate:g}/s", wait)
-        for bucket in buckets:
-            bucket.take()
+        return buckets
 
     def opened(self, who: tuple[str, ...], sid: str) -> None:
         """Count ``sid`` against each of ``who`` while it is held."""

@@ -186,6 +186,11 @@ async def _offer(request: web.Request) -> web.Response:
 
     if resume is not None:  # a wrong token costs no peer connection (certificate, SDP parse)
         await _open_session(service, None, resume, None)
+    who = clients(request.remote, presented_key(request.headers, start.api_key)) if start else ()
+    try:  # nor does a client over its quota
+        service.quotas.check(who, lambda sid: sid in service.table)
+    except OverQuota as exc:
+        raise OfferError(ErrorCode.OVER_QUOTA, str(exc), retry_after=exc.retry_after_s) from None
     fps = start.fps if start is not None else 24.0
     pc = RTCPeerConnection(rtc_configuration(rtc))
     track = SessionVideoTrack(fps)
@@ -216,7 +221,6 @@ async def _offer(request: web.Request) -> web.Response:
                                  keyframe_interval_s=rtc.keyframe_interval_s)
             if install_encoder(transceiver.sender, enc):
                 peer.encoder, peer.codec = enc, codec.lower()
-        who = clients(request.remote, presented_key(request.headers, start.api_key)) if start else ()
         reply = await _open_session(service, start, resume, peer, who)
         assert reply is not None
         opened = True

@@ -420,3 +420,25 @@ async def test_control_messages_waiting_behind_a_slow_one_are_bounded() -> None:
             await asyncio.gather(*waiting)
             assert peer._waiting == 0
             await c.close()
+
+
+async def test_a_start_over_its_client_s_quota_builds_no_peer_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldserve.server.rtc import offer
+
+    async with serve_rtc(quota_start_burst=1, quota_starts_per_s=0.01) as (_, url):
+        async with RtcClient(url) as c:
+            await c.connect(start=START)
+            built: list[int] = []
+            real = offer.RTCPeerConnection
+
+            def counting(*a: Any, **kw: Any) -> Any:
+                built.append(1)
+                return real(*a, **kw)
+
+            monkeypatch.setattr(offer, "RTCPeerConnection", counting)
+            with pytest.raises(OfferRefused) as over:
+                async with RtcClient(url) as again:
+                    await again.connect(start=START)
+            assert (over.value.status, over.value.body["error"]) == (429, "over_quota")
+            assert built == []
+            await c.close()
