@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"note: the server ran {lf.dtype}, this replay runs {args.dtype}", file=sys.stderr)
     runner = registry.load(lf.model, registry.LoadOptions(
         weights=args.weights, threads=args.threads, dtype=args.dtype, max_sessions=1,
-        cpu_trace=args.cpu_trace, canvas=lf.canvas))
+        cpu_trace=args.cpu_trace, canvas=lf.reference == "canvas"))
     n = blocks_of(lf) if args.blocks is None else min(args.blocks, blocks_of(lf))
     made: list[np.ndarray] = []
     same, first_diff = 0, None

@@ -1,9 +1,9 @@
 """HTTP endpoints: health, readiness, metrics, load for routers, session delete, drain, and
 a session's replay log (``GET /admin/sessions/{id}/log``, for ``worldserve replay``).
 
-``/v1/load`` and ``DELETE /v1/sessions/{id}`` (the session's token or the admin key) answer any origin (``server.web.CORS``): the
-browser client, served by a router or by another worker, reads the first to pick a
-bucket and sends the second when its page closes."""
+``/v1/load`` and ``DELETE /v1/sessions/{id}`` (the session's token or the admin key) answer any
+origin (``server.web.CORS``): the browser client, served by a router or by another worker, reads the
+first to pick a bucket and sends the second when its page closes."""
 
 from __future__ import annotations
 
@@ -112,8 +112,8 @@ async def session_log(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     caps = service.engine.runner.capabilities if service.engine else None
     dtype = caps.dtype if caps is not None else settings.dtype
-    canvas = caps is not None and caps.reference == "canvas"
-    captured = logfile.capture(session, settings.model, dtype, canvas)  # cheap, on the loop
+    reference = caps.reference if caps is not None else ""
+    captured = logfile.capture(session, settings.model, dtype, reference)  # cheap, on the loop
     body = await asyncio.get_running_loop().run_in_executor(None, logfile.encode, captured)
     return web.Response(body=body, content_type="application/msgpack")
 

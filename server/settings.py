@@ -295,7 +295,8 @@ class Settings:
         for name in ("max_msgs_per_s", "max_actions_per_s", "quota_starts_per_s"):
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
-        for name in ("msg_burst", "action_burst", "input_burst", "quota_start_burst", "send_queue", "control_queue", "pull_queue"):
+        for name in ("msg_burst", "action_burst", "input_burst", "quota_start_burst", "send_queue", "control_queue",
+                     "pull_queue"):
             need(getattr(self, name) >= 1, f"{name} {getattr(self, name)!r} must be >= 1")
         need(self.log_format in ("kv", "json"), f"log_format {self.log_format!r} is kv or json")
         need(all(isinstance(k, str) and k for k in self.api_keys), "api keys must be non-empty")

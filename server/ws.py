@@ -263,7 +263,8 @@ class Connection:
             self._need_no_session()
             self._authorize(msg.api_key)
             self._start_at = time.monotonic()
-            await self.service.start(msg, self, clients(self.request.remote, presented_key(self.request.headers, msg.api_key)))
+            who = clients(self.request.remote, presented_key(self.request.headers, msg.api_key))
+            await self.service.start(msg, self, who)
         elif isinstance(msg, Resume):
             self._need_no_session()
             await self.service.resume(msg, self)

@@ -5,6 +5,7 @@ msgpack, one map::
 
     {"format": "worldserve/session-log", "version": 1,
      "session": id, "epoch": n, "model": family name, "dtype": the runner's float type,
+     "reference": what the model read beside its cache (``Capabilities.reference``),
      "log":     the snapshot's log map (session/snapshot.py): capacity, dropped, start, events,
      "frames":  {digest: array} the real frames the observation events name,
      "outputs": [[block_idx, digest of the block's frames], ...] (the newest ``capacity``)}
@@ -45,7 +46,7 @@ class LogFile:
     dtype: str  # the runner's float type ("float32", "bfloat16")
     log: EventLog  # observation events carry their frames
     outputs: dict[int, str]  # block_idx -> digest of the frames the runner made
-    canvas: bool = False  # the runner kept a world canvas (model/default/reference/canvas/ground.py); absent: False
+    reference: str = ""  # what the model read beside its cache (``Capabilities.reference``: "anchor", "canvas")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,7 @@ class Capture:
     epoch: int
     model: str
     dtype: str
-    canvas: bool
+    reference: str
     capacity: int
     dropped: int
     start: EpochStart
@@ -65,10 +66,10 @@ class Capture:
     outputs: tuple[tuple[int, str], ...]
 
 
-def capture(session: Session, model: str, dtype: str, canvas: bool = False) -> Capture:
+def capture(session: Session, model: str, dtype: str, reference: str = "") -> Capture:
     """Copy what ``encode`` needs (O(events), no frame copied)."""
     log = session.log
-    return Capture(session.id, session.epoch, model, dtype, canvas, log.capacity, log.dropped,
+    return Capture(session.id, session.epoch, model, dtype, reference, log.capacity, log.dropped,
                    log.start, tuple(log), tuple(log.outputs))
 
 
@@ -78,7 +79,7 @@ def encode(cap: Capture) -> bytes:
               if isinstance(e, ObservationEvent) and e.frame is not None}
     doc = {
         "format": FORMAT, "version": VERSION, "session": cap.session_id, "epoch": cap.epoch,
-        "model": cap.model, "dtype": cap.dtype, "canvas": cap.canvas,
+        "model": cap.model, "dtype": cap.dtype, "reference": cap.reference,
         "log": {"capacity": cap.capacity, "dropped": cap.dropped, "start": _pack_start(cap.start),
                 "events": [_pack_event(e) for e in cap.events]},
         "frames": frames,
@@ -88,9 +89,9 @@ def encode(cap: Capture) -> bytes:
     return data
 
 
-def pack(session: Session, model: str, dtype: str, canvas: bool = False) -> bytes:
+def pack(session: Session, model: str, dtype: str, reference: str = "") -> bytes:
     """A session's replay log as bytes."""
-    return encode(capture(session, model, dtype, canvas))
+    return encode(capture(session, model, dtype, reference))
 
 
 def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
@@ -100,7 +101,7 @@ def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
         raise SnapshotError(f"not a session log (format {FORMAT!r})")
     if obj.get("version") != VERSION:
         raise SnapshotError(f"unsupported session log version; this reads {VERSION}")
-    top = Fields(obj, "log file", _KEYS, frozenset({"canvas"}))
+    top = Fields(obj, "log file", _KEYS, frozenset({"reference", "canvas"}))
     log = _restore_log(top.get_map("log", _LOG_KEYS))
     raw_frames = obj.get("frames")
     if not isinstance(raw_frames, dict):
@@ -123,10 +124,12 @@ def read(data: bytes, *, max_bytes: int = 4 * MAX_SNAPSHOT_BYTES) -> LogFile:
                 or not 0 <= pair[0] <= MAX_INT or not isinstance(pair[1], str) or len(pair[1]) != 64):
             raise SnapshotError(f"log file.outputs[{i}]: expected [block_idx, digest]")
         outputs[pair[0]] = pair[1]
-    canvas = obj.get("canvas") or False  # absent or nil: a log of a runner without a canvas
-    if type(canvas) is not bool:
-        raise SnapshotError("log file.canvas: expected true or false")
+    reference = top.get_str("reference", 32) if top.present("reference") else ""
+    if not reference and obj.get("canvas") is not None:  # a log of an earlier worker: a flag
+        if type(obj["canvas"]) is not bool:
+            raise SnapshotError("log file.canvas: expected true or false")
+        reference = "canvas" if obj["canvas"] else "anchor"
     return LogFile(
         top.get_str("session", 64), top.get_int("epoch", 0, MAX_INT), top.get_str("model", 64),
-        top.get_str("dtype", 32), log, outputs, canvas,
+        top.get_str("dtype", 32), log, outputs, reference,
     )

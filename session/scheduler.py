@@ -200,7 +200,9 @@ class Scheduler:
             )
         return verdict
 
-    def _decide(self, bucket: int, fps: float, lookahead: int, steps: int, pull: bool) -> tuple[tuple[Rung, ...], Admission]:
+    def _decide(
+        self, bucket: int, fps: float, lookahead: int, steps: int, pull: bool,
+    ) -> tuple[tuple[Rung, ...], Admission]:
         o = self.options
         requested = Rung(float(fps), 0 if pull else lookahead, steps, bucket)
         rungs = build_ladder(requested, self.info.buckets, min_steps=min(o.min_steps, steps), min_fps=o.min_fps)

@@ -72,7 +72,8 @@ async def test_the_router_places_on_no_worker_outside_its_allowed_list() -> None
     from worldserve.server.cluster.directory import WorkerInfo, WorkerState
 
     directory = MemoryDirectory()
-    await directory.register_worker(WorkerInfo("planted", "http://evil.example:80", WorkerState.SERVING, capacity=4), 30.0)
+    planted = WorkerInfo("planted", "http://evil.example:80", WorkerState.SERVING, capacity=4)
+    await directory.register_worker(planted, 30.0)
     settings = RouterSettings(maintenance_s=60.0, allowed_workers=frozenset({"127.0.0.1"}))
     async with TestClient(TestServer(create_router(settings, directory=directory), host="127.0.0.1")) as client:
         async with client.post("/v1/place") as resp:

@@ -65,7 +65,7 @@ async def test_a_served_session_replays_frame_for_frame(
         assert len(observed) == 2  # the start frame and the client's
         assert observed[0].block_idx == 0 and np.array_equal(observed[1].frame, real)
         assert lf.dtype == "float32" and lf.model == "default"
-        assert lf.canvas  # served on the world canvas (the default), so the replay loads one too
+        assert lf.reference == "canvas"  # served on the world canvas (the default): the replay loads one too
 
         # a missing session is an explicit error
         async with s.http.get(s.url("/admin/sessions/nope/log"), headers=ADMIN) as resp:
@@ -99,17 +99,19 @@ def test_a_file_that_is_not_a_session_log_is_refused(tmp_path: Path) -> None:
         cli_main(["replay", str(bad)])
 
 
-def test_a_log_says_whether_its_session_kept_a_world_canvas() -> None:
+def test_a_log_says_what_its_session_s_model_read_beside_its_cache() -> None:
     import msgpack
 
     from worldserve.session.session import Session, SessionConfig, hash_token
 
     s = Session(SessionConfig(), hash_token("t"), scene="a green forest")
-    assert logfile.read(logfile.pack(s, "default", "float32", canvas=True)).canvas
-    assert not logfile.read(logfile.pack(s, "default", "float32")).canvas
+    assert logfile.read(logfile.pack(s, "default", "float32", "canvas")).reference == "canvas"
+    assert logfile.read(logfile.pack(s, "default", "float32", "anchor")).reference == "anchor"
     doc = msgpack.unpackb(logfile.pack(s, "default", "float32"), raw=False)
-    del doc["canvas"]  # a log written before the field: served on the anchor
-    assert not logfile.read(msgpack.packb(doc, use_bin_type=True)).canvas
+    del doc["reference"]
+    assert logfile.read(msgpack.packb(doc, use_bin_type=True)).reference == ""
+    doc["canvas"] = True  # a log of an earlier worker: a flag
+    assert logfile.read(msgpack.packb(doc, use_bin_type=True)).reference == "canvas"
     doc["canvas"] = "yes"
     with pytest.raises(logfile.SnapshotError, match=r"log file\.canvas"):
         logfile.read(msgpack.packb(doc, use_bin_type=True))

@@ -307,8 +307,10 @@ def test_a_version_5_snapshot_reads_its_continuation_and_actions_as_family_state
     assert restored.check_token(token)
     assert np.array_equal(fs["kv"], kv) and np.array_equal(fs["prev"], prev)
     assert int(fs["anchor_wait"]) == 3 and int(fs["anchor_age"]) == 11 and "anchor" not in fs
-    assert int(fs["canvas_seed"]) == 7 and fs["canvas_codes"].shape == (1, 4, 4) and fs["canvas_seen"].shape == (1, 4, 2, 2)
-    assert fs["action_keyboard"].shape == (4, 6) and int(fs["action_first"]) == 2 and int(fs["action_anchor_frame"]) == 1
+    assert int(fs["canvas_seed"]) == 7 and fs["canvas_codes"].shape == (1, 4, 4)
+    assert fs["canvas_seen"].shape == (1, 4, 2, 2)
+    assert fs["action_keyboard"].shape == (4, 6) and int(fs["action_first"]) == 2
+    assert int(fs["action_anchor_frame"]) == 1
 
 
 def test_a_version_5_snapshot_with_a_bad_counter_is_a_snapshot_error() -> None:
