@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from worldserve.bench._realism_measures import world_folds
+from worldserve.bench._realism_measures import fit_binary, world_folds
 from worldserve.world import VIEW, camera_velocity
 
 LINK_PX = 2.5  # px: a detection within this of a track's last ground place continues it
@@ -343,18 +343,7 @@ def train_pair_classifier(x: torch.Tensor, y: torch.Tensor, cfg: MotionC2STConfi
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     net = PairClassifier(cfg.widths, x.shape[1])
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.epochs * -(-len(x) // cfg.batch))
-    net.train()
-    for _ in range(cfg.epochs):
-        order = torch.randperm(len(x), generator=gen)
-        for s in range(0, len(order), cfg.batch):
-            idx = order[s : s + cfg.batch]
-            loss = F.binary_cross_entropy_with_logits(net(_augment(x[idx], gen)), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
+    fit_binary(net, x, y, _augment, lr=cfg.lr, epochs=cfg.epochs, batch=cfg.batch, gen=gen)
     return net.eval()
 
 

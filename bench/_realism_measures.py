@@ -17,6 +17,7 @@ Frames are (N, H, W, 3) uint8 throughout.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -123,27 +124,40 @@ def world_folds(groups: np.ndarray, folds: int) -> np.ndarray:
     return (np.searchsorted(ids, groups) * folds) // len(ids)
 
 
+def fit_binary(
+    net: nn.Module, x: torch.Tensor, y: torch.Tensor, view: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+    *, lr: float, epochs: int, batch: int, gen: torch.Generator,
+) -> None:
+    """Train ``net`` to tell y = 0 from y = 1 in ``x``: Adam on a cosine schedule over
+    ``epochs`` of batches shuffled by ``gen``, each batch seen through ``view`` (its crops and
+    flips, drawing from ``gen``), binary cross-entropy on the net's one logit a sample."""
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs * -(-len(x) // batch))
+    net.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for s in range(0, len(order), batch):
+            idx = order[s : s + batch]
+            loss = F.binary_cross_entropy_with_logits(net(view(x[idx], gen)).reshape(len(idx)), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+
+
 def train_classifier(x: torch.Tensor, y: torch.Tensor, cfg: C2STConfig) -> FrameClassifier:
     """A ``FrameClassifier`` trained from a fixed seed to tell y = 0 from y = 1 in ``x``, on
     random crops, each batch flipped at random (the world seen from above has no handedness)."""
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     net = FrameClassifier(cfg.widths)
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.epochs * -(-len(x) // cfg.batch))
-    net.train()
-    for _ in range(cfg.epochs):
-        order = torch.randperm(len(x), generator=gen)
-        for s in range(0, len(order), cfg.batch):
-            idx = order[s : s + cfg.batch]
-            xb = random_crops(x[idx], cfg.crop, gen)
-            flips = [d for d in (2, 3) if bool(torch.rand((), generator=gen) < 0.5)]
-            logits = net(xb.flip(flips) if flips else xb)[:, 0]
-            loss = F.binary_cross_entropy_with_logits(logits, y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
+
+    def view(xb: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        xb = random_crops(xb, cfg.crop, g)
+        flips = [d for d in (2, 3) if bool(torch.rand((), generator=g) < 0.5)]
+        return xb.flip(flips) if flips else xb
+
+    fit_binary(net, x, y, view, lr=cfg.lr, epochs=cfg.epochs, batch=cfg.batch, gen=gen)
     return net.eval()
 
 
