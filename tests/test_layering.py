@@ -315,6 +315,8 @@ def _plant(tmp_path: Path, where: str, line: str) -> Path:
             if entry.name != part and not (path / entry.name).exists():
                 (path / entry.name).symlink_to(entry)
         src, path = src / part, path / part
+    # never through a link into the house itself: the planted module is written in the copy only
+    assert path.parent.resolve().is_relative_to(tmp_path.resolve()), path
     path.write_text(f'"""A planted module."""\n\nimport importlib\n\n{line}\n')
     return path
 

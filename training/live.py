@@ -173,7 +173,8 @@ def train(lc: LiveConfig, resume: bool, export: Path | None) -> dict:
         step += 1
         if step % 10 == 0:
             extra = " ".join(f"{k}={float(v):.4f}" for k, v in sorted(stats.items()) if np.isfinite(float(v)))
-            print(f"step {step} {(time.perf_counter() - run_start) / 60:.1f} min loss={np.mean(losses[-10:]):.5f} {extra}",
+            minutes = (time.perf_counter() - run_start) / 60
+            print(f"step {step} {minutes:.1f} min loss={np.mean(losses[-10:]):.5f} {extra}",
                   flush=True)
         if step % 50 == 0:
             meta["history"].append({"step": step, "loss": float(np.mean(losses[-50:]))})

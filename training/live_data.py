@@ -92,7 +92,8 @@ class LivePool:
         if self.made and self.made % self.world_refresh == 0:
             self.worlds[int(self.rng.integers(len(self.worlds)))] = self._new()
         self.made += 1
-        rec: dict[str, list[np.ndarray]] = {k: [] for k in ("frames", "prevs", "actions", "scenes", "grounds", "states")}
+        kinds = ("frames", "prevs", "actions", "scenes", "grounds", "states")
+        rec: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
         for _ in range(n):
             world = self.worlds[int(self.rng.integers(len(self.worlds)))]
             if self.rng.random() < 0.1:

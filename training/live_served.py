@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
         blocks += [row(rows[0], cols), row(rows[1], cols), row(rows[0], cols, True), row(rows[1], cols, True)]
         blocks.append(np.full((4, blocks[-1].shape[1], 3), 255, np.uint8))
         moving = [float(np.abs(np.diff(r[: args.frames // 2].astype(np.int16), axis=0)).mean()) for r in rows]
-        print(f"seed {seed}: mean |frame difference| with the camera still: default {moving[0]:.2f}, live {moving[1]:.2f}")
+        print(f"seed {seed}: mean |frame difference| with the camera still: default {moving[0]:.2f}, "
+              f"live {moving[1]:.2f}")
     img = np.concatenate(blocks, 0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(img.repeat(3, 0).repeat(3, 1)).save(args.out)

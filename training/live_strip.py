@@ -6,9 +6,10 @@ Per held-out world (seeds below 1000, which no training run draws), a short epis
 camera over one of its actors; the model rolls out on its own frames (the cached inference
 path, serving's trust), every frame's reference the ground through the ground tokenizer and
 the state channels made from the world's own actors and weather (what a perfect live state
-would hand it). The camera holds still unless ``--moving``, so the differences show what moves. Rows: the world; the model with the state; the same model with the state's
-channels at zero (the canvas alone); then the frame differences |f_t - f_(t-1)| (x4) of the
-world and of the model with the state: what moves.
+would hand it). The camera holds still unless ``--moving``, so the differences show what moves.
+Rows: the world; the model with the state; the same model with the state's channels at zero (the
+canvas alone); then the frame differences |f_t - f_(t-1)| (x4) of the world and of the model with
+the state: what moves.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from worldserve.training.train import self_rollout
 
 
 @torch.no_grad()
-def rollouts(model: WorldModel, seeds: list[int], frames: int, still: bool, rng_seed: int = 0) -> list[dict[str, np.ndarray]]:
+def rollouts(
+    model: WorldModel, seeds: list[int], frames: int, still: bool, rng_seed: int = 0,
+) -> list[dict[str, np.ndarray]]:
     canvas = CanvasReferences.load(torch.device("cpu"))
     out = []
     for seed in seeds:
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--frames", type=int, default=33)
     ap.add_argument("--every", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--moving", action="store_true", help="the camera moves (default: still, so the differences show what moves)")
+    ap.add_argument("--moving", action="store_true",
+                    help="the camera moves (default: still, so the differences show what moves)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_live(args.checkpoint)

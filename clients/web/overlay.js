@@ -35,7 +35,8 @@ function renderStats() {
   $("stat-latency").textContent = lat.length ? `${Math.round(lat[lat.length >> 1])} ms` : "–";
   $("stat-level").textContent = state.session ? String(state.level) : "–";
   $("stat-size").textContent = state.width ? `${state.width}×${state.height}` : "–";
-  const via = state.transport === "webrtc" ? `WebRTC ${state.codec || ""}` : state.transport === "ws" ? "WebSocket JPEG" : "–";
+  const via = state.transport === "webrtc" ? `WebRTC ${state.codec || ""}`
+    : state.transport === "ws" ? "WebSocket JPEG" : "–";
   $("stat-transport").textContent = via.trim();
   $("stat-session").textContent = state.session ? state.session.id : "–";
   $("stat-controls").textContent = state.controls ? state.controls.join(", ") || "none" : "–";

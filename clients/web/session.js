@@ -87,7 +87,8 @@ function transports() {
 // transport; anything else (WebRTC disabled, no connection, no picture) tries the next.
 function fallsBack(err) {
   if (!(err instanceof OfferError)) return true;
-  return err.body.error === "rtc_disabled" || (err.status >= 500 && err.body.error !== "at_capacity" && err.body.error !== "not_ready");
+  const busy = err.body.error === "at_capacity" || err.body.error === "not_ready";
+  return err.body.error === "rtc_disabled" || (err.status >= 500 && !busy);
 }
 
 async function open(request) {
@@ -159,7 +160,8 @@ function handleOpenError(err, request) {
     backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
     return;
   }
-  if (body.error === "bad_token" || body.error === "unauthorized" || (err.status >= 400 && err.status < 500 && body.error)) {
+  const refused = err.status >= 400 && err.status < 500 && body.error;
+  if (body.error === "bad_token" || body.error === "unauthorized" || refused) {
     banner(`Cannot open a session: ${body.message}`, "error");
     return;
   }

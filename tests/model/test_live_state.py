@@ -34,12 +34,14 @@ def _bank() -> LiveBank:
     rng = np.random.default_rng(0)
     land, water = np.zeros(1024, np.float32), np.zeros(1024, np.float32)
     land[LAND], water[WATER] = 1.0, 1.0
-    speed = (rng.uniform(0.0, 0.5, (16, SNIPPET)).astype(np.float32), rng.uniform(0.35, 0.8, (16, SNIPPET)).astype(np.float32))
+    speed = (rng.uniform(0.0, 0.5, (16, SNIPPET)).astype(np.float32),
+             rng.uniform(0.35, 0.8, (16, SNIPPET)).astype(np.float32))
     turn = tuple(rng.normal(0, 0.06, (16, SNIPPET)).astype(np.float32) for _ in range(2))
     return LiveBank(
         code_land=land, code_water=water, herd_rate=4e-4, boat_rate=1e-3,
         herd_sizes=np.array([3, 5, 8], np.int16), herd_spread=4.0, speed=speed, turn=turn,  # type: ignore[arg-type]
-        clouds=rng.integers(0, 256, (2, 256, 256)).astype(np.uint8), fog=rng.integers(0, 256, (2, 256, 256)).astype(np.uint8),
+        clouds=rng.integers(0, 256, (2, 256, 256)).astype(np.uint8),
+        fog=rng.integers(0, 256, (2, 256, 256)).astype(np.uint8),
         winds=np.array([[0.2, -0.1], [0.0, 0.3]], np.float32), cloud_threshold={"cloud": 0.4}, cloud_soft=0.14,
         fog_map=(0.42, 0.6, 0.1, 0.85),
     )
