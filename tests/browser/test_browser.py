@@ -48,11 +48,14 @@ async def stats(page: Any) -> dict[str, str]:
 
 
 async def overlay_counts_frames(page: Any) -> None:
-    """The overlay (refreshed every 250 ms) shows the frames of the last second. On a loaded
-    machine the model can take longer than a second for one frame, so the test waits for a
-    count above zero instead of reading it once."""
+    """The overlay (refreshed every 250 ms) shows the frames of the last second and the
+    latencies measured. On a loaded machine the model can take longer than a second for one
+    frame and the page's timers run late, so the test waits for a count above zero and a
+    latency shown instead of reading them once."""
     await page.wait_for_function(
-        "/^[1-9][0-9]*$/.test(document.getElementById('stat-fps').textContent)", timeout=20000)
+        "/^[1-9][0-9]*$/.test(document.getElementById('stat-fps').textContent)", timeout=60000)
+    await page.wait_for_function(
+        "/^[0-9]+ ms$/.test(document.getElementById('stat-latency').textContent)", timeout=60000)
 
 
 async def steer(page: Any, app: Any, element: str, by: float) -> tuple[np.ndarray, np.ndarray]:
