@@ -28,7 +28,8 @@ from worldserve.training.optim_state import load_optimizer_tensors, optimizer_te
 from worldserve.training.targets import fit_shift_head
 
 # may be missing from older checkpoints: they start from their initial values
-NEW_MODULES = ("motion_prior.", "anchor_stems.", "anchor_heads.", "shift_head.", "state_stems.", "state_heads.")
+NEW_MODULES = ("motion_prior.", "anchor_stems.", "anchor_heads.", "shift_head.", "state_stems.", "state_heads.",
+               "state_basis")
 
 
 def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,

@@ -52,7 +52,7 @@ from worldserve.training.optim import freeze_except, hold_at_ema, make_optimizer
 from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
 from worldserve.training.train import train_step
 
-TRAINED = ("state_stems.", "state_heads.")
+TRAINED = ("state_stems.", "state_heads.", "state_basis")
 
 
 @dataclass
@@ -70,6 +70,7 @@ class LiveConfig:
     ema: float = 0.99
     train_only: tuple[str, ...] = TRAINED
     rollout_share: float = 0.3  # steps whose context is the model's own few-step frames (``self_rollout``)
+    basis: int = 8  # learned per-pixel shape features per kind (``ModelConfig.state_basis``)
     trust: float = TRUST  # the reference trust the stage trains under: serving's on a canvas
     actor_weight: float = 4.0  # loss weight under an actor's footprint (1 elsewhere)
     actor_share: float = 0.75  # sequences that start with the camera over an actor
@@ -100,7 +101,7 @@ def save(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimiz
 def build(lc: LiveConfig) -> tuple[ModelConfig, WorldModel, WorldModel]:
     """The base weights with the state channels added, as model and EMA."""
     base_cfg = ModelConfig.from_json(config_path(Path(lc.base).with_suffix(".safetensors")).read_text())
-    cfg = replace(base_cfg, state_channels=STATE_CHANNELS, reference_trust=lc.trust)
+    cfg = replace(base_cfg, state_channels=STATE_CHANNELS, state_basis=lc.basis, reference_trust=lc.trust)
     model, ema = WorldModel(cfg), WorldModel(cfg)
     init_from_weights(model, ema, Path(lc.base))
     ema.requires_grad_(False)
@@ -114,7 +115,7 @@ def train(lc: LiveConfig, resume: bool, export: Path | None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cfg, model, ema = build(lc)
     freeze_except(model, lc.train_only)
-    fresh = frozenset(n for n in _trained(model) if n.startswith(("state_stems.", "state_heads.")))
+    fresh = frozenset(n for n in _trained(model) if n.startswith(TRAINED))
     opt = make_optimizer(model, lc, fresh)  # type: ignore[arg-type]
     meta: dict = {"step": 0, "cpu_seconds": 0.0, "wall_seconds": 0.0, "history": [], "base": lc.base,
                   "model": json.loads(cfg.to_json())}

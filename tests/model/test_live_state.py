@@ -148,9 +148,10 @@ def _sequence(cfg, seed: int = 0) -> tuple[torch.Tensor, ...]:  # type: ignore[n
             torch.randn(b, cfg.scene_dim, generator=g), torch.arange(n), torch.zeros(n, dtype=torch.bool))
 
 
-def test_weights_without_state_channels_serve_as_before_with_the_state_s_channels_at_zero() -> None:
+@pytest.mark.parametrize("basis", [0, 4])
+def test_weights_without_state_channels_serve_as_before_with_the_state_s_channels_at_zero(basis: int) -> None:
     base_cfg = tiny_config()
-    live_cfg = tiny_config(state_channels=STATE_CHANNELS)
+    live_cfg = tiny_config(state_channels=STATE_CHANNELS, state_basis=basis)
     base = randomized(base_cfg)
     live = WorldModel(live_cfg).eval()
     load_state(live, base.state_dict(), "base", allow_missing=NEW_MODULES)  # the new stem and head start at zero
@@ -161,7 +162,7 @@ def test_weights_without_state_channels_serve_as_before_with_the_state_s_channel
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)  # zero-initialised: read, not yet drawn
     with torch.no_grad():  # trained state weights with no state at all: still the same frames
         for name, p in live.named_parameters():
-            if name.startswith(("state_stems.", "state_heads.")):
+            if name.startswith(("state_stems.", "state_heads.", "state_basis")):
                 p.normal_(0.0, 0.2)
     got, _ = live.forward_sequence(x, torch.cat((prev, torch.zeros_like(state)), 2), *rest)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)

@@ -39,6 +39,7 @@ def test_a_few_steps_train_the_state_s_parts_then_resume_from_a_small_checkpoint
     live = load_live(lc.out)
     moved = {n for (n, p), q in zip(live.named_parameters(), base.parameters(), strict=True) if not torch.equal(p, q)}
     assert any(n.startswith("state_heads.") for n in moved)
+    assert any(n.startswith("state_basis_heads.") for n in moved)  # the learned shapes train too
     assert all(n.startswith(lc.train_only) for n in moved)  # the rest is the served weights
     report = train(LiveConfig(**{**lc.__dict__, "max_steps": 3}), resume=True, export=tmp_path / "export" / "default")
     assert report["steps"] == 3 and report["steps_this_run"] == 1

@@ -56,6 +56,7 @@ class ModelConfig:
     reference_trust: float = 0.0  # logits added to the head's reference mix (serving; ``WorldModel._head``)
     # --- the world state of what moves, carried beside the reference ---
     state_channels: int = 0  # channels of the live state (actors, clouds, fog) after the reference; 0: none
+    state_basis: int = 0  # learned per-pixel shape features per kind of actor (``net/state_draw.py``); 0: none
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -91,6 +92,8 @@ class ModelConfig:
             raise ValueError(f"reference_trust must be a finite number >= 0, got {self.reference_trust}")
         if self.state_channels < 0:
             raise ValueError(f"state_channels must be >= 0, got {self.state_channels}")
+        if self.state_basis < 0 or (self.state_basis and not self.state_channels):
+            raise ValueError(f"state_basis {self.state_basis} needs state_channels and must be >= 0")
         if self.motion_radius < 0 or self.motion_radius > self.patch:
             raise ValueError(f"motion_radius {self.motion_radius} must lie in [0, patch={self.patch}]")
 

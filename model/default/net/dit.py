@@ -40,6 +40,7 @@ from worldserve.model.attention import attend
 from worldserve.model.default.net.config import ModelConfig
 from worldserve.model.default.net.flow import level_tensor, next_noisy
 from worldserve.model.default.net.rope import Rope, RopeTables
+from worldserve.model.default.net.state_draw import StateBasis, lay_state, state_kinds
 from worldserve.model.default.net.warp import shift_warp
 
 
@@ -277,6 +278,10 @@ class WorldModel(nn.Module):
             pooled = k * (p // STATE_POOL) ** 2  # the state's stem reads it averaged over STATE_POOL² pixels
             self.state_stems = nn.ModuleDict({f"b{b}": nn.Linear(pooled, w, bias=False) for b in cfg.buckets})
             self.state_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, 2 * c * k) for b in cfg.buckets})
+        if k and cfg.state_basis:  # learned per-pixel shapes of the actors (``net/state_draw.py``)
+            self.state_basis = StateBasis(k, cfg.state_basis)
+            kb = state_kinds(k) * cfg.state_basis
+            self.state_basis_heads = nn.ModuleDict({f"b{b}": nn.Linear(w, 2 * c * kb) for b in cfg.buckets})
         self.rope = RopeTables(cfg)
         self.reset_parameters()
 
@@ -304,6 +309,10 @@ class WorldModel(nn.Module):
             for m in [*self.state_stems.values(), *self.state_heads.values()]:
                 nn.init.zeros_(m.weight)
             for head in self.state_heads.values():
+                nn.init.zeros_(head.bias)
+        if self.cfg.state_channels and self.cfg.state_basis:  # the shapes start undrawn
+            for head in self.state_basis_heads.values():
+                nn.init.zeros_(head.weight)
                 nn.init.zeros_(head.bias)
 
     # --- pieces shared by every path ---
@@ -350,20 +359,19 @@ class WorldModel(nn.Module):
         return tokens
 
     def _draw_state(self, frame: torch.Tensor, normed: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        """The frame (B, F, C, H, W) with the live state laid on it: each state channel's value
-        at a pixel times its token's learned gain and colour for that channel,
-        ``(frame + 1) * (1 + gain) - 1 + colour``. The state's channels carry where things are
-        and how they lie (an actor's footprint and its local axes, a cloud's cover), never
-        their pixels: what they look like is the weights'."""
-        cfg, p = self.cfg, self.cfg.patch
-        b, f, ch, h, w = frame.shape
-        g, k = h // p, cfg.state_channels
-        coef = self.state_heads[f"b{h}"](normed).float().view(b * f, g, g, 2, ch, k)
-        st = prev[:, :, cfg.reference_channels :].float().reshape(b * f, k, g, p, g, p)
-        st = st.permute(0, 2, 4, 1, 3, 5)  # (B*F, gh, gw, K, p, p)
-        laid = torch.einsum("nyxkij,nyxsck->nyxscij", st, coef)  # (B*F, gh, gw, 2, C, p, p)
-        laid = laid.permute(0, 3, 4, 1, 5, 2, 6).reshape(b, f, 2, ch, h, w)  # (B, F, 2, C, H, W)
-        return ((frame.float() + 1) * (1 + laid[:, :, 0]) - 1 + laid[:, :, 1]).to(frame.dtype)
+        """The frame (B, F, C, H, W) with the live state laid on it (``net/state_draw.py``):
+        per token a gain and a colour for each state channel and, with ``state_basis``, for
+        each learned per-pixel shape feature. What things look like is the weights'."""
+        cfg = self.cfg
+        b, f, ch, h, _ = frame.shape
+        g = h // cfg.patch
+        st = prev[:, :, cfg.reference_channels :].float().flatten(0, 1)  # (B*F, K, H, W)
+        coef = self.state_heads[f"b{h}"](normed).float().view(b * f, g, g, 2, ch, -1)
+        if cfg.state_basis:
+            st = torch.cat((st, self.state_basis(st).float()), 1)
+            extra = self.state_basis_heads[f"b{h}"](normed).float().view(b * f, g, g, 2, ch, -1)
+            coef = torch.cat((coef, extra), -1)
+        return lay_state(frame, coef, st, cfg.patch)
 
     def camera_shift(self, actions: torch.Tensor, bucket: int) -> torch.Tensor:
         """The static scene's shift (dy, dx) in pixels at ``bucket`` under ``actions`` (..., A),

@@ -10,10 +10,12 @@ torus; the network (``WorldModel._draw_state``) learns what each looks like:
     12     cloud cover in [0, 1] (its shadow's strength is the scene's)
     13     fog density in [0, 1]
 
-The footprint and its local axes let the per-token linear drawing place an oriented shape
-under the pixel (a long hull, a wake behind it); the reach (``REACH``, world units) covers
-what the world draws of an actor. Training makes these channels from the world's own actors
-and weather (``training/live_data.py``), serving from a session's live state
+The footprint and its local axes give the drawing (``net/state_draw.py``) each pixel's place
+in the actor's frame, from which it learns the actor's shape (a body and a head, a hull, a
+sail, a wake). An actor is laid at the centre of the pixel it stands on, its heading to the
+nearest of ``HEADING_STEPS`` directions, as the training worlds draw them. The reach
+(``REACH``, world units) covers what the world draws of an actor. Training makes these
+channels from the world's own actors and weather (``training/live_data.py``), serving from a session's live state
 (``live/state.py``), with this one function.
 """
 
@@ -30,6 +32,7 @@ FOG = CLOUD + 1  # 13
 STATE_CHANNELS = FOG + 1  # 14
 REACH = (4.0, 9.0)  # world units from an actor's place that its footprint covers, per kind
 VIEW_UNITS = 64  # world units across every bucket's view
+HEADING_STEPS = 16  # an actor's heading is laid to the nearest of these many directions
 
 
 def actor_channels(
@@ -50,7 +53,10 @@ def actor_channels(
     if not near.any():
         return
     kind, variant, heading, reach = kind[near], variant[near], heading[near], reach[near]
-    py, px = ((d[near] + VIEW_UNITS / 2) * ppu).T  # (n,) the actors' places in pixels of the view
+    # the actors' places in pixels of the view, at the centre of the pixel they stand on, and
+    # their headings in HEADING_STEPS steps: the training worlds lay each actor so
+    py, px = (np.floor((d[near] + VIEW_UNITS / 2) * ppu) + 0.5).T  # (n,)
+    heading = np.round(heading / (2 * np.pi) * HEADING_STEPS) * (2 * np.pi / HEADING_STEPS)
     span = int(np.ceil(max(REACH) * ppu)) + 1
     off = np.arange(-span, span + 1)
     iy = np.floor(py)[:, None].astype(np.int64) + off  # (n, S) pixel rows around each actor
