@@ -58,6 +58,7 @@ class LoadOptions:
     canvas_decode: str = "auto"  # where its tiles decode ahead: auto, between or beside chunks (tile_decode.py)
     canvas_trust: float = 4.0  # on the canvas, the reference_trust (model/default/reference/canvas/ground.py TRUST)
     canvas_sharpen: float = 1.0  # on the canvas, the unsharp mask on its decoded tiles (tile_decode.py SHARPEN)
+    canvas_live: bool = False  # on the canvas, the live state of what moves (model/default/reference/live/)
     trace_cache: bool = False  # keep recorded traces between starts (model/default/trace_cache.py)
     trace_cache_dir: Path | None = None  # where; None: $XDG_CACHE_HOME/worldserve/traces
     sizes: tuple[tuple[int, int], ...] | None = None  # (height, width) frame sizes; None: the family's
@@ -86,7 +87,7 @@ def _load_default(o: LoadOptions) -> Any:
         o.weights or DEFAULT_WEIGHTS, threads=o.threads, max_sessions=o.max_sessions, dtype=o.dtype,
         device=o.device, graphs=o.cuda_graphs and o.device.startswith("cuda"),
         trace=o.cpu_trace and o.device == "cpu", trace_cache=cache, canvas=o.canvas, canvas_decode=o.canvas_decode,
-        canvas_trust=o.canvas_trust, canvas_sharpen=o.canvas_sharpen,
+        canvas_trust=o.canvas_trust, canvas_sharpen=o.canvas_sharpen, canvas_live=o.canvas and o.canvas_live,
     )
 
 

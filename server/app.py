@@ -68,7 +68,7 @@ def load_model_runner(settings: Settings) -> Runner:
         trace_cache=settings.trace_cache, trace_cache_dir=settings.trace_cache_dir,
         sizes=settings.sizes, recipe=settings.recipe, vae=settings.vae, canvas=settings.canvas,
         canvas_decode=settings.canvas_decode, canvas_trust=settings.canvas_trust,
-        canvas_sharpen=settings.canvas_sharpen,
+        canvas_sharpen=settings.canvas_sharpen, canvas_live=settings.canvas_live,
     )
     runner: Runner = registry.load(settings.model, options)
     log.info("model %s from %s, %s on %s, %s thread(s)", settings.model, settings.weights or "the shipped weights",
@@ -142,8 +142,10 @@ async def _load(app: web.Application, executor: ThreadPoolExecutor) -> None:
         unknown = sorted(set(buckets) - set(runner.buckets))
         if unknown:
             raise ValueError(f"buckets {unknown} are not the model's {list(runner.buckets)}")
-        steps = settings.warmup_steps or ladder_steps(runner.max_steps, settings.min_steps)
-        steps = tuple(s for s in steps if s <= runner.max_steps) or (runner.max_steps,)
+        trained = tuple(len(ts) for ts in runner.capabilities.schedules)  # (): any count
+        steps = settings.warmup_steps or ladder_steps(runner.max_steps, settings.min_steps, trained)
+        steps = tuple(s for s in steps if s <= runner.max_steps and (not trained or s in trained))
+        steps = steps or (runner.max_steps,)
         shapes = warmup_shapes(buckets, steps, settings.warmup_batch_sizes)
         t1 = time.perf_counter()
         timings = await loop.run_in_executor(

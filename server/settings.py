@@ -145,6 +145,9 @@ class Settings:
     canvas_sharpen: float = setting(1.0, "the default model on its canvas: the unsharp mask's amount on each "
                                          "decoded tile, which the decoder draws softer than the world's ground "
                                          "(0: as drawn; docs/default-model.md)")
+    canvas_live: bool = setting(False, "the default model on its canvas: keep what moves (herds, boats, clouds, fog) "
+                                       "in each session's live state and let the model draw it "
+                                       "(model/default/reference/live/, docs/default-model.md)")
     buckets: tuple[int, ...] | None = setting(None, "buckets served, e.g. 64,128 (a subset of the "
                                                     "model's; empty: all)")
     warmup_batch_sizes: tuple[int, ...] = setting((1, 2, 4, 8), "batch sizes warmed up and batched at; "

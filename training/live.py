@@ -19,7 +19,8 @@ context is the model's own few-step frames (``self_rollout``), so what it drew o
 that moved is in the previous frame it reads, as in serving. The checkpoint
 (``out/ckpt.safetensors``: ``model.``, ``ema.`` and ``opt.`` of the trained parameters only,
 beside ``out/ckpt.json``) is small and is committed; ``--resume`` continues it on top of
-``--base``. ``--export`` writes the EMA weights as servable weights.
+``--base``. ``--export`` writes the EMA weights as servable weights; ``--export-parts`` the live parts
+alone, which the server lays on the default weights (``model/default/weights/live``).
 
 Next (not in this stage): squared error averages what the state leaves open (the exact look
 of a new herd, the shimmer's phase) toward grey; a short adversarial stage over rollouts
@@ -43,7 +44,7 @@ from worldserve.model.default.net.config import ModelConfig
 from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.reference.canvas.ground import TRUST
 from worldserve.model.default.reference.live.channels import STATE_CHANNELS
-from worldserve.model.default.weights import config_path, save_model
+from worldserve.model.default.weights import config_path, save_live_parts, save_model
 from worldserve.model.memory import tune_malloc
 from worldserve.training.canvas_refs import CanvasReferences
 from worldserve.training.checkpoint import init_from_weights
@@ -108,7 +109,7 @@ def build(lc: LiveConfig) -> tuple[ModelConfig, WorldModel, WorldModel]:
     return cfg, model, ema
 
 
-def train(lc: LiveConfig, resume: bool, export: Path | None) -> dict:
+def train(lc: LiveConfig, resume: bool, export: Path | None, export_parts: Path | None = None) -> dict:
     tune_malloc()
     torch.set_num_threads(lc.threads)
     out = Path(lc.out)
@@ -190,6 +191,8 @@ def train(lc: LiveConfig, resume: bool, export: Path | None) -> dict:
     (out / "report.json").write_text(json.dumps(report, indent=2))
     if export is not None:
         save_model(ema, export, metadata={"steps": str(step)})
+    if export_parts is not None:
+        save_live_parts(ema, export_parts, metadata={"steps": str(step), "base": lc.base})
     print(json.dumps({k: v for k, v in report.items() if k != "config"}, indent=2))
     return report
 
@@ -219,9 +222,11 @@ def main(argv: list[str] | None = None) -> None:
             ap.add_argument(flag, type=type(default), default=default)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--export", type=Path, default=None, help="write the EMA weights here (.safetensors + .json)")
+    ap.add_argument("--export-parts", type=Path, default=None,
+                    help="write the EMA's live parts alone here, to lay on the base (model/default/weights/live)")
     args = ap.parse_args(argv)
     lc = LiveConfig(**{f.name: getattr(args, f.name) for f in fields(LiveConfig)})
-    train(lc, args.resume, args.export)
+    train(lc, args.resume, args.export, args.export_parts)
 
 
 if __name__ == "__main__":

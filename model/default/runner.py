@@ -42,7 +42,7 @@ from worldserve.model.default.slot import (
     reseed,
 )
 from worldserve.model.default.trace_cache import gather_traces
-from worldserve.model.default.weights import DEFAULT_WEIGHTS, load_model
+from worldserve.model.default.weights import DEFAULT_WEIGHTS, LIVE_PARTS, config_path, load_model
 from worldserve.model.dtype import pick_dtype
 from worldserve.model.memory import tune_malloc
 from worldserve.model.plan_walk import deliver, prepare, session_state
@@ -136,7 +136,7 @@ class ModelRunner:
         dtype: torch.dtype | str = torch.float32,
         sampler: dict[str, float] | None = None, canvas: bool = False, canvas_decode: str = "between",
         tokenizer: Path | None = None, canvas_trust: float = TRUST, canvas_sharpen: float = SHARPEN,
-        canvas_live: bool = False, **kw: object,
+        canvas_live: bool = False, live_parts: Path | None = None, **kw: object,
     ) -> ModelRunner:
         """Load weights; the default model (trained on ``world/``) starts sessions from its world's
         view unless ``start_frame`` is given (``None`` turns that off). ``dtype`` may be a name for
@@ -146,7 +146,8 @@ class ModelRunner:
         its ground ``tokenizer`` (default: committed), ``canvas_trust`` the ``reference_trust`` (0: as learnt),
         ``canvas_sharpen`` the unsharp mask on its tiles (``tile_decode.sharpen``; 0: none).
         ``canvas_live``: with ``canvas``, the live state of what moves (``reference/live/``;
-        ``path`` must then be weights with state channels, e.g. a ``training.live`` export)."""
+        weights with state channels of their own, e.g. a ``training.live`` export, or ``live_parts``
+        laid on weights without: by default the committed ``weights.LIVE_PARTS``)."""
         if threads is not None:
             torch.set_num_threads(threads)
         device = kw.get("device", "cpu")
@@ -168,7 +169,9 @@ class ModelRunner:
                                              sharpen=canvas_sharpen, **paint)
             if canvas_live:
                 kw["live"] = LiveBank.load()
-        model = load_model(path)
+        if canvas_live and not ModelConfig.from_json(config_path(path).read_text()).state_channels:
+            live_parts = live_parts or LIVE_PARTS
+        model = load_model(path, live_parts=live_parts if canvas_live else None)
         model.cfg = model.cfg.with_sampler({**({"reference_trust": canvas_trust} if canvas else {}), **(sampler or {})})
         return cls(model, **kw)  # type: ignore[arg-type]
 

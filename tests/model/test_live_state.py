@@ -4,6 +4,8 @@ exact through a family state, bounded; and weights without it serve as before.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -22,7 +24,13 @@ from worldserve.model.default.reference.live.state import (
     step,
     to_entries,
 )
-from worldserve.model.default.weights import load_state
+from worldserve.model.default.weights import (
+    WeightsError,
+    load_model,
+    load_state,
+    save_live_parts,
+    save_model,
+)
 from worldserve.session.family_state import check_envelope
 from worldserve.training.checkpoint import NEW_MODULES
 
@@ -205,3 +213,46 @@ def test_a_live_state_needs_a_canvas_and_weights_that_read_it() -> None:
 
     with pytest.raises(ValueError, match="live state"):
         make_runner(tiny_config(), live=_bank())
+
+
+def test_live_parts_lay_on_base_weights_and_refuse_what_does_not_fit(tmp_path: Path) -> None:
+    base = randomized(tiny_config())
+    save_model(base, tmp_path / "base")
+    live = WorldModel(tiny_config(state_channels=STATE_CHANNELS, state_basis=4))
+    load_state(live, base.state_dict(), "base", allow_missing=NEW_MODULES)
+    with torch.no_grad():
+        for name, p in live.named_parameters():
+            if name.startswith(("state_stems.", "state_heads.", "state_basis")):
+                p.normal_(0.0, 0.1)
+    parts = save_live_parts(live, tmp_path / "live")
+    assert parts.stat().st_size < (tmp_path / "base.safetensors").stat().st_size  # the parts alone
+    laid = load_model(tmp_path / "base", live_parts=parts)
+    assert laid.cfg.state_basis == 4
+    for (name, p), q in zip(laid.state_dict().items(), live.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    with pytest.raises(WeightsError, match="of its own"):  # weights that have a live state already
+        load_model(save_model(live, tmp_path / "whole"), live_parts=parts)
+    (tmp_path / "live.json").write_text('{"state_channels": 14, "state_basis": 2}')
+    with pytest.raises(WeightsError):  # parts of another shape
+        load_model(tmp_path / "base", live_parts=parts)
+
+
+def test_the_committed_live_parts_serve_the_default_traced_as_untraced() -> None:
+    from tests.model.conftest import key_action, run_chunks
+    from worldserve.model.default.runner import ModelRunner
+    from worldserve.session.plan import SessionSpec, StepPlan
+
+    scene = "a grassy village by a lake, cloudy"
+    frames = {}
+    for trace in (False, True):  # the server runs the default's chunks as TorchScript traces on the CPU
+        runner = ModelRunner.from_pretrained(canvas=True, canvas_live=True, max_sessions=1, threads=1, trace=trace)
+        try:
+            assert runner.cfg.state_channels == STATE_CHANNELS and runner.cfg.state_basis > 0
+            runner.execute(StepPlan(new_sessions=[SessionSpec("s", 64, 11, scene)]))
+            frames[trace] = run_chunks(runner, 0, [key_action(0)] * 4)
+            assert len(runner.sessions["s"].ref.live) > 0
+        finally:
+            assert runner.ground is not None
+            runner.ground.close()
+    for a, b in zip(frames[False], frames[True], strict=True):
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= 2
