@@ -252,6 +252,21 @@ class Service:
     async def _start(self, engine: Engine, req: Start, peer: Peer) -> Started:
         if req.bucket in self.shape.buckets:
             self.admit.check(engine, req)  # before the first frame is made
+        if self.remote is None:
+            return self.open(req, peer, first_frame=await self._first_frame(engine, req))
+        await self.remote.admit(req.session_id)  # the reservation, used up before any work
+        try:
+            started = self.open(req, peer, session_id=req.session_id, first_frame=await self._first_frame(engine, req))
+        except BaseException:
+            if req.session_id is not None and req.session_id not in self.table:
+                self.remote.ended(req.session_id, "refused")  # give the reservation's slot back
+            raise
+        self.remote.opened(started.session_id, started.epoch)
+        return started
+
+    async def _first_frame(self, engine: Engine, req: Start) -> np.ndarray | None:
+        """The start's observation decoded (on the codec pool), or the runner's start frame,
+        made off the model thread."""
         first = None
         if req.observation is not None and req.bucket in self.shape.buckets:  # on the codec pool
             first = await self.inputs.decode_image(req.observation, "observation")
@@ -263,17 +278,7 @@ class Service:
             # worker thread, not by the model thread while every running session waits
             first = await _off_model_thread(f"start frame for a {req.bucket} px session", engine.runner.first_frame,
                                             req.prompt, req.seed, req.bucket)
-        if self.remote is None:
-            return self.open(req, peer, first_frame=first)
-        await self.remote.admit(req.session_id)
-        try:
-            started = self.open(req, peer, session_id=req.session_id, first_frame=first)
-        except BaseException:
-            if req.session_id is not None and req.session_id not in self.table:
-                self.remote.ended(req.session_id, "refused")  # give the reservation back
-            raise
-        self.remote.opened(started.session_id, started.epoch)
-        return started
+        return first
 
     def open(
         self, req: Start, peer: Peer, *, session_id: str | None = None, first_frame: np.ndarray | None = None,

@@ -6,9 +6,11 @@
 - Registration: the worker registers (``starting`` while the model loads, then
   ``serving``, ``draining`` once a drain begins) and heartbeats its load, capacity and
   utilisation every ``worker_heartbeat_s`` with a TTL of ``worker_ttl_s``. A heartbeat
-  after the worker was reaped re-registers it.
+  after the worker was reaped re-registers it. The record names this process (a random
+  ``instance``): a worker restarted within its TTL orphans its previous process's sessions.
 - Multi-worker mode (``directory_url`` set, ``shared``): the agent is the service's
-  ``Remote``. A ``start`` must carry a reservation the router placed on this worker; a
+  ``Remote``. A ``start`` must carry a reservation the router placed on this worker, and
+  claims it (``claim_reservation``: once only, before any frame is made); a
   resume of a session this worker does not hold is answered from the handoff in the
   directory; every ``snapshot_interval_s`` each running session is checkpointed (its
   handoff written to the directory, its record's block_idx updated) so that a worker
@@ -36,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Coroutine
 from contextlib import suppress
@@ -104,6 +107,7 @@ class WorkerAgent:
         self.migration = Migration(settings, metrics, service.clock, service.table, service.shape, service.gate)
         self.address = settings.advertise or f"http://{settings.host}:{settings.port}"
         self.worker_id = settings.worker_id or _worker_id(self.address)
+        self.instance = secrets.token_hex(8)  # this process: a restart orphans what the last one held
         self.drained = asyncio.Event()  # set once a drain has handed over or ended everything
         self.directory_ok = True
         self._registered = False
@@ -163,13 +167,19 @@ class WorkerAgent:
                 "this worker is one of several: ask the router for a worker and a "
                 "reservation (POST /v1/place) and start with its session_id"
             )
+        if await self._call(self.directory.claim_reservation(reservation, self.worker_id)):
+            return  # used up: a second start with this id finds it taken
         rec = await self._call(self.directory.get_session(reservation))
-        if rec is None or rec.worker_id != self.worker_id or rec.state is not SessionState.ACTIVE:
-            where = "unknown" if rec is None else f"{rec.state.value} on worker {rec.worker_id!r}"
-            raise PlacementRequired(
-                f"reservation {reservation!r} is not held by this worker ({where}): ask the "
-                f"router for a new one"
-            )
+        if rec is None:
+            where = "unknown, or lapsed"
+        elif rec.worker_id == self.worker_id and rec.state is not SessionState.RESERVED:
+            where = "used already"
+        else:
+            where = f"{rec.state.value} on worker {rec.worker_id!r}"
+        raise PlacementRequired(
+            f"reservation {reservation!r} is not held by this worker ({where}): ask the "
+            f"router for a new one"
+        )
 
     async def authorize(self, session_id: str, token: str) -> None:
         rec = await self._call(self.directory.get_session(session_id))
@@ -332,7 +342,8 @@ class WorkerAgent:
                 except UnknownWorker:
                     log.warning("the directory forgot this worker; registering again")
                     self._registered = False
-            info = WorkerInfo(self.worker_id, self.address, self.state, s.capacity, load, util)
+            info = WorkerInfo(self.worker_id, self.address, self.state, s.capacity, load, util,
+                              instance=self.instance)
             await self._call(self.directory.register_worker(info, s.worker_ttl_s))
             self._registered = True
             log.info("registered", extra={"worker_id": self.worker_id, "address": self.address,

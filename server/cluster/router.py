@@ -9,7 +9,9 @@ stateless and any number of them can run side by side.
   ``Directory.place_session`` (atomic: two routers never take a worker's last slot). The
   client connects to ``url`` and sends ``start`` with ``session_id``. 503 with
   ``retry_after`` (and ``Retry-After``) when no worker has room or the directory is down.
-  A reservation no worker took up within ``reservation_ttl_s`` is released.
+  The reservation is a ``reserved`` record in the directory: the worker's ``start`` claims
+  it, once; one nobody claims within ``reservation_ttl_s`` is deleted by the directory
+  itself (no router needs to outlive it).
 - ``POST /v1/resume`` ``{"session_id"}`` → the same shape plus ``state``: the worker that
   holds the session, or will restore it. A session on a dead worker (its heartbeat TTL
   ran out) or orphaned is placed on a live worker, which restores it from its last
@@ -40,7 +42,6 @@ import json
 import logging
 import math
 import secrets
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
@@ -59,7 +60,6 @@ from worldserve.server.cluster.directory import (
     DirectoryError,
     DirectoryUnavailable,
     NoWorkerAvailable,
-    SessionRecord,
     SessionState,
     UnknownSession,
     WorkerInfo,
@@ -123,15 +123,14 @@ class Router:
         self.settings = settings
         self.directory = directory
         self.metrics = metrics if metrics is not None else RouterMetrics()
-        self._reservations: dict[str, tuple[float, float]] = {}  # sid -> (deadline, stamp)
         self.quotas = Quotas(settings.quota_places_per_s, settings.quota_place_burst)
 
     async def place(self) -> dict[str, Any]:
         """Reserve a slot for a new session (NoWorkerAvailable / DirectoryUnavailable)."""
         sid = secrets.token_urlsafe(12)
         try:
-            worker = await self.directory.place_session(sid, self.settings.threshold)
-            rec = await self.directory.get_session(sid)
+            worker = await self.directory.place_session(sid, self.settings.threshold,
+                                                        reserve_s=self.settings.reservation_ttl_s)
         except NoWorkerAvailable:
             self.metrics.placements.labels("refused").inc()
             raise
@@ -144,8 +143,6 @@ class Router:
             await self.directory.release_session(sid)
             self.metrics.placements.labels("refused").inc()
             raise NoWorkerAvailable(self.settings.retry_after_s)
-        stamp = rec.updated if rec is not None else 0.0
-        self._reservations[sid] = (time.monotonic() + self.settings.reservation_ttl_s, stamp)
         self.metrics.placements.labels("placed").inc()
         log.info("placed", extra={"sid": sid, "worker_id": worker.worker_id, "load": worker.load})
         return _answer(sid, worker)
@@ -212,27 +209,9 @@ class Router:
         self.metrics.directory_errors.labels(operation).inc()
 
     async def maintain(self) -> None:
-        """Reap dead workers (their sessions become orphaned) and release reservations
-        that no worker took up."""
+        """Reap dead workers (their sessions become orphaned); the directory drops, as it
+        does so, the handovers and reservations whose time ran out."""
         await self.directory.reap_dead_workers()
-        now = time.monotonic()
-        for sid, (deadline, stamp) in list(self._reservations.items()):
-            if now < deadline:
-                continue
-            del self._reservations[sid]
-            rec = await self.directory.get_session(sid)
-            if _untouched(rec, stamp):
-                await self.directory.release_session(sid)
-                log.info("reservation expired", extra={"sid": sid})
-
-
-def _untouched(rec: SessionRecord | None, stamp: float) -> bool:
-    return (
-        rec is not None
-        and rec.state is SessionState.ACTIVE
-        and rec.block_idx == 0
-        and rec.updated == stamp
-    )
 
 
 def _answer(sid: str, worker: WorkerInfo) -> dict[str, Any]:

@@ -69,6 +69,22 @@ async def test_a_start_needs_a_reservation_held_by_this_worker() -> None:
             assert isinstance(started, Started) and started.session_id == placed["session_id"]
 
 
+async def test_a_reservation_is_used_once_and_a_second_start_with_its_id_is_refused() -> None:
+    async with cluster(1) as c:
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            placed = await resp.json()
+        rec = await c.directory.get_session(placed["session_id"])
+        assert rec is not None and rec.state is SessionState.RESERVED
+        async with c.http.ws_connect(placed["url"]) as ws:
+            await send(ws, Start(session_id=placed["session_id"]))
+            assert isinstance(await recv_type(ws, Started), Started)
+            async with c.http.ws_connect(placed["url"]) as squatter:
+                await send(squatter, Start(session_id=placed["session_id"]))
+                err = await recv_type(squatter, Error)
+                assert isinstance(err, Error) and err.code == "placement_required"
+                assert "used already" in err.message
+
+
 async def test_an_embedded_worker_needs_no_reservation_and_no_redis() -> None:
     async with serve() as s, WorldClient(s.ws_url, http=s.http) as client:
         await client.start(fps=40.0, codec="raw")

@@ -171,18 +171,15 @@ async def test_a_re_placed_session_its_client_never_resumes_frees_the_slot() -> 
     assert (await router.place())["worker_id"] == "live"
 
 
-async def test_a_reservation_no_worker_took_up_is_released() -> None:
-    d = MemoryDirectory()
-    router = Router(RouterSettings(reservation_ttl_s=0.01), d)
+async def test_a_reservation_no_worker_took_up_is_released_by_the_directory_even_without_its_router() -> None:
+    clock = FakeClock()
+    d = MemoryDirectory(clock=clock)
+    router = Router(RouterSettings(reservation_ttl_s=5.0), d)
     await d.register_worker(WorkerInfo("a", "http://a:1", WorkerState.SERVING, 2), 30.0)
     taken, unused = await router.place(), await router.place()
-    rec = await d.get_session(taken["session_id"])
-    assert rec is not None
-    await d.update_session(SessionRecord(taken["session_id"], "a", 0, 0, SessionState.ACTIVE))
-    import asyncio
-
-    await asyncio.sleep(0.05)
-    await router.maintain()
+    del router  # a router restart: nothing of the reservations was in its memory
+    assert await d.claim_reservation(taken["session_id"], "a")
+    clock.advance(5.1)
     assert await d.get_session(unused["session_id"]) is None
     assert await d.get_session(taken["session_id"]) is not None
     assert (await d.get_worker("a")).load == 1  # type: ignore[union-attr]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,9 +30,9 @@ class FlakyDirectory(MemoryDirectory):
         if self.down:
             raise DirectoryUnavailable("switched off by the test")
 
-    async def place_session(self, session_id: str, threshold: float) -> WorkerInfo:
+    async def place_session(self, session_id: str, threshold: float, **kwargs: Any) -> WorkerInfo:
         self._check()
-        return await super().place_session(session_id, threshold)
+        return await super().place_session(session_id, threshold, **kwargs)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         self._check()

@@ -6,6 +6,9 @@ Two implementations keep the same contract: ``MemoryDirectory`` (one process, th
 default) and ``RedisDirectory`` (many workers and routers).
 
 Rules both keep:
+- A worker's record carries its process's ``instance``: a worker that restarts within its
+  TTL registers with a new one, and the sessions its old record held are orphaned at once
+  (they no longer hold slots, and a ``start`` naming one of their ids finds nothing to claim).
 - A worker is live while its heartbeat TTL lasts. Its record outlives the TTL until
   ``reap_dead_workers`` (or ``deregister_worker``) removes it and orphans its sessions; a
   heartbeat from a reaped worker raises ``UnknownWorker`` so it re-registers.
@@ -22,6 +25,10 @@ Rules both keep:
   becomes ``orphaned``: it leaves the worker's sessions, so it no longer counts toward the
   worker's load, and its record lapses like any orphan's. Its client can still resume
   through a new placement while the handoff snapshot lasts.
+- A reservation (``place_session`` with ``reserve_s``: a router's answer to a new client) is
+  written ``reserved`` and holds its slot for ``reserve_s``. ``claim_reservation`` by the
+  worker it is on turns it ``active`` once, and only once (a second ``start`` with the same
+  id finds it taken); one nobody claims in time is deleted and gives its slot back.
 - A session record whose worker is gone (``orphaned``, or written while its worker is not
   registered) lapses ``orphan_ttl_s`` after it became so (a constructor argument of both
   implementations), so dead workers' sessions do not pile up. ``place_session``, or an
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -61,6 +68,7 @@ class SessionState(StrEnum):
     ACTIVE = "active"  # on its worker
     MIGRATING = "migrating"  # handed over, waiting (handover_ttl_s at most) for the client to resume
     ORPHANED = "orphaned"  # its worker died or its handover ran out; resume from the snapshot
+    RESERVED = "reserved"  # placed by a router for a new session, waiting for its one start
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,9 @@ class WorkerInfo:
     load: int = 0  # active sessions (effective load when read back)
     utilisation: float = 0.0  # compute busy fraction, 0..1 (may exceed 1 when overloaded)
     heartbeat: float = 0.0  # clock reading of the last register or heartbeat
+    # random per worker process: registering with another instance than the record's (a
+    # restart within the TTL) orphans the sessions the record still holds
+    instance: str = ""
 
     def __post_init__(self) -> None:
         _check_id("worker_id", self.worker_id)
@@ -147,7 +158,8 @@ class Directory(Protocol):
     """What workers and routers share. Every method may raise ``DirectoryUnavailable``."""
 
     async def register_worker(self, info: WorkerInfo, ttl_s: float) -> None:
-        """Add or replace a worker's record (its placed sessions stay) and start its TTL."""
+        """Add or replace a worker's record and start its TTL. Its placed sessions stay when
+        ``info.instance`` is the record's, else they are orphaned."""
         ...
 
     async def heartbeat(
@@ -177,12 +189,22 @@ class Directory(Protocol):
         """Live workers only, by worker_id, with their effective load."""
         ...
 
-    async def place_session(self, session_id: str, threshold: float) -> WorkerInfo:
+    async def place_session(
+        self, session_id: str, threshold: float, *, reserve_s: float | None = None,
+        among: Collection[str] | None = None,
+    ) -> WorkerInfo:
         """Atomically pick the serving worker with the lowest load / capacity (then the
         lowest utilisation, then the lowest id) among those with load < capacity and
-        utilisation < threshold, reserve a slot on it and record the session there as
-        active. A known session moves (its old slot is freed; epoch and block_idx stay).
-        Returns the worker with its new load; ``NoWorkerAvailable`` if there is none."""
+        utilisation < threshold (and, given ``among``, whose id is in it), take a slot on
+        it and record the session there as active, or, with ``reserve_s``, as reserved
+        for that many seconds. A known session moves (its old slot is freed; epoch and
+        block_idx stay). Returns the worker with its new load; ``NoWorkerAvailable`` if
+        there is none."""
+        ...
+
+    async def claim_reservation(self, session_id: str, worker_id: str) -> bool:
+        """Turn the session's reservation on ``worker_id`` active; False when there is
+        none to claim (unknown, on another worker, lapsed, or claimed already)."""
         ...
 
     async def release_session(self, session_id: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Collection
 
 from worldserve.server.cluster.directory.base import (
     Clock,
@@ -27,7 +28,7 @@ from worldserve.server.cluster.directory.base import (
 )
 from worldserve.server.remote import HANDOVER_TTL_S, ORPHAN_TTL_S
 
-_HOLDS_SLOT = (SessionState.ACTIVE, SessionState.MIGRATING)
+_HOLDS_SLOT = (SessionState.ACTIVE, SessionState.MIGRATING, SessionState.RESERVED)
 
 
 @dataclasses.dataclass(slots=True)
@@ -62,8 +63,10 @@ class MemoryDirectory:
 
     async def register_worker(self, info: WorkerInfo, ttl_s: float) -> None:
         check_ttl(ttl_s)
-        now = self._clock()
         old = self._workers.get(info.worker_id)
+        if old is not None and old.info.instance != info.instance:  # restarted: its sessions went with it
+            await self.orphan_sessions_of(info.worker_id)
+        now = self._clock()
         sessions = old.sessions if old is not None else set()
         info = dataclasses.replace(info, heartbeat=now)
         self._workers[info.worker_id] = _Worker(info, now + ttl_s, sessions)
@@ -122,8 +125,13 @@ class MemoryDirectory:
 
     # Sessions.
 
-    async def place_session(self, session_id: str, threshold: float) -> WorkerInfo:
+    async def place_session(
+        self, session_id: str, threshold: float, *, reserve_s: float | None = None,
+        among: Collection[str] | None = None,
+    ) -> WorkerInfo:
         check_threshold(threshold)
+        if reserve_s is not None:
+            check_ttl(reserve_s, "reserve_s")
         now = self._clock()
         self._expire_handovers(now)
         live = serving = 0
@@ -133,7 +141,7 @@ class MemoryDirectory:
             if not now < w.deadline:
                 continue
             live += 1
-            if w.info.state != WorkerState.SERVING:
+            if w.info.state != WorkerState.SERVING or (among is not None and wid not in among):
                 continue
             serving += 1
             load = self._load(w)
@@ -153,13 +161,23 @@ class MemoryDirectory:
             worker.info.worker_id,
             epoch=old.epoch if old is not None else 0,
             block_idx=old.block_idx if old is not None else 0,
-            state=SessionState.ACTIVE,
+            state=SessionState.ACTIVE if reserve_s is None else SessionState.RESERVED,
             updated=now,
             token_hash=old.token_hash if old is not None else "",
         )
         self._lapse.pop(session_id, None)
         self._handover.pop(session_id, None)
+        if reserve_s is not None:  # held like a handover, deleted if nobody claims it
+            self._handover[session_id] = now + reserve_s
         return self._effective(worker)
+
+    async def claim_reservation(self, session_id: str, worker_id: str) -> bool:
+        record = self._record(session_id)
+        if record is None or record.worker_id != worker_id or record.state is not SessionState.RESERVED:
+            return False
+        self._sessions[session_id] = dataclasses.replace(record, state=SessionState.ACTIVE, updated=self._clock())
+        self._handover.pop(session_id, None)
+        return True
 
     async def release_session(self, session_id: str) -> bool:
         if self._record(session_id) is None:
@@ -269,10 +287,17 @@ class MemoryDirectory:
 
     def _expire_handovers(self, now: float) -> None:
         """Orphan every handed-over session whose client did not resume in time: it gives
-        its worker's slot back and its record lapses like any orphan's."""
+        its worker's slot back and its record lapses like any orphan's. A reservation
+        nobody claimed in time is deleted."""
         for sid in [sid for sid, deadline in self._handover.items() if not now < deadline]:
             del self._handover[sid]
             record = self._sessions.get(sid)
+            if record is not None and record.state is SessionState.RESERVED:
+                del self._sessions[sid]
+                self._lapse.pop(sid, None)
+                if record.worker_id in self._workers:
+                    self._workers[record.worker_id].sessions.discard(sid)
+                continue
             if record is None or record.state is not SessionState.MIGRATING:
                 continue
             self._sessions[sid] = dataclasses.replace(

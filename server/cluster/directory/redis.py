@@ -4,19 +4,20 @@ Keys (``B`` is ``{prefix}``: the braces are a Redis Cluster hash tag, so every k
 directory lands in one slot and the Lua scripts may touch keys they compute)::
 
     B:workers                 set of registered worker ids
-    B:worker:<id>             hash: address state capacity load utilisation heartbeat
+    B:worker:<id>             hash: address state capacity load utilisation heartbeat instance
     B:alive:<id>              "1" with the heartbeat TTL; the worker is live while it exists
     B:worker-sessions:<id>    set of session ids holding a slot on the worker
     B:worker-handovers:<id>   the members of worker-sessions:<id> that are handed over
-                              (migrating), each waiting on its handover key
+                              (migrating) or reserved, each waiting on its handover key
     B:session:<sid>           hash: worker_id epoch block_idx state updated; with the orphan
                               TTL while its worker is gone (orphaned, or not registered)
     B:handover:<sid>          "1" with the handover TTL, while a handed-over session holds
-                              its slot; once it is gone the session is orphaned
+                              its slot; once it is gone the session is orphaned (a
+                              reservation, held the same way with its own TTL, is deleted)
     B:snapshot:<sid>          the snapshot bytes, with their TTL
 
-Every operation that reads and then writes is one Lua script, so it is atomic: two routers
-placing at once can never both take a worker's last slot. Numbers travel as decimal strings
+Every operation that reads and then writes is one Lua script (server/cluster/directory/lua.py),
+so it is atomic: two routers placing at once can never both take a worker's last slot. Numbers travel as decimal strings
 (Lua would truncate a float reply to an integer). Any Redis or socket error becomes
 ``DirectoryUnavailable``; short socket timeouts make that prompt.
 
@@ -29,7 +30,7 @@ orphans the handovers whose key is gone (``expire_handovers``), and
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -38,6 +39,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from worldserve.server.cluster.directory import lua
 from worldserve.server.cluster.directory.base import (
     Clock,
     NoWorkerAvailable,
@@ -54,218 +56,6 @@ from worldserve.server.cluster.directory.base import (
 from worldserve.server.remote import HANDOVER_TTL_S, ORPHAN_TTL_S, DirectoryUnavailable
 
 T = TypeVar("T")
-
-# Shared Lua helpers; ARGV[1] is always the key base.
-_PRELUDE = """
-local base = ARGV[1]
-local function wkey(id) return base .. ':worker:' .. id end
-local function akey(id) return base .. ':alive:' .. id end
-local function skey(id) return base .. ':worker-sessions:' .. id end
-local function sesskey(sid) return base .. ':session:' .. sid end
-local function hkey(sid) return base .. ':handover:' .. sid end
-local function hskey(id) return base .. ':worker-handovers:' .. id end
-local function orphan(id, now, ttl_ms)
-  local out = {}
-  for _, sid in ipairs(redis.call('SMEMBERS', skey(id))) do
-    local k = sesskey(sid)
-    if redis.call('HGET', k, 'worker_id') == id then
-      redis.call('HSET', k, 'state', 'orphaned', 'updated', now)
-      redis.call('PEXPIRE', k, ttl_ms)
-      redis.call('DEL', hkey(sid))
-      out[#out + 1] = sid
-    end
-  end
-  redis.call('DEL', skey(id), hskey(id))
-  table.sort(out)
-  return out
-end
--- The session stops being a handover on worker id (resumed, moved, released, orphaned).
-local function settle(id, sid)
-  redis.call('SREM', hskey(id), sid)
-  redis.call('DEL', hkey(sid))
-end
--- A handover on worker id whose key expired: orphan the session (it gives the slot back
--- and its record lapses). Returns 1 if it did.
-local function expire_handover(id, sid, now, ttl_ms)
-  local k = sesskey(sid)
-  local rec = redis.call('HMGET', k, 'worker_id', 'state')
-  if rec[1] ~= id or rec[2] ~= 'migrating' then  -- not a handover here any more
-    redis.call('SREM', hskey(id), sid)
-    return 0
-  end
-  if redis.call('EXISTS', hkey(sid)) == 1 then return 0 end
-  redis.call('SREM', hskey(id), sid)
-  redis.call('SREM', skey(id), sid)
-  redis.call('HSET', k, 'state', 'orphaned', 'updated', now)
-  redis.call('PEXPIRE', k, ttl_ms)
-  return 1
-end
-local function expire_handovers(id, now, ttl_ms)
-  for _, sid in ipairs(redis.call('SMEMBERS', hskey(id))) do
-    expire_handover(id, sid, now, ttl_ms)
-  end
-end
-local function remove_worker(id, now, ttl_ms)
-  local out = orphan(id, now, ttl_ms)
-  redis.call('DEL', wkey(id), akey(id))
-  redis.call('SREM', base .. ':workers', id)
-  return out
-end
-"""
-
-# ARGV: base, id, address, state, capacity, load, utilisation, now, ttl_ms
-_REGISTER = """
-local id = ARGV[2]
-redis.call('DEL', wkey(id))
-redis.call('HSET', wkey(id), 'address', ARGV[3], 'state', ARGV[4], 'capacity', ARGV[5],
-           'load', ARGV[6], 'utilisation', ARGV[7], 'heartbeat', ARGV[8])
-redis.call('SET', akey(id), '1', 'PX', ARGV[9])
-redis.call('SADD', base .. ':workers', id)
-return 1
-"""
-
-# ARGV: base, id, load, utilisation, state, now, ttl_ms -> 1, or 0 if unknown
-_HEARTBEAT = """
-local id = ARGV[2]
-if redis.call('EXISTS', wkey(id)) == 0 then return 0 end
-redis.call('HSET', wkey(id), 'load', ARGV[3], 'utilisation', ARGV[4], 'state', ARGV[5],
-           'heartbeat', ARGV[6])
-redis.call('SET', akey(id), '1', 'PX', ARGV[7])
-return 1
-"""
-
-# ARGV: base, id, state -> 1, or 0 if unknown
-_SET_STATE = """
-if redis.call('EXISTS', wkey(ARGV[2])) == 0 then return 0 end
-redis.call('HSET', wkey(ARGV[2]), 'state', ARGV[3])
-return 1
-"""
-
-# ARGV: base, id, now, orphan_ttl_ms -> orphaned session ids
-_DEREGISTER = "return remove_worker(ARGV[2], ARGV[3], ARGV[4])"
-_ORPHAN = "return orphan(ARGV[2], ARGV[3], ARGV[4])"
-
-# ARGV: base, now, orphan_ttl_ms -> {id1, {sids...}, id2, {sids...}, ...}
-_REAP = """
-local out = {}
-local ids = redis.call('SMEMBERS', base .. ':workers')
-table.sort(ids)
-for _, id in ipairs(ids) do
-  if redis.call('EXISTS', akey(id)) == 0 then
-    out[#out + 1] = id
-    out[#out + 1] = remove_worker(id, ARGV[2], ARGV[3])
-  else
-    expire_handovers(id, ARGV[2], ARGV[3])
-  end
-end
-return out
-"""
-
-# ARGV: base, now, orphan_ttl_ms[, id] -> {id, placed, {hash...}, ...} for live workers
-_LIST = """
-local ids
-if ARGV[4] then ids = {ARGV[4]} else ids = redis.call('SMEMBERS', base .. ':workers') end
-table.sort(ids)
-local out = {}
-for _, id in ipairs(ids) do
-  if redis.call('EXISTS', akey(id)) == 1 and redis.call('EXISTS', wkey(id)) == 1 then
-    expire_handovers(id, ARGV[2], ARGV[3])
-    out[#out + 1] = id
-    out[#out + 1] = redis.call('SCARD', skey(id))
-    out[#out + 1] = redis.call('HGETALL', wkey(id))
-  end
-end
-return out
-"""
-
-# ARGV: base, sid, threshold, now, orphan_ttl_ms
-#   -> {1, id, placed, {hash...}} or {0, live, serving}
-_PLACE = """
-local sid, threshold, now = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local ids = redis.call('SMEMBERS', base .. ':workers')
-table.sort(ids)
-local best, best_frac, best_util
-local live, serving = 0, 0
-for _, id in ipairs(ids) do
-  if redis.call('EXISTS', akey(id)) == 1 then
-    live = live + 1
-    expire_handovers(id, now, ARGV[5])
-    local w = redis.call('HMGET', wkey(id), 'state', 'capacity', 'load', 'utilisation')
-    if w[1] == 'serving' then
-      serving = serving + 1
-      local cap, util = tonumber(w[2]), tonumber(w[4])
-      local load = math.max(tonumber(w[3]), redis.call('SCARD', skey(id)))
-      if load < cap and util < threshold then
-        local frac = load / cap
-        if best == nil or frac < best_frac or (frac == best_frac and util < best_util) then
-          best, best_frac, best_util = id, frac, util
-        end
-      end
-    end
-  end
-end
-if best == nil then return {0, live, serving} end
-local k = sesskey(sid)
-local old = redis.call('HGET', k, 'worker_id')
-if old then
-  redis.call('SREM', skey(old), sid)
-  settle(old, sid)
-end
-redis.call('SADD', skey(best), sid)
-redis.call('HSET', k, 'worker_id', best, 'epoch', redis.call('HGET', k, 'epoch') or '0',
-           'block_idx', redis.call('HGET', k, 'block_idx') or '0', 'state', 'active',
-           'updated', now)
-redis.call('PERSIST', k)
-return {1, best, redis.call('SCARD', skey(best)), redis.call('HGETALL', wkey(best))}
-"""
-
-# ARGV: base, sid -> 1, or 0 if unknown
-_RELEASE = """
-local k = sesskey(ARGV[2])
-local wid = redis.call('HGET', k, 'worker_id')
-if not wid then return 0 end
-redis.call('SREM', skey(wid), ARGV[2])
-settle(wid, ARGV[2])
-redis.call('DEL', k)
-return 1
-"""
-
-# ARGV: base, sid, now, orphan_ttl_ms -> the record's hash (empty if unknown)
-_GET = """
-local k = sesskey(ARGV[2])
-local wid = redis.call('HGET', k, 'worker_id')
-if wid and redis.call('SISMEMBER', hskey(wid), ARGV[2]) == 1 then
-  expire_handover(wid, ARGV[2], ARGV[3], ARGV[4])
-end
-return redis.call('HGETALL', k)
-"""
-
-# ARGV: base, sid, worker_id, epoch, block_idx, state, now, orphan_ttl_ms, handover_ttl_ms,
-#   token_hash ('' keeps the stored one) -> {1} | {0} unknown | {-1, wid}
-_UPDATE = """
-local sid, k = ARGV[2], sesskey(ARGV[2])
-local wid = redis.call('HGET', k, 'worker_id')
-if not wid then return {0} end
-if wid ~= ARGV[3] then return {-1, wid} end
-redis.call('HSET', k, 'epoch', ARGV[4], 'block_idx', ARGV[5], 'state', ARGV[6],
-           'updated', ARGV[7])
-if ARGV[10] ~= '' then redis.call('HSET', k, 'token_hash', ARGV[10]) end
-if ARGV[6] ~= 'orphaned' and redis.call('EXISTS', wkey(wid)) == 1 then
-  redis.call('SADD', skey(wid), sid)
-  redis.call('PERSIST', k)
-  if ARGV[6] == 'migrating' then  -- handed over: the slot is held for a while
-    redis.call('SADD', hskey(wid), sid)
-    redis.call('SET', hkey(sid), '1', 'PX', ARGV[9])
-  else
-    settle(wid, sid)
-  end
-else  -- orphaned, or its worker is gone: the record lapses
-  redis.call('SREM', skey(wid), sid)
-  settle(wid, sid)
-  redis.call('PEXPIRE', k, ARGV[8])
-end
-return {1}
-"""
 
 
 class RedisDirectory:
@@ -297,17 +87,18 @@ class RedisDirectory:
             socket_connect_timeout=socket_timeout_s,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), retries),
         )
-        self._register = self._script(_REGISTER)
-        self._heartbeat = self._script(_HEARTBEAT)
-        self._set_state = self._script(_SET_STATE)
-        self._deregister = self._script(_DEREGISTER)
-        self._orphan = self._script(_ORPHAN)
-        self._reap = self._script(_REAP)
-        self._list = self._script(_LIST)
-        self._place = self._script(_PLACE)
-        self._release = self._script(_RELEASE)
-        self._get = self._script(_GET)
-        self._update = self._script(_UPDATE)
+        self._register = self._script(lua.REGISTER)
+        self._heartbeat = self._script(lua.HEARTBEAT)
+        self._set_state = self._script(lua.SET_STATE)
+        self._deregister = self._script(lua.DEREGISTER)
+        self._orphan = self._script(lua.ORPHAN)
+        self._reap = self._script(lua.REAP)
+        self._list = self._script(lua.LIST)
+        self._place = self._script(lua.PLACE)
+        self._release = self._script(lua.RELEASE)
+        self._claim = self._script(lua.CLAIM)
+        self._get = self._script(lua.GET)
+        self._update = self._script(lua.UPDATE)
 
     # Workers.
 
@@ -324,6 +115,8 @@ class RedisDirectory:
             repr(float(info.utilisation)),
             self._now(),
             _ms(ttl_s),
+            info.instance,
+            self._orphan_ttl_ms,
         )
 
     async def heartbeat(
@@ -378,8 +171,15 @@ class RedisDirectory:
 
     # Sessions.
 
-    async def place_session(self, session_id: str, threshold: float) -> WorkerInfo:
+    async def place_session(
+        self, session_id: str, threshold: float, *, reserve_s: float | None = None,
+        among: Collection[str] | None = None,
+    ) -> WorkerInfo:
         check_threshold(threshold)
+        if reserve_s is not None:
+            check_ttl(reserve_s, "reserve_s")
+        if among is not None and not among:
+            raise NoWorkerAvailable(self._retry_after_s)
         reply = await self._call(
             "place_session",
             self._place,
@@ -387,10 +187,16 @@ class RedisDirectory:
             repr(float(threshold)),
             self._now(),
             self._orphan_ttl_ms,
+            "" if reserve_s is None else _ms(reserve_s),
+            "" if among is None else "\0".join(sorted(among)),
         )
         if reply[0] == 0:
             raise NoWorkerAvailable(self._retry_after_s, int(reply[1]), int(reply[2]))
         return _worker(_str(reply[1]), int(reply[2]), reply[3])
+
+    async def claim_reservation(self, session_id: str, worker_id: str) -> bool:
+        return bool(await self._call("claim_reservation", self._claim, session_id, worker_id,
+                                     self._now(), self._orphan_ttl_ms))
 
     async def release_session(self, session_id: str) -> bool:
         return bool(await self._call("release_session", self._release, session_id))
@@ -465,7 +271,7 @@ class RedisDirectory:
     # Plumbing.
 
     def _script(self, body: str) -> Any:
-        return self._redis.register_script(_PRELUDE + body)
+        return self._redis.register_script(lua.PRELUDE + body)
 
     def _key(self, kind: str, ident: str) -> str:
         return f"{self._base}:{kind}:{ident}"
@@ -508,6 +314,7 @@ def _worker(worker_id: str, placed: int, flat_hash: list[Any]) -> WorkerInfo:
             load=max(int(h["load"]), placed),
             utilisation=float(h["utilisation"]),
             heartbeat=float(h["heartbeat"]),
+            instance=h.get("instance", ""),
         )
     except (KeyError, ValueError) as exc:
         raise DirectoryUnavailable(f"corrupt record for worker {worker_id!r}: {exc!r}") from exc
