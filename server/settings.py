@@ -212,8 +212,9 @@ class Settings:
     advertise: str | None = setting(None, "http base URL others reach this worker at (empty: "
                                           "http://HOST:PORT)")
     worker_id: str | None = setting(None, "this worker's id (empty: derived from the advertised address)")
-    cluster_secret: str | None = setting(None, "the secret every worker signs and checks hand-offs with "
-                                               "(HMAC; set it via WORLDSERVE_CLUSTER_SECRET)")
+    cluster_secret: str | None = setting(None, "the secret every worker signs and checks hand-offs and "
+                                               "its directory record with (HMAC; set it via "
+                                               "WORLDSERVE_CLUSTER_SECRET)")
     allowed_workers: frozenset[str] = setting(frozenset(), "hosts (host or host:port) a draining worker "
                                                            "may migrate sessions to, comma-separated (empty: any)")
     allowed_origins: frozenset[str] = setting(frozenset(), "Origin headers a browser's WebSocket may come "

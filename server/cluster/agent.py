@@ -59,7 +59,7 @@ from worldserve.server.cluster.directory import (
     WorkerState,
 )
 from worldserve.server.cluster.migration import Migration
-from worldserve.server.cluster.signing import address_allowed, sign, verify
+from worldserve.server.cluster.signing import sign, sign_worker, trusted_workers, verify
 from worldserve.server.metrics import Metrics
 from worldserve.server.remote import PlacementRequired, SessionMoved
 from worldserve.server.service import Service
@@ -296,14 +296,13 @@ class WorkerAgent:
             target: WorkerInfo | None = None
             retry_after: float | None = None
             try:
+                among = await self._call(trusted_workers(self.directory, self.settings.cluster_secret,
+                                                         self.settings.allowed_workers))
                 target = await self._call(
-                    self.directory.place_session(sid, self.settings.placement_threshold)
+                    self.directory.place_session(sid, self.settings.placement_threshold, among=among)
                 )
             except NoWorkerAvailable as exc:
                 retry_after = exc.retry_after_s
-            if target is not None and not address_allowed(target.address, self.settings.allowed_workers):
-                log.warning("not migrating to %s: not in allowed_workers", target.address, extra={"sid": sid})
-                target, retry_after = None, self.settings.admission_retry_after_s
             blob = sign(self.settings.cluster_secret, sid, handoff.encode())
             await self._call(self.directory.put_snapshot(sid, blob, self.settings.snapshot_ttl_s))
             holder = target.worker_id if target is not None else self.worker_id
@@ -342,8 +341,8 @@ class WorkerAgent:
                 except UnknownWorker:
                     log.warning("the directory forgot this worker; registering again")
                     self._registered = False
-            info = WorkerInfo(self.worker_id, self.address, self.state, s.capacity, load, util,
-                              instance=self.instance)
+            info = sign_worker(s.cluster_secret, WorkerInfo(self.worker_id, self.address, self.state, s.capacity,
+                                                             load, util, instance=self.instance))
             await self._call(self.directory.register_worker(info, s.worker_ttl_s))
             self._registered = True
             log.info("registered", extra={"worker_id": self.worker_id, "address": self.address,

@@ -66,7 +66,7 @@ from worldserve.server.cluster.directory import (
     WorkerState,
     open_directory,
 )
-from worldserve.server.cluster.signing import address_allowed
+from worldserve.server.cluster.signing import trusted_workers, worker_trusted
 from worldserve.server.metrics import CONTENT_TYPE_LATEST, RouterMetrics
 from worldserve.server.quotas import OverQuota, Quotas, clients
 from worldserve.server.settings import setting
@@ -89,6 +89,9 @@ class RouterSettings:
     maintenance_s: float = setting(1.0, "seconds between reaping dead workers and stale reservations")
     allowed_workers: frozenset[str] = setting(frozenset(), "hosts (host or host:port) the router places "
                                                            "on and resumes at, comma-separated (empty: any)")
+    cluster_secret: str | None = setting(None, "the workers' cluster secret: place only on workers whose "
+                                               "record is signed with it (set it via "
+                                               "WORLDSERVE_CLUSTER_SECRET)")
     quota_places_per_s: float = setting(5.0, "places a client (address, and API key) may make per second")
     quota_place_burst: int = setting(20, "places a client may make at once")
     retry_after_s: float = setting(1.0, "the retry_after a 503 during a directory outage says, seconds")
@@ -130,7 +133,8 @@ class Router:
         sid = secrets.token_urlsafe(12)
         try:
             worker = await self.directory.place_session(sid, self.settings.threshold,
-                                                        reserve_s=self.settings.reservation_ttl_s)
+                                                        reserve_s=self.settings.reservation_ttl_s,
+                                                        among=await self._trusted())
         except NoWorkerAvailable:
             self.metrics.placements.labels("refused").inc()
             raise
@@ -138,11 +142,6 @@ class Router:
             self.metrics.placements.labels("failed").inc()
             self.directory_failed("place")
             raise
-        if not address_allowed(worker.address, self.settings.allowed_workers):
-            log.warning("worker %s advertises %s, not in allowed_workers", worker.worker_id, worker.address)
-            await self.directory.release_session(sid)
-            self.metrics.placements.labels("refused").inc()
-            raise NoWorkerAvailable(self.settings.retry_after_s)
         self.metrics.placements.labels("placed").inc()
         log.info("placed", extra={"sid": sid, "worker_id": worker.worker_id, "load": worker.load})
         return _answer(sid, worker)
@@ -167,8 +166,10 @@ class Router:
         if rec is None:
             return None, "missing"
         worker = await self.directory.get_worker(rec.worker_id)
-        if worker is not None and not address_allowed(worker.address, self.settings.allowed_workers):
-            log.warning("worker %s advertises %s, not in allowed_workers", worker.worker_id, worker.address)
+        if worker is not None and not worker_trusted(worker, self.settings.cluster_secret,
+                                                     self.settings.allowed_workers):
+            log.warning("worker %s (%s) is not allowed or its record is not signed with the cluster secret",
+                        worker.worker_id, worker.address)
             return None, "missing"
         if worker is not None and rec.state is not SessionState.ORPHANED:
             return {**_answer(sid, worker), "state": rec.state.value}, "found"
@@ -178,7 +179,7 @@ class Router:
                 log.warning("reaped dead workers", extra={"workers": ",".join(sorted(reaped))})
         if await self.directory.get_snapshot(sid) is None:
             return None, "missing"
-        worker = await self.directory.place_session(sid, self.settings.threshold)
+        worker = await self.directory.place_session(sid, self.settings.threshold, among=await self._trusted())
         # A handover, not a session running there: it holds the slot for a while only
         # (place_session kept the epoch and block_idx read above).
         handover = replace(rec, worker_id=worker.worker_id, state=SessionState.MIGRATING)
@@ -187,6 +188,10 @@ class Router:
         log.info("re-placed", extra={"sid": sid, "worker_id": worker.worker_id,
                                      "from_worker": rec.worker_id})
         return {**_answer(sid, worker), "state": SessionState.MIGRATING.value}, "re_placed"
+
+    async def _trusted(self) -> set[str] | None:
+        """The workers sessions may go to (signed, allowed); None: any."""
+        return await trusted_workers(self.directory, self.settings.cluster_secret, self.settings.allowed_workers)
 
     async def scrape(self) -> bytes:
         """The /metrics body, with the worker gauges read from the directory now."""

@@ -1,12 +1,16 @@
-"""Hand-offs signed with the cluster's secret, and the worker addresses a cluster trusts.
+"""Hand-offs and worker records signed with the cluster's secret, and the worker addresses
+a cluster trusts.
 
 The directory (Redis) is shared by every worker and router; anyone who can write to it
 could plant a hand-off that takes over a session or a worker address that routers hand
 out and drains send clients to. With a cluster secret (``--cluster-secret`` or
 ``WORLDSERVE_CLUSTER_SECRET``, the same on every worker) each hand-off a worker stores is
 ``MAGIC + HMAC-SHA256(secret, session_id NUL blob) + blob``, and a worker adopts only one
-whose tag matches, for that session. Addresses: ``--allowed-workers`` (host or host:port,
-comma-separated) limits the workers a router places on and a draining worker migrates to.
+whose tag matches, for that session. Each worker record carries ``signature``, the HMAC of
+its id, address and instance, and routers and draining workers place sessions only on
+workers whose signature checks (``trusted_workers``), so a record planted in Redis gets no
+client. Addresses: ``--allowed-workers`` (host or host:port, comma-separated) limits the
+workers a router places on and a draining worker migrates to.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Collection
+from dataclasses import replace
 from urllib.parse import urlsplit
 
+from worldserve.server.cluster.directory import Directory, WorkerInfo
 from worldserve.session.handoff import HandoffError
 
 MAGIC = b"WSHMAC1\0"
@@ -57,3 +63,29 @@ def address_allowed(address: str, allowed: Collection[str]) -> bool:
     parts = urlsplit(address)
     host = parts.hostname or ""
     return host in allowed or f"{host}:{parts.port}" in allowed
+
+
+def _worker_tag(secret: str, info: WorkerInfo) -> str:
+    fields = "\0".join(("worker", info.worker_id, info.address, info.instance))
+    return hmac.new(secret.encode(), fields.encode(), hashlib.sha256).hexdigest()
+
+
+def sign_worker(secret: str | None, info: WorkerInfo) -> WorkerInfo:
+    """The worker's record as it registers: with its signature when the cluster has a secret."""
+    return replace(info, signature=_worker_tag(secret, info)) if secret else info
+
+
+def worker_trusted(info: WorkerInfo, secret: str | None, allowed: Collection[str]) -> bool:
+    """Whether sessions may go to this worker: its address allowed and, with a secret, its
+    record signed with it."""
+    if not address_allowed(info.address, allowed):
+        return False
+    return not secret or hmac.compare_digest(info.signature, _worker_tag(secret, info))
+
+
+async def trusted_workers(directory: Directory, secret: str | None, allowed: Collection[str]) -> set[str] | None:
+    """The ids of the live workers sessions may be placed on (``place_session``'s ``among``);
+    None when the cluster has neither a secret nor an allow-list (every worker is)."""
+    if not secret and not allowed:
+        return None
+    return {w.worker_id for w in await directory.list_workers() if worker_trusted(w, secret, allowed)}

@@ -103,7 +103,9 @@ async def cluster(
             await server.start_server()
             apps.append(app)
             servers.append(server)
-        router_app = create_router(RouterSettings(maintenance_s=0.1), directory=make())
+        secret = overrides.get("cluster_secret")
+        router_settings = RouterSettings(maintenance_s=0.1, cluster_secret=secret if isinstance(secret, str) else None)
+        router_app = create_router(router_settings, directory=make())
         router_server = TestServer(router_app, host="127.0.0.1")
         await router_server.start_server()
         deadline = time.monotonic() + 30

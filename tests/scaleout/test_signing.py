@@ -1,6 +1,9 @@
-"""Hand-offs signed with the cluster secret; worker addresses the cluster trusts."""
+"""Hand-offs and worker records signed with the cluster secret; worker addresses the
+cluster trusts."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -8,9 +11,16 @@ from tests.polling import until
 from tests.scaleout.harness import cluster
 from tests.server.harness import recv_type, send
 from worldserve.protocol import Error, Resume, Start, Started
-from worldserve.server.cluster.directory import MemoryDirectory, SessionState
+from worldserve.server.cluster.directory import MemoryDirectory, NoWorkerAvailable, SessionState
 from worldserve.server.cluster.router import RouterSettings, create_router
-from worldserve.server.cluster.signing import BadSignature, address_allowed, sign, verify
+from worldserve.server.cluster.signing import (
+    BadSignature,
+    address_allowed,
+    sign,
+    sign_worker,
+    verify,
+    worker_trusted,
+)
 
 
 def test_a_signed_handoff_reads_back_only_with_the_secret_and_for_its_session() -> None:
@@ -79,3 +89,43 @@ async def test_the_router_places_on_no_worker_outside_its_allowed_list() -> None
         async with client.post("/v1/place") as resp:
             assert resp.status == 503
         assert await directory.get_session("x") is None
+
+
+def test_a_worker_record_is_trusted_only_with_its_own_signature() -> None:
+    from worldserve.server.cluster.directory import WorkerInfo, WorkerState
+
+    info = WorkerInfo("w0", "http://10.0.0.5:8000", WorkerState.SERVING, instance="abc")
+    signed = sign_worker("s3cret", info)
+    assert worker_trusted(signed, "s3cret", frozenset())
+    assert not worker_trusted(info, "s3cret", frozenset())  # unsigned
+    assert not worker_trusted(signed, "another", frozenset())
+    assert not worker_trusted(replace(signed, address="http://evil.example:80"), "s3cret", frozenset())
+    assert worker_trusted(info, None, frozenset())  # a cluster without a secret trusts records as they are
+
+
+async def test_the_router_places_no_session_on_an_unsigned_worker_record() -> None:
+    from worldserve.server.cluster.directory import WorkerInfo, WorkerState
+    from worldserve.server.cluster.router import Router
+
+    directory = MemoryDirectory()
+    planted = WorkerInfo("planted", "http://evil.example:80", WorkerState.SERVING, capacity=8)
+    real = sign_worker("s3cret", WorkerInfo("real", "http://127.0.0.1:8001", WorkerState.SERVING, capacity=1,
+                                            load=0, instance="i1"))
+    await directory.register_worker(planted, 30.0)
+    await directory.register_worker(real, 30.0)
+    router = Router(RouterSettings(cluster_secret="s3cret"), directory)
+    assert (await router.place())["worker_id"] == "real"  # the emptier planted one is passed over
+    with pytest.raises(NoWorkerAvailable):
+        await router.place()  # real is full; planted is never an answer
+    await directory.place_session("moved", 1.0)  # a record pointing at the planted worker
+    planted_rec = await directory.get_session("moved")
+    assert planted_rec is not None and planted_rec.worker_id == "planted"
+    assert await router.locate("moved") is None
+
+
+async def test_a_cluster_with_a_secret_signs_its_worker_records() -> None:
+    async with cluster(1, cluster_secret="cluster-secret-1") as c:
+        (w,) = await c.directory.list_workers()
+        assert w.instance and worker_trusted(w, "cluster-secret-1", frozenset())
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            assert resp.status == 200, await resp.text()

@@ -83,6 +83,9 @@ class WorkerInfo:
     # random per worker process: registering with another instance than the record's (a
     # restart within the TTL) orphans the sessions the record still holds
     instance: str = ""
+    # HMAC-SHA256 hex of worker_id, address and instance with the cluster secret ("" with
+    # none): routers place only on workers whose signature checks (server/cluster/signing.py)
+    signature: str = ""
 
     def __post_init__(self) -> None:
         _check_id("worker_id", self.worker_id)

@@ -66,7 +66,7 @@ end
 """
 
 # ARGV: base, id, address, state, capacity, load, utilisation, now, ttl_ms, instance,
-#   orphan_ttl_ms. A record of another instance (the process restarted within its TTL):
+#   orphan_ttl_ms, signature. A record of another instance (the process restarted within its TTL):
 #   its sessions are orphaned first, since that process took them with it.
 REGISTER = """
 local id = ARGV[2]
@@ -75,7 +75,8 @@ if redis.call('EXISTS', wkey(id)) == 1 and (redis.call('HGET', wkey(id), 'instan
 end
 redis.call('DEL', wkey(id))
 redis.call('HSET', wkey(id), 'address', ARGV[3], 'state', ARGV[4], 'capacity', ARGV[5],
-           'load', ARGV[6], 'utilisation', ARGV[7], 'heartbeat', ARGV[8], 'instance', ARGV[10])
+           'load', ARGV[6], 'utilisation', ARGV[7], 'heartbeat', ARGV[8], 'instance', ARGV[10],
+           'signature', ARGV[12])
 redis.call('SET', akey(id), '1', 'PX', ARGV[9])
 redis.call('SADD', base .. ':workers', id)
 return 1

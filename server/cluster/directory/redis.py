@@ -5,6 +5,7 @@ directory lands in one slot and the Lua scripts may touch keys they compute)::
 
     B:workers                 set of registered worker ids
     B:worker:<id>             hash: address state capacity load utilisation heartbeat instance
+                              signature
     B:alive:<id>              "1" with the heartbeat TTL; the worker is live while it exists
     B:worker-sessions:<id>    set of session ids holding a slot on the worker
     B:worker-handovers:<id>   the members of worker-sessions:<id> that are handed over
@@ -117,6 +118,7 @@ class RedisDirectory:
             _ms(ttl_s),
             info.instance,
             self._orphan_ttl_ms,
+            info.signature,
         )
 
     async def heartbeat(
@@ -315,6 +317,7 @@ def _worker(worker_id: str, placed: int, flat_hash: list[Any]) -> WorkerInfo:
             utilisation=float(h["utilisation"]),
             heartbeat=float(h["heartbeat"]),
             instance=h.get("instance", ""),
+            signature=h.get("signature", ""),
         )
     except (KeyError, ValueError) as exc:
         raise DirectoryUnavailable(f"corrupt record for worker {worker_id!r}: {exc!r}") from exc
