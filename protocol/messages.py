@@ -471,6 +471,11 @@ class Status(Message):
     utilisation: float  # predicted model utilisation of the whole server
     action_seq: int | None = None  # the action_seq of the newest frame sent (None: none sent yet)
     frame: int | None = None  # that frame's epoch frame index
+    # The schedule the session runs (added in protocol 1; older servers leave them out): the
+    # published recipe served (None: the default model) and the model timesteps of its ``steps``
+    # (a trained step list; (): not stated)
+    recipe: str | None = None
+    timesteps: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

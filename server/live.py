@@ -235,6 +235,10 @@ class Shape:
         """(height, width) of the frames of ``bucket``."""
         return self.info.frame_size(bucket) if self.info is not None else (bucket, bucket)
 
+    def schedule(self, steps: int) -> tuple[str | None, tuple[float, ...]]:
+        """The recipe served and the model timesteps a session at ``steps`` runs (``status``)."""
+        return (self.info.recipe, self.info.schedule(steps)) if self.info is not None else (None, ())
+
 
 def rebucket(state: ModelState, bucket: int) -> ModelState:
     """The state's frames resized to ``bucket`` (resuming at another resolution)."""

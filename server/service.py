@@ -49,7 +49,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
@@ -181,7 +181,7 @@ class Service:
         s = self.settings
         info = RunnerInfo.of(runner, s.warmup_batch_sizes, buckets)
         self.shape.set(info, buckets, runner.frames_per_chunk, runner.max_steps)
-        scheduler = Scheduler(info, CostModel(timings), self.clock, s.scheduler_options())
+        scheduler = Scheduler(info, CostModel(timings, steps_cost=info.steps_cost), self.clock, s.scheduler_options())
         engine = Engine(
             scheduler,
             runner,
@@ -494,7 +494,18 @@ class Service:
             "free": max(0, cap - self.store.active_count),
             "utilisation": round(self.utilisation(), 4),
             "buckets": list(self.shape.buckets),
+            "schedules": self._schedules(),
         }
+
+    def _schedules(self) -> list[dict[str, Any]]:
+        """The schedules the sessions run: recipe, step count, model timesteps, how many sessions."""
+        by_steps = Counter(live.settings.steps for live in self.table)
+        out = []
+        for steps, n in sorted(by_steps.items(), reverse=True):
+            recipe, timesteps = self.shape.schedule(steps)
+            out.append({"recipe": recipe, "steps": steps, "timesteps": [round(t, 3) for t in timesteps],
+                        "sessions": n})
+        return out
 
     # --- internals ---
 

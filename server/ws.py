@@ -448,10 +448,11 @@ class Connection:
         now = time.monotonic()
         sent = sum(1 for t in self._sent_window if now - t <= interval)
         s = live.settings
+        recipe, timesteps = self.service.shape.schedule(s.steps)
         return Status(
             live.level, sent / interval, s.fps, self.queued, self.drops,
             live.skipped, live.misses, s.bucket, s.steps, s.lookahead,
-            round(self.service.utilisation(), 4), *(self._last_frame or (None, None)),
+            round(self.service.utilisation(), 4), *(self._last_frame or (None, None)), recipe, timesteps,
         )
 
     def _abort(self) -> None:

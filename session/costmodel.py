@@ -9,7 +9,9 @@ the slowdown already in, and the degradation ladder does not bounce. Unmeasured
 batch sizes are interpolated piecewise-linearly between measured ones (extrapolated with
 the nearest segment's slope, never below zero); unmeasured step counts are scaled from the
 nearest measured count of the same bucket by ``(steps + 1) / (measured + 1)`` (one extra
-forward for the commit pass). An unmeasured bucket is an error: nothing to scale from.
+forward for the commit pass), or not at all for a model whose cost does not fall with fewer
+steps (``steps_cost`` False: Rolling Forcing runs one window forward a tick whatever the step
+count). An unmeasured bucket is an error: nothing to scale from.
 
 ``Load`` turns the sessions' demands into predicted utilisation: model seconds per second
 of wall time, 1.0 meaning the model never idles. Sessions that share a bucket, step count
@@ -55,12 +57,14 @@ class CostModel:
         *,
         alpha: float = 0.2,
         drift_threshold: float = 0.25,
+        steps_cost: bool = True,
     ) -> None:
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
         if not drift_threshold > 0:
             raise ValueError(f"drift_threshold must be > 0, got {drift_threshold!r}")
         self.alpha = alpha
+        self.steps_cost = steps_cost  # False: a batch costs the same at any step count
         self.drift_threshold = drift_threshold
         self.scale = 1.0  # EWMA (log space) of actual / warm-up prediction over real batches
         self.drifts = 0  # batches whose time drifted past the threshold, ever
@@ -121,7 +125,8 @@ class CostModel:
                 f"no cost measurements for bucket {bucket}; measured: {sorted(self.buckets())}"
             )
         near = min(measured, key=lambda s: (abs(s - steps), -s))
-        return _interpolate(self._points[(bucket, near)], size) * (steps + 1) / (near + 1)
+        per_step = (steps + 1) / (near + 1) if self.steps_cost else 1.0
+        return _interpolate(self._points[(bucket, near)], size) * per_step
 
 
 def _interpolate(pts: dict[int, float], n: int) -> float:

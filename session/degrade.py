@@ -5,7 +5,11 @@ and every rung below it gives up one more thing, always in this order::
 
     lookahead L -> 0,  steps 4 -> 3 -> 2,  fps 24 -> 16 -> 12,  bucket 128 -> 64 (last)
 
-Rungs that would change nothing are left out (L already 0, fps already at the floor...).
+Rungs that would change nothing are left out (L already 0, fps already at the floor...). A
+few-step student is trained for its own step lists only (a Wan recipe's one list: 4 steps for
+Self-Forcing, 3 for CausVid): its ladder has step rungs only for the other lists it names, so a
+recipe with one list degrades by lookahead, fps and size, and never runs a schedule it was not
+trained for (``Capabilities.schedules``).
 Recovery climbs the same ladder back, one rung at a time, in reverse, except that a rung
 which costs no model time comes back with the rung below it: a session back at full steps
 gets its lookahead back in the same move. Lookahead is the slack that absorbs a slow batch;
@@ -75,16 +79,20 @@ class Rung:
 
 
 def build_ladder(
-    requested: Rung, buckets: Sequence[int], *, min_steps: int = 2, min_fps: float = 12.0
+    requested: Rung, buckets: Sequence[int], *, min_steps: int = 2, min_fps: float = 12.0,
+    step_counts: Sequence[int] = (),
 ) -> tuple[Rung, ...]:
-    """Rung 0 is ``requested``; each next rung gives up one more thing, in ladder order."""
+    """Rung 0 is ``requested``; each next rung gives up one more thing, in ladder order.
+    ``step_counts``: the step counts the model was trained for (a few-step student's lists); the
+    step rungs visit only those, none where it names one; empty: every count down to ``min_steps``."""
     rungs = [requested]
     cur = requested
     if cur.lookahead > 0:
         cur = replace(cur, lookahead=0)
         rungs.append(cur)
-    while cur.steps > min_steps:
-        cur = replace(cur, steps=cur.steps - 1)
+    fewer = range(cur.steps - 1, min_steps - 1, -1)
+    for n in (n for n in fewer if not step_counts or n in step_counts):
+        cur = replace(cur, steps=n)
         rungs.append(cur)
     while cur.fps > min_fps:  # 24 -> 16 -> 12: two thirds a rung, so no session loses half at once
         cur = replace(cur, fps=max(min_fps, round(cur.fps * 2 / 3, 3)))

@@ -79,11 +79,14 @@ class FakeRunner:
         seed: int = 0,
         first_chunk_frames: int | None = None,
         controls: tuple[str, ...] = CONTROLS,
+        schedules: tuple[tuple[float, ...], ...] = (),
+        fps: float | None = None,
     ) -> None:
         self._buckets = buckets
         self._fpc = frames_per_chunk
         self._first = frames_per_chunk if first_chunk_frames is None else first_chunk_frames
         self.controls = controls
+        self.schedules, self.fps = schedules, fps  # what ``capabilities`` declares (a trained list, a rate)
         self._max_steps = max_steps
         self.cost: CostFn = cost or LinearCost(
             {b: (0.002 * b / 64, 0.0005 * b / 64) for b in buckets}, max_steps
@@ -118,7 +121,8 @@ class FakeRunner:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(first_chunk_frames=self._first, controls=self.controls)
+        return Capabilities(first_chunk_frames=self._first, controls=self.controls, schedules=self.schedules,
+                            fps=self.fps)
 
     def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
         return size

@@ -15,6 +15,8 @@ from worldserve.session.admission import AdmissionOptions
 from worldserve.session.degrade import DegradeOptions
 from worldserve.session.plan import CONTROLS, Runner
 
+DEFAULT_FPS = 24.0  # a session's frame rate where neither its client nor the model names one
+
 
 class Mode(StrEnum):
     PUSH = "push"  # the server paces frames on the session's frame clock
@@ -33,6 +35,11 @@ class RunnerInfo:
     first_chunk_frames: int = 0  # frames of block 0 of an epoch; 0: frames_per_chunk
     sizes: tuple[tuple[int, int], ...] = ()  # (height, width) per bucket, in bucket order; (): square
     controls: tuple[str, ...] = CONTROLS  # what the model takes
+    step_counts: tuple[int, ...] = ()  # the step counts the model was trained for; (): 1..max_steps
+    schedules: tuple[tuple[float, ...], ...] = ()  # their model timesteps, in the same order (Capabilities)
+    steps_cost: bool = True  # False: a chunk costs the same at any step count
+    fps: float = DEFAULT_FPS  # a session's frame rate when its client names none
+    recipe: str | None = None  # the published recipe a checkpoint family serves, by name
 
     def __post_init__(self) -> None:
         if not self.buckets or not self.batch_sizes or min(self.batch_sizes) < 1:
@@ -44,6 +51,10 @@ class RunnerInfo:
             )
         if self.sizes and len(self.sizes) != len(self.buckets):
             raise ValueError(f"sizes {self.sizes} must give one (height, width) per bucket {self.buckets}")
+        if self.step_counts and (max(self.step_counts) != self.max_steps or min(self.step_counts) < 1):
+            raise ValueError(f"step_counts {self.step_counts} must be in 1..max_steps {self.max_steps} and hold it")
+        if not self.fps > 0:
+            raise ValueError(f"fps must be > 0, got {self.fps!r}")
         unknown = sorted(set(self.controls) - set(CONTROLS))
         if unknown:
             raise ValueError(f"unknown controls {unknown}; known: {list(CONTROLS)}")
@@ -55,7 +66,14 @@ class RunnerInfo:
         caps = runner.capabilities
         sizes = tuple(caps.frame_sizes.get(b, (b, b)) for b in buckets) if caps.frame_sizes else ()
         first = caps.first_chunk_frames or runner.frames_per_chunk
-        return cls(buckets, runner.frames_per_chunk, runner.max_steps, batch_sizes, first, sizes, caps.controls)
+        counts = tuple(len(ts) for ts in caps.schedules)
+        return cls(buckets, runner.frames_per_chunk, runner.max_steps, batch_sizes, first, sizes, caps.controls,
+                   counts, caps.schedules, caps.steps_cost, caps.fps or DEFAULT_FPS,
+                   str(caps.recipe["name"]) if caps.recipe and caps.recipe.get("name") else None)
+
+    def schedule(self, steps: int) -> tuple[float, ...]:
+        """The model timesteps a session at ``steps`` runs; () where the runner does not say."""
+        return self.schedules[self.step_counts.index(steps)] if steps in self.step_counts else ()
 
     def frames_in_block(self, block_idx: int) -> int:
         """How many frames block ``block_idx`` of an epoch holds."""

@@ -27,6 +27,9 @@ Model families differ in shape; a runner declares how in one place, its ``capabi
   session goes on at a block > 0, so its next block holds ``frames_per_chunk``.
 - Controls. ``controls`` names what the family takes, a subset of ``CONTROLS``; a
   text-only family says ``("prompt",)`` and ignores the actions it is given.
+- Steps and rate. ``schedules`` names the step lists a few-step student was trained for (the
+  ladder picks among them only); ``steps_cost`` False says a chunk costs the same at any step
+  count; ``fps`` is the rate its frames play at, a session's default when its client names none.
 - Model state. ``ModelState`` carries pixel frames (the default family) or latent frames
   (``latents``, a latent family such as Wan), the ``family`` that made it and the family's
   own state as named arrays (``family_state``), which only the family reads.
@@ -173,6 +176,11 @@ class Capabilities:
     dtype: str = "float32"  # the float type the model runs in
     reference: str = ""  # what the model reads beside its cache ("anchor", "canvas"; "": nothing)
     recipe: dict[str, object] | None = None  # the published recipe a checkpoint family serves
+    # the model timesteps of each step list the model was trained for, most steps first: the ladder
+    # visits only their step counts; (): every count from 1 to ``max_steps`` (the default family)
+    schedules: tuple[tuple[float, ...], ...] = ()
+    steps_cost: bool = True  # False: a chunk costs the same at any step count (Rolling Forcing)
+    fps: float | None = None  # the frame rate the model's frames play at: sessions' default (None: 24)
 
 
 class Runner(Protocol):

@@ -205,7 +205,8 @@ class Scheduler:
     ) -> tuple[tuple[Rung, ...], Admission]:
         o = self.options
         requested = Rung(float(fps), 0 if pull else lookahead, steps, bucket)
-        rungs = build_ladder(requested, self.info.buckets, min_steps=min(o.min_steps, steps), min_fps=o.min_fps)
+        rungs = build_ladder(requested, self.info.buckets, min_steps=min(o.min_steps, steps), min_fps=o.min_fps,
+                             step_counts=self.info.step_counts)
         return rungs, decide(rungs, self.load, self._demand_of, o.admission)
 
     def would_admit(self, bucket: int, *, fps: float, lookahead: int = 0, mode: Mode = Mode.PUSH) -> Admission:

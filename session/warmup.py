@@ -33,10 +33,11 @@ def warmup_shapes(
     return sorted({(b, s, n) for b in buckets for s in steps for n in batch_sizes})
 
 
-def ladder_steps(max_steps: int, min_steps: int) -> tuple[int, ...]:
-    """The step counts a session's ladder visits: max_steps down to min_steps."""
+def ladder_steps(max_steps: int, min_steps: int, trained: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The step counts a session's ladder visits: max_steps down to min_steps, only the ``trained``
+    ones where the runner names them (``RunnerInfo.step_counts``)."""
     lo = max(1, min(min_steps, max_steps))
-    return tuple(range(lo, max_steps + 1))
+    return tuple(n for n in range(lo, max_steps + 1) if not trained or n in trained or n == max_steps)
 
 
 def warm_up(

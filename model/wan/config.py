@@ -109,6 +109,9 @@ class WanConfig:
     sink_frames: int = 3  # first latent frames of an epoch, kept in the cache forever
     window_frames: int = 9  # latest committed latent frames a chunk reads besides the sinks
     timesteps: tuple[float, ...] = (1000.0, 750.0, 500.0, 250.0)  # denoising steps, before warping
+    # further step lists the checkpoint was trained for, each shorter than ``timesteps`` (none: the
+    # ladder never changes the steps; a fewer-step session runs one of these lists, never a subset)
+    fewer_steps: tuple[tuple[float, ...], ...] = ()
     warp_timesteps: bool = True  # map each step onto the shifted schedule (Self-Forcing's warp_denoising_step)
     shift: float = 5.0  # flow-matching schedule shift: sigma' = shift*s / (1 + (shift-1)*s)
     num_train_timesteps: int = 1000  # timestep scale: sigma = timestep / num_train_timesteps
@@ -116,6 +119,7 @@ class WanConfig:
     positions: str = "rank"  # RoPE time positions (model/wan/cache.py): "rank" of held frames, or "absolute"
     long_mode: str = "rolling"  # past the cache: "rolling" window, or "restart" (CausVid's; model/wan/restart.py)
     sampler: str = "chunk"  # "chunk": each chunk through every step; "rolling": Rolling Forcing's window
+    fps: float = 16.0  # the frame rate the authors' videos play at: a session's default (motion at its pace)
 
     def __post_init__(self) -> None:
         for name in ("dim", "ffn_dim", "freq_dim", "text_dim", "in_dim", "out_dim", "num_heads",
@@ -158,11 +162,19 @@ class WanConfig:
             raise ValueError(f"WanConfig.window_frames must be >= 1, got {self.window_frames!r}")
         if not self.timesteps:
             raise ValueError("WanConfig.timesteps is empty")
-        for t in self.timesteps:
-            if not 0 < t <= self.num_train_timesteps:
-                raise ValueError(
-                    f"WanConfig.timesteps {self.timesteps!r}: {t!r} is outside (0, {self.num_train_timesteps}]"
-                )
+        for name, ts in (("timesteps", self.timesteps), *(("fewer_steps", f) for f in self.fewer_steps)):
+            for t in ts:
+                if not 0 < t <= self.num_train_timesteps:
+                    raise ValueError(f"WanConfig.{name} {ts!r}: {t!r} is outside (0, {self.num_train_timesteps}]")
+        counts = [len(ts) for ts in self.step_lists]
+        if min(counts) < 1 or len(set(counts)) != len(counts) or max(counts) != counts[0]:
+            raise ValueError(f"WanConfig.fewer_steps {self.fewer_steps!r}: each list non-empty, shorter than "
+                             f"timesteps {self.timesteps!r}, and of its own length")
+        if self.sampler == "rolling" and self.fewer_steps:
+            raise ValueError(f"WanConfig.fewer_steps {self.fewer_steps!r}: the rolling sampler's steps are its "
+                             "window's levels; it has no other list")
+        if not self.fps > 0:
+            raise ValueError(f"WanConfig.fps must be > 0, got {self.fps!r}")
         if not 0 <= self.commit_timestep < self.num_train_timesteps:
             raise ValueError(
                 f"WanConfig.commit_timestep {self.commit_timestep!r} is outside [0, {self.num_train_timesteps})")
@@ -243,7 +255,21 @@ class WanConfig:
     @property
     def step_timesteps(self) -> tuple[float, ...]:
         """The model timesteps of the denoising steps (1000, 937.5, 833.3, 625 for Self-Forcing)."""
-        return tuple(self.warp(t) if self.warp_timesteps else float(t) for t in self.timesteps)
+        return self.model_timesteps(self.timesteps)
+
+    @property
+    def step_lists(self) -> tuple[tuple[float, ...], ...]:
+        """Every step list the checkpoint was trained for, most steps first (before warping)."""
+        return (self.timesteps, *self.fewer_steps)
+
+    @property
+    def schedules(self) -> tuple[tuple[float, ...], ...]:
+        """The model timesteps of each trained step list, most steps first."""
+        return tuple(self.model_timesteps(ts) for ts in self.step_lists)
+
+    def model_timesteps(self, steps: tuple[float, ...]) -> tuple[float, ...]:
+        """``steps`` as the model sees them: warped onto the shifted schedule where the recipe warps."""
+        return tuple(self.warp(t) if self.warp_timesteps else float(t) for t in steps)
 
     # --- presets and files ---
     @classmethod
@@ -323,6 +349,8 @@ class WanConfig:
             out["action_config"] = ActionConfig.from_dict(out["action_config"]) if out["action_config"] else None
         if "timesteps" in out:  # the authors' lists may end with the final 0
             out["timesteps"] = tuple(float(t) for t in out["timesteps"] if float(t) != 0)
+        if "fewer_steps" in out:
+            out["fewer_steps"] = tuple(tuple(float(t) for t in ts if float(t) != 0) for ts in out["fewer_steps"])
         out.update(overrides)
         return cls(**out)
 

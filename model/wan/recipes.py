@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # WanConfig fields a recipe sets (model/wan/config.py), each also settable by config.json
-RECIPE_FIELDS = ("timesteps", "warp_timesteps", "shift", "chunk_frames", "sink_frames", "window_frames",
-                 "commit_timestep", "positions", "long_mode", "sampler")
+RECIPE_FIELDS = ("timesteps", "fewer_steps", "warp_timesteps", "shift", "chunk_frames", "sink_frames",
+                 "window_frames", "commit_timestep", "positions", "long_mode", "sampler", "fps")
 
 # the authors' training-config names of the same fields (config.py's _ALIASES say the same)
 AUTHORS_NAMES = {
@@ -82,6 +82,10 @@ class Recipe:
     lora_alpha: float = 0.0
     prompt_switch: str = "recache"  # "recache": sinks and window re-committed chunk by chunk; "longlive": see runner
     sampler: str = "chunk"  # "chunk": one chunk at a time; "rolling": Rolling Forcing's window (model/wan/rolling.py)
+    # other step lists the checkpoint was trained for (none for any published one: each names one
+    # list, so the ladder never changes its steps; a config.json may name more)
+    fewer_steps: tuple[tuple[float, ...], ...] = ()
+    fps: float = 16.0  # the frame rate of the authors' saved videos: its sessions' default
     variant: str | None = None  # Matrix-Game's action space
     backbone: Published | None = None  # the Wan folder the text encoder, tokenizer and VAE come from
     refused: str | None = None  # why worldserve does not serve it, where it does not
@@ -97,11 +101,9 @@ class Recipe:
         if self.variant:
             out["variant"] = self.variant
         src = cfg if cfg is not None else self
-        for k in RECIPE_FIELDS:
-            v = getattr(src, k)
-            out[k] = list(v) if isinstance(v, tuple) else v
+        out.update(_fields(src))
         if cfg is not None:
-            out["model_timesteps"] = [round(t, 3) for t in cfg.step_timesteps]
+            out.update(_schedules(cfg))
         out["weights"] = self.checkpoint_key or "state dict"
         out["lora"] = f"rank {self.lora_rank}, alpha {self.lora_alpha:g}, merged" if self.lora else None
         out["prompt_switch"] = self.prompt_switch
@@ -118,7 +120,7 @@ def _mg(variant: str, path: str, steps: tuple[float, ...], window: int, yaml: st
         timesteps=steps, warp_timesteps=True, shift=5.0, chunk_frames=3, sink_frames=0, window_frames=window,
         checkpoint=Published(path, "Skywork/Matrix-Game-2.0",
                              "huggingface-cli download Skywork/Matrix-Game-2.0 --local-dir Matrix-Game-2.0"),
-        checkpoint_key=None,
+        checkpoint_key=None, fps=12.0,  # utils/visualize.py writes its videos at 12 fps
     )
 
 
@@ -235,9 +237,19 @@ class Served:
     def describe(self, cfg: Any) -> dict[str, Any]:
         if self.recipe is None:
             out: dict[str, Any] = {"name": None, "source": "config.json and worldserve's defaults"}
-            for k in RECIPE_FIELDS:
-                v = getattr(cfg, k)
-                out[k] = list(v) if isinstance(v, tuple) else v
-            out["model_timesteps"] = [round(t, 3) for t in cfg.step_timesteps]
-            return out
+            return {**out, **_fields(cfg), **_schedules(cfg)}
         return self.recipe.describe(cfg, self.overridden)
+
+
+def _fields(src: Any) -> dict[str, Any]:
+    """The recipe fields of a Recipe or WanConfig, tuples as lists."""
+    def plain(v: Any) -> Any:
+        return [plain(x) for x in v] if isinstance(v, tuple) else v
+    return {k: plain(getattr(src, k)) for k in RECIPE_FIELDS}
+
+
+def _schedules(cfg: Any) -> dict[str, Any]:
+    """The model timesteps a session runs: of the full list, and of each trained list by step count
+    (the only schedules the ladder picks from)."""
+    return {"model_timesteps": [round(t, 3) for t in cfg.step_timesteps],
+            "schedules": {str(len(ts)): [round(t, 3) for t in ts] for ts in cfg.schedules}}

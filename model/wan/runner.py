@@ -193,8 +193,10 @@ class WanRunner:
     @property
     def capabilities(self) -> Capabilities:
         """Frames per block and size, what it takes, and the recipe served, as /v1/load shows it."""
+        cfg = self.cfg
         return Capabilities(self.first_chunk_frames, {b: self._size(b) for b in self.buckets}, self.controls,
-                            dtype=str(self.dtype).removeprefix("torch."), recipe=self.served.describe(self.cfg))
+                            dtype=str(self.dtype).removeprefix("torch."), recipe=self.served.describe(cfg),
+                            schedules=cfg.schedules, steps_cost=cfg.sampler != "rolling", fps=cfg.fps)
 
     def batch_run_as(self, bucket: int, steps: int, size: int) -> int:
         return size  # batches run as they are; nothing is readied ahead (below)
@@ -282,8 +284,8 @@ class WanRunner:
 
     @torch.inference_mode()
     def warmup(self, batch_sizes: tuple[int, ...]) -> list[BatchTiming]:
-        """Run and time every (bucket, step count, batch size) on throwaway sessions."""
-        return warm_up(self, self.buckets, tuple(range(1, self.max_steps + 1)), batch_sizes)
+        """Run and time every (bucket, trained step count, batch size) on throwaway sessions."""
+        return warm_up(self, self.buckets, tuple(sorted(len(ts) for ts in self.cfg.step_lists)), batch_sizes)
 
     # --- session state ---
 
@@ -459,7 +461,7 @@ class WanRunner:
         ``actions``: each session's (frames, ACTION_DIM) actions of the block."""
         cfg = self.cfg
         pool = self.pools[states[0].bucket]
-        if cfg.sampler == "rolling":  # its steps are its window's: a step rung changes nothing
+        if cfg.sampler == "rolling":  # its steps are its window's levels, one list (no step rung)
             x0 = run_blocks(self.model, pool, states)
         else:
             ctx = pool.chunk([s.slot for s in states], np.array([s.frame_index for s in states]), cfg.chunk_frames)
@@ -547,12 +549,13 @@ class WanRunner:
         return {}
 
     def schedule(self, steps: int) -> tuple[float, ...]:
-        """The model timesteps of ``steps`` denoising steps: the config's, or for fewer steps an
-        evenly spread subset of them that starts at the first (pure noise) step."""
-        full = self.cfg.step_timesteps
-        if not 1 <= steps <= len(full):
-            raise ValueError(f"steps must be in 1..{len(full)}, got {steps}")
-        return tuple(full[round(i * len(full) / steps)] for i in range(steps))
+        """The model timesteps of the trained step list of ``steps`` steps (a few-step student is
+        trained for its own lists only; no subset of one is served); ValueError for another count."""
+        for ts in self.cfg.schedules:
+            if len(ts) == steps:
+                return ts
+        counts = ", ".join(str(len(ts)) for ts in self.cfg.schedules)
+        raise ValueError(f"steps {steps}: the recipe is trained for {counts} steps only")
 
     def _noise(self, states: list[WanSession], shape: tuple[int, ...]) -> torch.Tensor:
         """Fresh noise from each session's own generator, so batching never changes it."""

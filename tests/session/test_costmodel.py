@@ -34,6 +34,12 @@ def test_unmeasured_steps_scale_from_the_nearest_measured_count() -> None:
     assert cm.predict(64, 2, 1) == pytest.approx(0.012 * 3 / 5)
 
 
+def test_a_model_whose_cost_does_not_fall_with_steps_is_predicted_at_the_measured_cost() -> None:
+    # Rolling Forcing: one window forward a tick whatever the step count
+    assert model(steps_cost=False).predict(64, 2, 1) == pytest.approx(0.012)
+    assert model(steps_cost=False).predict(64, 6, 8) == pytest.approx(0.026)
+
+
 def test_an_unmeasured_bucket_is_an_error_naming_the_measured_ones() -> None:
     with pytest.raises(KeyError, match=r"bucket 128.*\[64\]"):
         model().predict(128, 4, 1)

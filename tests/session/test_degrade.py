@@ -73,6 +73,28 @@ def test_ladder_leaves_out_rungs_that_would_change_nothing() -> None:
     assert build_ladder(Rung(12.0, 0, 2, 64), (64, 128)) == (Rung(12.0, 0, 2, 64),)
 
 
+def test_a_model_trained_for_one_step_list_has_no_step_rung() -> None:
+    rungs = build_ladder(FULL, (64, 128), step_counts=(4,))
+    assert [describe_change(a, b) for a, b in pairwise(rungs)] == [
+        c for c in LADDER_DOWN if not c[0].startswith("steps")]
+    assert {r.steps for r in rungs} == {4}
+
+
+def test_the_step_rungs_visit_only_the_step_lists_the_model_was_trained_for() -> None:
+    rungs = build_ladder(Rung(16.0, 0, 4, 64), (64,), step_counts=(4, 2))
+    assert [describe_change(a, b) for a, b in pairwise(rungs)] == [("steps 4->2",), ("fps 16->12",)]
+
+
+def test_a_scheduler_over_a_one_list_model_degrades_without_touching_the_steps() -> None:
+    sim = Sim(degrade=DegradeOptions(cooldown=0.2, recover_cooldown=0.5), schedules=((1000.0, 900.0, 700.0, 400.0),))
+    sim.add("s", bucket=128, lookahead=2)
+    sim.runner.slowdown = 30.0
+    sim.run_until(sim.clock() + 8.0)
+    changes = [e.changes for e in sim.of(DegradationChanged, "s")]
+    assert changes == [c for c in LADDER_DOWN if not c[0].startswith("steps")], changes
+    assert {steps for _, steps, _ in sim.runner.history} == {4}  # every chunk at the trained list
+
+
 def test_overload_degrades_until_the_prediction_fits_and_recovery_climbs_back_in_reverse() -> None:
     w = World([0, 0, 0, 0], scale=4.0, cooldown=1.0, recover_cooldown=2.0)
     w.run(20)

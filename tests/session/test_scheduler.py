@@ -47,10 +47,11 @@ class Sim:
         *,
         sizes: tuple[int, ...] = SIZES,
         jitter: float = 0.0,
+        schedules: tuple[tuple[float, ...], ...] = (),
         **opts: object,
     ) -> None:
         self.clock = ManualClock(100.0)
-        self.runner = FakeRunner(cost=cost, sleep=self.clock.advance, jitter=jitter)
+        self.runner = FakeRunner(cost=cost, sleep=self.clock.advance, jitter=jitter, schedules=schedules)
         options = SchedulerOptions(**{**NO_LIMITS, **opts})  # type: ignore[arg-type]
         cm = CostModel(self.runner.warmup(sizes))
         self.sched = Scheduler(RunnerInfo.of(self.runner, sizes), cm, self.clock, options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from worldserve.session.costmodel import CostModel
 from worldserve.session.fake_runner import FakeRunner, LinearCost
-from worldserve.session.warmup import warm_up
+from worldserve.session.warmup import ladder_steps, warm_up
 
 LINEAR = LinearCost({64: (0.010, 0.004)}, 4)
 
@@ -39,3 +39,9 @@ def test_a_runner_that_does_not_pad_is_interpolated_as_before() -> None:
     assert sorted(t.size for t in timings) == [1, 2, 4, 8]
     cost = CostModel(timings)
     assert abs(cost.predict(64, 4, 3) - LINEAR(64, 4, 3)) < 1e-12  # linear: exact in between
+
+
+def test_warm_up_visits_only_the_step_counts_a_model_was_trained_for() -> None:
+    assert ladder_steps(4, 2) == (2, 3, 4)
+    assert ladder_steps(4, 2, (4,)) == (4,)
+    assert ladder_steps(4, 1, (4, 2)) == (2, 4)

@@ -128,6 +128,16 @@ def test_each_matrix_game_variant_has_its_own_steps_and_window(variant):
     assert len(WanConfig.matrix_game_2("templerun").step_timesteps) == 4
 
 
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+def test_each_published_recipe_is_trained_for_one_step_list_and_names_its_videos_frame_rate(name):
+    r = recipes.get(name)
+    cfg = WanConfig(**r.config_fields())
+    assert cfg.step_lists == (r.timesteps,)  # no other list: the ladder never changes its steps
+    assert r.fps == (12.0 if r.family == "matrix-game-2" else 16.0)  # utils/visualize.py; inference.py fps=16
+    assert cfg.fps == r.fps and r.describe(cfg)["schedules"] == {
+        str(len(r.timesteps)): [round(t, 3) for t in cfg.step_timesteps]}
+
+
 def test_a_recipe_names_every_family_once_and_an_unknown_one_lists_them():
     assert set(recipes.names()) >= {"self-forcing", "causvid", "longlive", "rolling-forcing", "matrix-game-2",
                                     "matrix-game-2-universal", "matrix-game-2-gta-drive", "matrix-game-2-templerun"}

@@ -85,12 +85,28 @@ def test_two_sessions_batched_make_the_frames_each_makes_alone(weights: Path) ->
     assert not np.array_equal(both["a"], both["b"])  # their own seeds
 
 
-def test_fewer_steps_run_a_sub_schedule_that_starts_from_pure_noise(weights: Path) -> None:
+def test_only_a_step_list_the_checkpoint_was_trained_for_is_served(weights: Path) -> None:
     runner = make_runner(weights)
     full = runner.cfg.step_timesteps
-    assert runner.schedule(4) == full
-    assert runner.schedule(2) == (full[0], full[2])
-    assert runner.schedule(1) == (full[0],)
+    assert runner.schedule(4) == full and runner.capabilities.schedules == (full,)
+    assert RunnerInfo.of(runner, (1,)).step_counts == (4,)  # the ladder's step rung is left out
+    with pytest.raises(ValueError, match="steps 2: the recipe is trained for 4 steps only"):
+        runner.schedule(2)  # no subset of the four: the student never ran one
+    open_(runner, "s")
+    act = np.zeros((runner.frames_per_chunk, ACTION_DIM), np.float32)
+    out = runner.execute(StepPlan(batches=[Batch(BUCKET, 2, [ChunkWork("s", 0, act)])]))
+    assert "trained for 4 steps only" in out.errors["s"] and not out.results
+
+
+def test_a_fewer_step_list_named_in_the_config_is_served_as_listed(weights: Path, tmp_path: Path) -> None:
+    d = tmp_path / "w"
+    shutil.copytree(weights, d)
+    path = d / "transformer" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "fewer_steps": [[1000, 600, 0]]}))
+    runner = make_runner(d)
+    assert runner.schedule(2) == (1000.0, runner.cfg.warp(600.0))  # the list as trained, warped
+    assert RunnerInfo.of(runner, (1,)).step_counts == (4, 2)
+    assert [t.steps for t in runner.warmup((1,))] == [2, 4]
     open_(runner, "s")
     assert step(runner, [[("s", 0)]], steps=2)["s"].shape == (5, HEIGHT, WIDTH, 3)
 

@@ -15,7 +15,7 @@ import tests.scaleout.harness as scaleout
 from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
 from tests.server.harness import Served, serve
 from worldserve.clients.sdk import FrameEvent, WorldClient
-from worldserve.protocol import Error, ErrorCode
+from worldserve.protocol import Error, ErrorCode, Status
 from worldserve.server.app import load_model_runner
 from worldserve.server.keys import AGENT
 
@@ -90,6 +90,24 @@ async def test_push_session_streams_blocks_of_the_announced_sizes_and_says_once_
         assert [(m.code, m.field, m.fatal) for m in notices] == [
             (ErrorCode.IGNORED_CONTROL, "keys", False), (ErrorCode.IGNORED_CONTROL, "mouse", False)]
         assert client.ended is None
+
+
+async def test_status_and_v1_load_name_the_recipe_and_the_step_list_each_session_runs(weights: Path) -> None:
+    settings = {**wan_settings(weights), "model": "self-forcing", "status_interval_s": 0.2}
+    async with serve(runner_factory=load_model_runner, **settings) as s, WorldClient(s.ws_url, http=s.http) as client:
+        runner = s.service.engine.runner
+        trained = [round(t, 3) for t in runner.cfg.step_timesteps]
+        await client.start("a red fox runs through snowy woods", fps=16.0, bucket=HEIGHT, codec="raw")
+        status = None
+        while status is None:
+            ev = await client.recv(30)
+            status = ev if isinstance(ev, Status) else None
+        assert (status.recipe, status.steps) == ("self-forcing", 4)
+        assert [round(t, 3) for t in status.timesteps] == trained
+        async with s.http.get(s.url("/v1/load")) as resp:
+            body = await resp.json()
+        assert body["schedules"] == [{"recipe": "self-forcing", "steps": 4, "timesteps": trained, "sessions": 1}]
+        assert body["recipe"]["schedules"] == {"4": trained}  # the one list it was trained for
 
 
 async def test_pull_session_gets_each_block_it_asks_for(weights: Path) -> None:
