@@ -16,6 +16,8 @@ Rows:
   starts a session without an observation (``ModelRunner.first_frame``, its ground kept);
 - ``canvas obs``: the same, started on a client's observation (the world's first frame,
   ``ready_observation`` then the open, as the server does);
+- ``live`` (``--live``): the canvas with the live state of what moves (the server's
+  ``--canvas-live``), started as the server starts it;
 - ``passthrough`` / ``passthrough obs``: the canvas's reference of each frame (its colour channels
   in the transformer's input, ``ModelRunner._prev_inputs``) shown as the frame, no transformer:
   the baseline a model that draws must beat. Read from the same sessions as the two canvas rows.
@@ -442,6 +444,13 @@ def run_rows(seeds: list[int], moments: tuple[tuple[str, int], ...], args: argpa
         log.append(f"  canvas{suffix}: {w.actions.shape[1]} frames x {len(seeds)} worlds "
                    f"in {time.perf_counter() - t1:.0f} s")
         print(log[-1], flush=True)
+    if args.live:  # the canvas with the live state of what moves (``--canvas-live``), started as served
+        t1 = time.perf_counter()
+        live = ModelRunner.from_pretrained(canvas=True, canvas_live=True, max_sessions=len(seeds),
+                                           dtype=pick_dtype(args.dtype))
+        rows["live"] = drive(live, w, moments, False)[0]
+        log.append(f"  live: {w.actions.shape[1]} frames x {len(seeds)} worlds in {time.perf_counter() - t1:.0f} s")
+        print(log[-1], flush=True)
     t1 = time.perf_counter()
     rv = revisit(runner, seeds, w.prompts, np.random.default_rng([args.seed, 3]))
     log.append(f"  revisit (served start, {LEAD_FRAMES} frames' lead, {AWAY_FRAMES} away and back) in "
@@ -484,6 +493,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-obs", action="store_true", help="skip the observation-start rows")
     ap.add_argument("--motion-rows", default="canvas,passthrough",
                     help="rows the motion two-sample test judges (minutes each; the control always runs)")
+    ap.add_argument("--live", action="store_true",
+                    help="a row for the canvas with the live state of what moves (the server's --canvas-live)")
     ap.add_argument("--no-tests", action="store_true",
                     help="no two-sample tests (actors, weather and revisit only: seconds, not minutes)")
     ap.add_argument("--frames", type=Path, default=None,
@@ -523,7 +534,7 @@ def main(argv: list[str] | None = None) -> None:
             extra = (f" revisit_psnr={rv['revisit_model']:.2f} revisit_ground_psnr={rv['revisit_ground_model']:.2f}"
                      f" revisit_over_world={rv['revisit_model'] - rv['revisit_world']:.2f}"
                      f" revisit_ground_vs_world={rv['revisit_ground_model'] - rv['revisit_ground_world']:.2f}")
-        print(summary_line(r, res[r], res.get(base) if r.startswith("canvas") else None) + extra)
+        print(summary_line(r, res[r], res.get(base) if r.startswith(("canvas", "live")) else None) + extra)
 
 
 if __name__ == "__main__":

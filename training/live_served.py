@@ -1,6 +1,6 @@
 """Strips of the served path with and without the live state: sessions as the server runs them.
 
-    python -m training.live_served --weights runs/live/export/default --out docs/quality/live_served_64.png
+    python -m training.live_served [--weights W] [--out docs/quality/live_served_64.png] [--clip docs/live.webp]
 
 Per seed, a session opens on the world's start view of its seed and prompt (as the server
 starts one) and runs ``--frames`` chunks under held keys on two runners: the committed
@@ -8,7 +8,9 @@ default on the canvas, and the live weights on the canvas with each session's li
 (``ModelRunner.from_pretrained(canvas_live=True)``). Nothing of the world but the start
 frame reaches either: the ground is the canvas's prior, what moves the live state's. Rows:
 the default, the live path, then the frame differences |f_t - f_(t-1)| (x4) of each. The
-camera holds still for the first half, then moves (``--keys``).
+camera holds still for the first half, then moves (``--keys``). ``--weights`` defaults to the
+committed weights with the committed live parts laid on them (``model/default/weights/live``).
+``--clip`` also writes the first seed's live session as an animated WebP (24 fps, x4).
 """
 
 from __future__ import annotations
@@ -42,9 +44,18 @@ def session(runner: ModelRunner, seed: int, scene: str, frames: int, key: int, b
     return np.stack(out)
 
 
+def write_clip(frames: np.ndarray, out: Path, scale: int = 4, fps: float = 24.0) -> None:
+    """``frames`` (F, H, W, 3) uint8 as an animated WebP, each pixel ``scale`` x ``scale``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    imgs = [Image.fromarray(f.repeat(scale, 0).repeat(scale, 1)) for f in frames]
+    imgs[0].save(out, save_all=True, append_images=imgs[1:], duration=round(1000 / fps), loop=0, quality=80)
+    print(f"{out}: {len(imgs)} frames, {out.stat().st_size / 1024:.0f} KiB")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Served sessions with and without the live state.")
-    ap.add_argument("--weights", default="runs/live/export/default")
+    ap.add_argument("--weights", default=str(DEFAULT_WEIGHTS))
+    ap.add_argument("--clip", type=Path, default=None, help="the first seed's live session, animated (.webp)")
     ap.add_argument("--out", type=Path, default=Path("docs/quality/live_served_64.png"))
     ap.add_argument("--seeds", default="901,913,927")
     ap.add_argument("--scene", default="a grassy village by a lake by day")
@@ -60,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         rows = [session(r, seed, args.scene, args.frames, args.key) for r in (base, live)]
         cols = range(args.every, args.frames, args.every)
-
-
+        if args.clip is not None and not blocks:
+            write_clip(rows[1], args.clip)
         blocks += [row(rows[0], cols), row(rows[1], cols), row(rows[0], cols, True), row(rows[1], cols, True)]
         blocks.append(np.full((4, blocks[-1].shape[1], 3), 255, np.uint8))
         moving = [float(np.abs(np.diff(r[: args.frames // 2].astype(np.int16), axis=0)).mean()) for r in rows]

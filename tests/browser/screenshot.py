@@ -1,10 +1,11 @@
 """Screenshot of the browser client while it streams (docs/browser.png).
 
-    python -m tests.browser.screenshot [--weights PATH] [--out docs/browser.png] [--seconds 60] [--canvas]
+    python -m tests.browser.screenshot [--weights PATH] [--out docs/browser.png] [--seconds 60] [--live]
 
-Starts the server on the default weights (or ``--weights``; ``--canvas``: with the world
-canvas), opens the page in headless Chromium over WebRTC, steers with W, A, S and D in turn
-for ``--seconds`` (what a newcomer does first), and saves a screenshot of the page.
+Starts the server on the default weights (or ``--weights``) on its world canvas as served
+(``--no-canvas``: without; ``--live``: with the live state of what moves), opens the page in
+headless Chromium over WebRTC, steers with W, A, S and D in turn for ``--seconds`` (what a
+newcomer does first), and saves a screenshot of the page.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from tests.rtc.harness import model_settings, serve_rtc
 
 
 async def shoot(weights: Path, out: Path, prompt: str, seed: int, bucket: int, seconds: float = 2.1,
-                canvas: bool = False) -> None:
-    async with serve_rtc(**model_settings(weights, bucket, capacity=2, canvas=canvas)) as (_, url), chromium(
+                canvas: bool = True, live: bool = False) -> None:
+    settings = model_settings(weights, bucket, capacity=2, canvas=canvas, canvas_live=live)
+    async with serve_rtc(**settings) as (_, url), chromium(
         viewport={"width": 760, "height": 860}, device_scale_factor=1
     ) as ctx:
         page = await ctx.new_page()
@@ -47,9 +49,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--bucket", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=2.1, help="how long to steer before the screenshot")
-    ap.add_argument("--canvas", action="store_true", help="serve with the world canvas (the server's --canvas)")
+    ap.add_argument("--no-canvas", action="store_true", help="without the world canvas (--no-canvas)")
+    ap.add_argument("--live", action="store_true", help="serve what moves (the server's --canvas-live)")
     args = ap.parse_args()
-    asyncio.run(shoot(args.weights, args.out, args.prompt, args.seed, args.bucket, args.seconds, args.canvas))
+    asyncio.run(shoot(args.weights, args.out, args.prompt, args.seed, args.bucket, args.seconds, not args.no_canvas,
+                      args.live))
 
 
 if __name__ == "__main__":
