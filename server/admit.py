@@ -99,7 +99,10 @@ class Admissions:
         (from ``first_frame``, the start frame made beforehand off the model thread, if given)."""
         sid = live.sid
         decision = self.sessions.store.open_block(sid, 0, frames=self.shape.block_frames(0))
+        pull_tat = float("-inf")  # the pull rate the last epoch used up stays used up
         if sid in engine.scheduler:
+            if live.pull:
+                pull_tat = engine.scheduler.pull_tat(sid)
             engine.remove_session(sid)
         live.drop_held()
         live.session = decision.session  # a new epoch is a new Session in the store
@@ -111,6 +114,7 @@ class Admissions:
             raise self.refused(verdict)
         live.shown = -1
         if live.pull:
+            engine.scheduler.carry_pull_tat(sid, pull_tat)
             engine.request_block(sid, 0)
         log.info("new epoch", extra={"sid": sid, "epoch": live.epoch})
 

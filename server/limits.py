@@ -42,6 +42,11 @@ class TokenBucket:
         about a chunk's model time."""
         return cls(fps / chunk_frames, burst, clock)
 
+    def drain(self) -> TokenBucket:
+        """Empty it (a session arriving from elsewhere has spent its burst there); returns it."""
+        self._tokens, self._last = 0.0, self._clock()
+        return self
+
     def wait_time(self) -> float:
         """Seconds until a token is there (0 if one is there now)."""
         self._refill()

@@ -284,6 +284,16 @@ class Scheduler:
         rec.requests.append((block_idx, start, due))
         return True
 
+    def pull_tat(self, session_id: str) -> float:
+        """A pull session's rate clock (the GCRA theoretical arrival time of its next
+        request); ``carry_pull_tat`` hands it to the session's next record, so a new epoch
+        or a re-admission does not start with a fresh burst."""
+        return self._get(session_id).pull_tat
+
+    def carry_pull_tat(self, session_id: str, tat: float) -> None:
+        rec = self._get(session_id)
+        rec.pull_tat = max(rec.pull_tat, tat)
+
     def set_batching(self, on: bool) -> None:
         """Cross-session batching on (up to the largest warmed size) or off (batches of 1)."""
         self._max_batch = max(self.info.batch_sizes) if on else 1

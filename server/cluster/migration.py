@@ -179,7 +179,8 @@ class Migration:
             session, req,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             ring, rung, self.clock(),
-            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock),
+            # its burst of costly inputs was the source worker's to spend: it starts empty here
+            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock).drain(),
             level=h.level, next_block=k,
             suspension=Suspension(sid, k, state, h.level, rung),
             action=h.action, action_seq=h.action_seq, seen_seq=h.seen_seq,

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from tests.polling import until
+from tests.scaleout.conftest import HandOver
 from tests.scaleout.harness import cluster
 from tests.server.harness import recv_type, send
-from worldserve.protocol import Error, Resume, Start, Started
-from worldserve.server.cluster.directory import MemoryDirectory, NoWorkerAvailable, SessionState
+from worldserve.protocol import Error, Resume
+from worldserve.server.cluster.directory import MemoryDirectory, NoWorkerAvailable
 from worldserve.server.cluster.router import RouterSettings, create_router
 from worldserve.server.cluster.signing import (
     BadSignature,
@@ -43,35 +43,16 @@ def test_only_allowed_worker_addresses_pass() -> None:
     assert not address_allowed("http://evil.example:8000", frozenset({"10.0.0.5"}))
 
 
-async def test_a_handoff_planted_in_the_directory_takes_over_no_session() -> None:
+async def test_a_handoff_planted_in_the_directory_takes_over_no_session(hand_over: HandOver) -> None:
     async with cluster(2, cluster_secret="cluster-secret-1") as c:
-        async with c.http.post(f"{c.router_url}/v1/place") as resp:
-            placed = await resp.json()
-        sid = placed["session_id"]
-        async with c.http.ws_connect(placed["url"]) as ws:
-            await send(ws, Start(session_id=sid, fps=30.0, codec="raw"))
-            started = await recv_type(ws, Started)
-            assert isinstance(started, Started)
-
-            async def checkpointed() -> bool:
-                return await c.directory.get_snapshot(sid) is not None
-
-            await until(checkpointed, what="a signed checkpoint")
-        source = c.index_of(placed["worker_id"])
-        await c.drain(source)
-        target = 1 - source
-
-        async def handed_over() -> bool:
-            rec = await c.directory.get_session(sid)
-            return rec is not None and rec.state is SessionState.MIGRATING and await c.holder(sid) == target
-
-        await until(handed_over, what="the session handed to the other worker")
+        moved = await hand_over(c)
+        sid = moved.session_id
         data = await c.directory.get_snapshot(sid)
         assert data is not None
         tampered = verify("cluster-secret-1", sid, data)  # someone with Redis access rewrites it
         await c.directory.put_snapshot(sid, tampered, 60.0)
-        async with c.http.ws_connect(c.worker_url(target).replace("http", "ws") + "/v1/ws") as ws:
-            await send(ws, Resume(sid, started.token, 1))
+        async with c.http.ws_connect(moved.target_ws) as ws:
+            await send(ws, Resume(sid, moved.token, 1))
             err = await recv_type(ws, Error)
             assert isinstance(err, Error) and err.code == "missing_session_state"
 

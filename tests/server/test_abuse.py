@@ -169,3 +169,21 @@ async def test_a_new_epoch_s_start_frame_is_made_off_the_loop_and_the_model_thre
             msg = await recv(ws)
         assert len(threads) == 1
         assert threads[0] != threading.main_thread().name and not threads[0].startswith("worldserve-model")
+
+
+async def test_a_new_epoch_does_not_get_a_fresh_pull_budget() -> None:
+    from worldserve.protocol import Block
+
+    async with serve(input_burst=4) as s:
+        ws = await s.connect()
+        st = await _start(ws, fps=4.0, mode="pull")
+        sid, sched = st.session_id, s.service.engine.scheduler  # type: ignore[union-attr]
+        period = st.chunk_frames / st.fps
+        for n in (1, 2, 3):
+            await send(ws, Block(n))
+        # blocks 0 to 3 asked for: the rate clock is about four periods ahead
+        await until(lambda: sched.pull_tat(sid) - sched.clock() > 3.5 * period, what="four blocks charged")
+        used = sched.pull_tat(sid)
+        await send(ws, Block(0))  # a new epoch, then its block 0
+        await until(lambda: s.service.live(sid).epoch == 1, what="the new epoch")  # type: ignore[union-attr]
+        assert sched.pull_tat(sid) >= used + 0.99 * period  # charged after what the last epoch used
