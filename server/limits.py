@@ -42,9 +42,15 @@ class TokenBucket:
         about a chunk's model time."""
         return cls(fps / chunk_frames, burst, clock)
 
-    def drain(self) -> TokenBucket:
-        """Empty it (a session arriving from elsewhere has spent its burst there); returns it."""
-        self._tokens, self._last = 0.0, self._clock()
+    def level(self) -> float:
+        """The tokens there now."""
+        self._refill()
+        return self._tokens
+
+    def filled_to(self, tokens: float) -> TokenBucket:
+        """Set to ``tokens`` (at most ``burst``): a session arriving from another worker
+        goes on with what it had left there; returns the bucket."""
+        self._tokens, self._last = min(float(self.burst), max(0.0, tokens)), self._clock()
         return self
 
     def wait_time(self) -> float:

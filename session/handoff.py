@@ -6,13 +6,21 @@ client asked for (its ``start``), the next block_idx, the degradation level, the
 applied action and, for a migration, the last few generated blocks (the client may not
 have received them yet; the target resends them on resume). msgpack, one map::
 
-    {"format": "worldserve/handoff", "version": 1, "kind": "checkpoint" | "migration",
-     "session_id", "epoch", "next_block", "level", "created",
+    {"format": "worldserve/handoff", "version": 2, "kind": "checkpoint" | "migration",
+     "session_id", "epoch", "next_block", "level", "created", "inputs",
      "request": {start fields},
      "action": {"seq", "seen", "vec": <6 float32 bytes> | nil},
      "replay": [{"block", "action_seq", "shape": [F, H, W, 3], "data": <uint8 bytes>, "pts_us", "late"}],
      "snapshot": <session snapshot bytes>,
      "presentation": [frame, us]}
+
+``inputs`` is what is left of the session's costly-input budget (prompts, observations,
+new epochs; server/limits.py), in inputs: the next worker goes on from it rather than from
+a full burst.
+
+Versions: this release writes 2 and reads 2 and 1 (N and N-1, as snapshots do), so a rolling
+upgrade migrates sessions both ways across one version step: version 1 had no ``inputs``
+and reads as an empty budget.
 
 ``presentation`` (where the epoch's next frame goes on its ``pts_us`` clock,
 session/presentation.py) and each replayed block's ``pts_us`` and ``late`` (push: the
@@ -48,12 +56,14 @@ from worldserve.session.snapshot import MAX_SNAPSHOT_BYTES
 from worldserve.session.snapshot import restore as restore_snapshot
 
 FORMAT = "worldserve/handoff"
-VERSION = 1
+VERSION = 2
+READS = (VERSION, VERSION - 1)  # N and N-1
 MAX_REPLAY = 64  # blocks
 MAX_BYTES = MAX_SNAPSHOT_BYTES * 2
 Kind = Literal["checkpoint", "migration"]
 _KEYS = {"format", "version", "kind", "session_id", "epoch", "next_block", "level", "created",
          "request", "action", "replay", "snapshot"}
+_KEYS_BY_VERSION = {1: _KEYS, 2: _KEYS | {"inputs"}}
 _OPTIONAL = frozenset({"presentation"})
 _REPLAY_KEYS = {"block", "action_seq", "shape", "data"}
 _REPLAY_OPTIONAL = frozenset({"pts_us", "late"})
@@ -88,6 +98,7 @@ class Handoff:
     snapshot: bytes  # session/snapshot.py
     created: float  # wall clock (unix seconds)
     presentation: Presentation | None = None  # the epoch's pts_us clock (None: not recorded)
+    inputs: float = 0.0  # costly inputs (prompts, observations, new epochs) left in its budget
 
     def encode(self) -> bytes:
         request = {k: v for k, v in self.request.to_wire().items() if k not in _DROPPED_REQUEST_FIELDS}
@@ -101,6 +112,7 @@ class Handoff:
             "next_block": self.next_block,
             "level": self.level,
             "created": float(self.created),
+            "inputs": float(self.inputs),
             "request": request,
             "action": {"seq": self.action_seq, "seen": self.seen_seq, "vec": vec},
             "replay": [
@@ -146,9 +158,13 @@ def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Handoff:
 def _decode(obj: object) -> Handoff:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise HandoffError(f"not a map with format {FORMAT!r}")
-    if obj.get("version") != VERSION or type(obj.get("version")) is not int:
-        raise HandoffError(f"unsupported version; this worker reads {VERSION}")
-    top = Fields(obj, "handoff", _KEYS, _OPTIONAL)
+    version = obj.get("version")
+    if type(version) is not int or version not in READS:
+        raise HandoffError(f"unsupported version; this worker reads {' and '.join(map(str, READS))}")
+    top = Fields(obj, "handoff", _KEYS_BY_VERSION[version], _OPTIONAL)
+    inputs = top.get_float("inputs") if version >= 2 else 0.0
+    if inputs < 0:
+        raise HandoffError("handoff.inputs: expected a count >= 0")
     kind = top.get_str("kind", 16)
     if kind not in ("checkpoint", "migration"):
         raise HandoffError("handoff.kind: expected 'checkpoint' or 'migration'")
@@ -182,6 +198,7 @@ def _decode(obj: object) -> Handoff:
         top.get_bin("snapshot", MAX_SNAPSHOT_BYTES),
         top.get_float("created"),
         _presentation(top) if top.present("presentation") else None,
+        inputs,
     )
 
 

@@ -130,6 +130,7 @@ class Migration:
             snapshot(session, state),
             time.time(),
             self._presentation_at(live, susp.next_block),
+            live.input_limit.level(),
         )
 
     def _presentation_at(self, live: Live, next_block: int) -> Presentation:
@@ -179,8 +180,8 @@ class Migration:
             session, req,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             ring, rung, self.clock(),
-            # its burst of costly inputs was the source worker's to spend: it starts empty here
-            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock).drain(),
+            # what its costly-input budget had left on the worker it comes from (not a full burst)
+            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock).filled_to(h.inputs),
             level=h.level, next_block=k,
             suspension=Suspension(sid, k, state, h.level, rung),
             action=h.action, action_seq=h.action_seq, seen_seq=h.seen_seq,

@@ -21,7 +21,7 @@ from worldserve.server.cluster.directory import (
     WorkerState,
 )
 from worldserve.server.cluster.router import Router, RouterSettings
-from worldserve.session.handoff import Handoff, HandoffError, ReplayBlock, decode
+from worldserve.session.handoff import VERSION, Handoff, HandoffError, ReplayBlock, decode
 from worldserve.session.plan import ModelState
 from worldserve.session.presentation import Presentation
 from worldserve.session.session import Session, SessionConfig
@@ -73,6 +73,22 @@ def test_a_handoff_carries_the_presentation_clock_and_one_without_it_still_reads
         decode(msgpack.packb(doc))
 
 
+def test_a_handoff_of_the_previous_version_still_reads_with_an_empty_input_budget() -> None:
+    h, token = make_handoff()
+    h = replace(h, inputs=1.5)
+    assert decode(h.encode()).inputs == 1.5
+    doc = msgpack.unpackb(h.encode())
+    assert doc["version"] == VERSION == 2
+    doc["version"] = 1  # as the release before wrote it: no input budget
+    del doc["inputs"]
+    old = decode(msgpack.packb(doc))
+    assert old.inputs == 0.0 and old.next_block == h.next_block
+    assert old.restore()[0].check_token(token)
+    doc["inputs"] = 1.0  # version 1 had no such key
+    with pytest.raises(HandoffError, match="keys"):
+        decode(msgpack.packb(doc))
+
+
 def test_a_handoff_never_carries_an_observation_or_an_api_key() -> None:
     h, _ = make_handoff()
     wire = msgpack.unpackb(h.encode())
@@ -83,7 +99,9 @@ def test_a_handoff_never_carries_an_observation_or_an_api_key() -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"version": 2}, "version"),
+        ({"version": 3}, "version"),
+        ({"version": 0}, "version"),
+        ({"inputs": -1.0}, "inputs"),
         ({"kind": "other"}, "kind"),
         ({"next_block": -1}, "next_block"),
         ({"session_id": "../x"}, "session_id"),
