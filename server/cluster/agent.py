@@ -373,7 +373,12 @@ class WorkerAgent:
         try:
             # The record first: it refuses if the session moved on, before its snapshot
             # could be overwritten.
-            await self._call(self.directory.update_session(rec))
+            try:
+                await self._call(self.directory.update_session(rec))
+            except UnknownSession:  # the directory lost it (evicted, flushed): write it again
+                if not await self._call(self.directory.recreate_session(rec)):
+                    raise
+                log.warning("the directory had lost the session's record; written again", extra={"sid": h.session_id})
             blob = sign(self.settings.cluster_secret, h.session_id, h.encode())
             await self._call(self.directory.put_snapshot(h.session_id, blob, self.settings.snapshot_ttl_s))
             self.metrics.snapshots.labels("ok").inc()

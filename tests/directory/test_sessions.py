@@ -92,3 +92,17 @@ async def test_snapshots_expire_after_their_ttl(harness: Harness) -> None:
     assert await d.get_snapshot("short") is None
     assert await d.delete_snapshot("short") is False
     assert await d.get_snapshot("long") == b"b"
+
+
+async def test_a_lost_session_record_is_written_again_but_never_over_an_existing_one(harness: Harness) -> None:
+    d = harness.directory
+    await add_worker(d, "a")
+    await add_worker(d, "b")
+    lost = SessionRecord("s", "a", 2, 30, SessionState.ACTIVE, token_hash="ab" * 32)
+    assert await d.recreate_session(lost)
+    rec = await d.get_session("s")
+    assert rec is not None and (rec.worker_id, rec.epoch, rec.block_idx, rec.state) == ("a", 2, 30, SessionState.ACTIVE)
+    assert rec.token_hash == "ab" * 32 and (await d.get_worker("a")).load == 1  # type: ignore[union-attr]
+    assert not await d.recreate_session(SessionRecord("s", "b", 3, 1, SessionState.ACTIVE))
+    rec = await d.get_session("s")
+    assert rec is not None and rec.worker_id == "a"

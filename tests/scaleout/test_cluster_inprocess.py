@@ -297,3 +297,26 @@ async def test_a_late_client_resumes_an_expired_handover_through_the_router() ->
             rec = await d.get_session(sid)
             assert rec is not None and rec.state is SessionState.ACTIVE
             assert (await d.get_worker(f"w{dst}")).load == 1  # type: ignore[union-attr]
+
+
+async def test_a_session_record_lost_in_the_directory_is_checkpointed_again() -> None:
+    async with cluster(1) as c:
+        async with c.http.post(f"{c.router_url}/v1/place") as resp:
+            placed = await resp.json()
+        sid = placed["session_id"]
+        async with c.http.ws_connect(placed["url"]) as ws:
+            await send(ws, Start(session_id=sid, fps=30.0, codec="raw"))
+            assert isinstance(await recv_type(ws, Started), Started)
+
+            async def checkpointed() -> bool:
+                return await c.directory.get_snapshot(sid) is not None
+
+            await until(checkpointed, what="a checkpoint")
+            await c.directory.release_session(sid)  # lost: an eviction, a flush
+            await c.directory.delete_snapshot(sid)
+
+            async def again() -> bool:
+                rec = await c.directory.get_session(sid)
+                return rec is not None and rec.worker_id == "w0" and await c.directory.get_snapshot(sid) is not None
+
+            await until(again, what="the record and a checkpoint written again")

@@ -226,6 +226,13 @@ class Directory(Protocol):
         any other write stops it."""
         ...
 
+    async def recreate_session(self, record: SessionRecord) -> bool:
+        """Write the record of a session its worker still runs but the directory lost
+        (evicted, flushed, restored from an old dump): active on ``record.worker_id``,
+        holding a slot there while it is registered (else lapsing like an orphan's). False,
+        writing nothing, when the session has a record."""
+        ...
+
     async def put_snapshot(self, session_id: str, data: bytes, ttl_s: float) -> None: ...
 
     async def get_snapshot(self, session_id: str) -> bytes | None: ...

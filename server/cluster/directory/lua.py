@@ -247,3 +247,19 @@ else  -- orphaned, or its worker is gone: the record lapses
 end
 return {1}
 """
+
+# ARGV: base, sid, worker_id, epoch, block_idx, now, token_hash, orphan_ttl_ms
+#   -> 1 written, 0 the session has a record
+RECREATE = """
+local sid, k, wid = ARGV[2], sesskey(ARGV[2]), ARGV[3]
+if redis.call('EXISTS', k) == 1 then return 0 end
+redis.call('HSET', k, 'worker_id', wid, 'epoch', ARGV[4], 'block_idx', ARGV[5], 'state', 'active',
+           'updated', ARGV[6])
+if ARGV[7] ~= '' then redis.call('HSET', k, 'token_hash', ARGV[7]) end
+if redis.call('EXISTS', wkey(wid)) == 1 then
+  redis.call('SADD', skey(wid), sid)
+else
+  redis.call('PEXPIRE', k, ARGV[8])
+end
+return 1
+"""

@@ -221,6 +221,18 @@ class MemoryDirectory:
             self._handover.pop(record.session_id, None)
         return stored
 
+    async def recreate_session(self, record: SessionRecord) -> bool:
+        if self._record(record.session_id) is not None:
+            return False
+        now = self._clock()
+        self._sessions[record.session_id] = dataclasses.replace(record, state=SessionState.ACTIVE, updated=now)
+        w = self._workers.get(record.worker_id)
+        if w is not None:
+            w.sessions.add(record.session_id)
+        else:
+            self._lapse[record.session_id] = now + self._orphan_ttl_s
+        return True
+
     async def orphan_sessions_of(self, worker_id: str) -> list[str]:
         now = self._clock()
         self._expire_handovers(now)

@@ -98,6 +98,7 @@ class RedisDirectory:
         self._place = self._script(lua.PLACE)
         self._release = self._script(lua.RELEASE)
         self._claim = self._script(lua.CLAIM)
+        self._recreate = self._script(lua.RECREATE)
         self._get = self._script(lua.GET)
         self._update = self._script(lua.UPDATE)
 
@@ -241,6 +242,12 @@ class RedisDirectory:
             updated=float(now),
             token_hash=record.token_hash,
         )
+
+    async def recreate_session(self, record: SessionRecord) -> bool:
+        return bool(await self._call(
+            "recreate_session", self._recreate, record.session_id, record.worker_id, record.epoch,
+            record.block_idx, self._now(), record.token_hash, self._orphan_ttl_ms,
+        ))
 
     async def orphan_sessions_of(self, worker_id: str) -> list[str]:
         sids = await self._call(
