@@ -26,10 +26,12 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
+from pathlib import Path
 
 from aiohttp import web
 
 from worldserve.protocol import CloseCode
+from worldserve.server import trace_dir
 from worldserve.server.engine import model_executor
 from worldserve.server.http_api import add_routes
 from worldserve.server.keys import (
@@ -65,7 +67,7 @@ def load_model_runner(settings: Settings) -> Runner:
     options = registry.LoadOptions(
         weights=settings.weights, threads=settings.threads, dtype=settings.dtype, device=settings.device,
         max_sessions=slots, cuda_graphs=settings.cuda_graphs, cpu_trace=settings.cpu_trace,
-        trace_cache=settings.trace_cache, trace_cache_dir=settings.trace_cache_dir,
+        trace_cache=settings.trace_cache, trace_cache_dir=trace_cache_dir(settings),
         sizes=settings.sizes, recipe=settings.recipe, vae=settings.vae, canvas=settings.canvas,
         canvas_decode=settings.canvas_decode, canvas_trust=settings.canvas_trust,
         canvas_sharpen=settings.canvas_sharpen, canvas_live=settings.canvas_live,
@@ -74,6 +76,14 @@ def load_model_runner(settings: Settings) -> Runner:
     log.info("model %s from %s, %s on %s, %s thread(s)", settings.model, settings.weights or "the shipped weights",
              runner.capabilities.dtype, settings.device, settings.threads or "default")
     return runner
+
+
+def trace_cache_dir(settings: Settings) -> Path | None:
+    """Where the default model's TorchScript traces are kept: checked to be this user's alone
+    before anything is loaded from it (server/trace_dir.py)."""
+    if not (settings.trace_cache and settings.model == "default"):
+        return settings.trace_cache_dir
+    return trace_dir.checked(settings.trace_cache_dir)
 
 
 def create_app(
