@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from worldserve.model.default.net.config import ModelConfig
 from worldserve.model.default.net.dit import WorldModel
 from worldserve.model.default.weights import load_state, save_model
+from worldserve.training import atomic
 from worldserve.training.critic import Adversary
 from worldserve.training.optim_state import load_optimizer_tensors, optimizer_tensors
 from worldserve.training.targets import fit_shift_head
@@ -42,7 +43,7 @@ def save_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.op
     tmp = out / "ckpt.tmp.safetensors"
     save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
     os.replace(tmp, out / "ckpt.safetensors")
-    (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
+    atomic.write_text(out / "ckpt.json", json.dumps(meta, indent=2))
 
 
 def load_checkpoint(out: Path, model: WorldModel, ema: WorldModel, opt: torch.optim.Optimizer,

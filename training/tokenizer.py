@@ -46,6 +46,7 @@ from worldserve.model.default.reference.canvas.tokenizer import (
     load_tokenizer,
     save_tokenizer,
 )
+from worldserve.training import atomic
 from worldserve.training.critic import Adversary
 from worldserve.training.data import TRAIN_SEED_BASE
 from worldserve.training.optim import adv_ramp
@@ -236,7 +237,7 @@ def save_checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimize
     tmp = out / "ckpt.tmp.safetensors"
     save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
     os.replace(tmp, out / "ckpt.safetensors")
-    (out / "ckpt.json").write_text(json.dumps(meta, indent=2))
+    atomic.write_text(out / "ckpt.json", json.dumps(meta, indent=2))
 
 
 def start(tc: TokenizerTrainConfig, resume: bool, init: Path | None,

@@ -64,6 +64,7 @@ from worldserve.model.default.net.flow import next_noisy, noised
 from worldserve.model.default.reference.anchor import anchor_reference, sequence_references
 from worldserve.model.default.weights import config_path, save_model
 from worldserve.model.memory import tune_malloc
+from worldserve.training import atomic
 from worldserve.training.bank import RolloutBank
 from worldserve.training.canvas_refs import CanvasReferences
 from worldserve.training.checkpoint import (
@@ -490,11 +491,11 @@ def train(tc: TrainConfig, resume: bool, export: Path | None) -> dict:
         "threads": torch.get_num_threads(), "device": str(device), "config": asdict(tc),
         "model": json.loads(cfg.to_json()),
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    atomic.write_text(out / "report.json", json.dumps(report, indent=2))
     if export is not None:
         fit_shift_head(ema)
         save_model(ema, export, metadata={"steps": str(step)})
-        Path(export).with_suffix(".report.json").write_text(json.dumps(report, indent=2))
+        atomic.write_text(Path(export).with_suffix(".report.json"), json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k not in ("config", "model")}, indent=2))
     return report
 
