@@ -2,7 +2,8 @@
 //
 // Query parameters: transport=auto|webrtc|ws (auto: WebRTC, falling back to the
 // WebSocket when it is unavailable, disabled or does not connect), prompt, seed, fps,
-// bucket (default: the server's smallest), lookahead, api_key (when the server needs one).
+// bucket (default: the server's smallest), lookahead. An API key (when the server needs
+// one) is typed into the page and kept in localStorage, never taken from the URL (page.js).
 //
 // Both transports speak protocol v1 (protocol/codec.py) in msgpack. On WebRTC the
 // offer (POST /v1/rtc/offer) opens or resumes the session; 'actions' (unordered, no

@@ -9,7 +9,34 @@ export const canvas = $("canvas");
 export const stage = $("stage");
 
 export const params = new URLSearchParams(location.search);
-export const apiKey = params.get("api_key"); // when the server requires one
+
+// The API key, when the server requires one: typed into the page's key form (shown when the
+// server answers unauthorized) and kept in this browser's localStorage, never in a URL (URLs
+// end up in history, logs and Referer headers). A leftover ?api_key= is dropped from the
+// address bar unread.
+const KEY_STORE = "worldserve.apiKey";
+function storedKey() {
+  try {
+    return localStorage.getItem(KEY_STORE) || null;
+  } catch {
+    return null; // storage blocked: the key lasts as long as the page
+  }
+}
+export let apiKey = storedKey();
+export function setApiKey(key) {
+  apiKey = key || null;
+  try {
+    if (apiKey) localStorage.setItem(KEY_STORE, apiKey);
+    else localStorage.removeItem(KEY_STORE);
+  } catch {
+    // kept for this page only
+  }
+}
+if (params.has("api_key")) {
+  params.delete("api_key");
+  const rest = params.toString();
+  history.replaceState(null, "", `${location.pathname}${rest ? `?${rest}` : ""}${location.hash}`);
+}
 export const num = (name, dflt) => {
   const v = Number(params.get(name));
   return params.has(name) && Number.isFinite(v) ? v : dflt;

@@ -5,7 +5,7 @@
 import { OfferError } from "./errors.js";
 import { onMessage } from "./messages.js";
 import { banner, capacityBanner, resumeNotice } from "./overlay.js";
-import { $, apiKey, link, num, params, state } from "./page.js";
+import { $, apiKey, link, num, params, setApiKey, state } from "./page.js";
 import { RtcTransport } from "./rtc.js";
 import { WsTransport } from "./ws.js";
 
@@ -141,6 +141,24 @@ export async function connect(request, located = false) {
   }
 }
 
+// The key form: shown when the server wants a key; a key typed there is kept (page.js) and
+// the session is asked for again with it (a new start: the refused one carried none).
+function askForKey(request) {
+  const form = $("key-form");
+  setApiKey(null); // a stored key the server refused is of no use
+  form.hidden = false;
+  $("api-key").focus();
+  form.onsubmit = (e) => {
+    e.preventDefault();
+    const key = $("api-key").value.trim();
+    if (!key) return;
+    setApiKey(key);
+    $("api-key").value = "";
+    form.hidden = true;
+    connect(request.start ? startRequest() : request);
+  };
+}
+
 function handleOpenError(err, request) {
   const body = err instanceof OfferError ? err.body : { message: String(err.message || err) };
   if (body.error === "at_capacity" || body.error === "not_ready" || body.error === "no_worker_available") {
@@ -160,8 +178,13 @@ function handleOpenError(err, request) {
     backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
     return;
   }
+  if (body.error === "unauthorized") {
+    banner("This server needs an API key: enter it below.", "error");
+    askForKey(request);
+    return;
+  }
   const refused = err.status >= 400 && err.status < 500 && body.error;
-  if (body.error === "bad_token" || body.error === "unauthorized" || refused) {
+  if (body.error === "bad_token" || refused) {
     banner(`Cannot open a session: ${body.message}`, "error");
     return;
   }

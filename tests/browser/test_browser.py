@@ -249,3 +249,22 @@ async def test_a_migrate_moves_the_page_to_the_other_worker() -> None:
         state = await page.evaluate(STATE)
         assert state["transport"] == "webrtc" and state["session"]["id"] != sid
         assert len(a[SERVICE].store) == 0 and not a[RTC_PEERS]
+
+
+async def test_the_api_key_is_typed_into_the_page_and_kept_never_read_from_the_url() -> None:
+    async with serve_rtc(api_keys=frozenset({"the-key"})) as (app, url), chromium() as ctx:
+        page = await ctx.new_page()
+        await page.goto(f"{url}/?transport=ws&api_key=the-key")  # a leftover link: not used
+        assert "api_key" not in page.url and "transport=ws" in page.url
+        await page.wait_for_selector("#key-form", state="visible", timeout=20000)
+        assert "API key" in await page.inner_text("#banner")
+        assert len(app[SERVICE].store) == 0
+        await page.fill("#api-key", "the-key")
+        await page.click("#key-form button")
+        await page.wait_for_function("window.worldserve.framesShown > 0", timeout=20000)
+        assert await page.is_hidden("#key-form")
+        assert await page.evaluate("localStorage.getItem('worldserve.apiKey')") == "the-key"
+        again = await ctx.new_page()  # the same browser: the kept key opens a session at once
+        await again.goto(f"{url}/?transport=ws")
+        await again.wait_for_function("window.worldserve.framesShown > 0", timeout=20000)
+        assert await again.is_hidden("#key-form")
