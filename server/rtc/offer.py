@@ -85,6 +85,7 @@ from worldserve.server.rtc.encoder import (
 from worldserve.server.rtc.ice import add_loopback_candidates, rtc_configuration, wants_loopback
 from worldserve.server.rtc.keys import RTC_METRICS, RTC_PEERS, RTC_SETTINGS
 from worldserve.server.rtc.peer import RtcPeer
+from worldserve.server.rtc.sctp import cap_inbound
 from worldserve.server.rtc.track import SessionVideoTrack
 from worldserve.server.service import NotReady, Service
 from worldserve.server.settings import VideoCodecName
@@ -212,6 +213,7 @@ async def _offer(request: web.Request) -> web.Response:
             raise OfferError(ErrorCode.BAD_MESSAGE,
                              "the offer has no data channels (create 'control' and 'actions')",
                              field="sdp")
+        cap_inbound(pc.sctp, settings.max_msg_size, peer.too_big)  # aiortc enforces no inbound size
         if wants_loopback(rtc.loopback_candidates):
             add_loopback_candidates(pc)
         answer = await pc.createAnswer()

@@ -235,9 +235,7 @@ class RtcPeer:
             self._error(ProtocolError("text messages are not accepted: send binary msgpack"))
             return None
         if len(data) > self.settings.max_msg_size:
-            self._error(ProtocolError(
-                f"message of {len(data)} bytes is over {self.settings.max_msg_size}",
-                code=ErrorCode.TOO_BIG))
+            self.too_big(len(data))
             return None
         if not self._inbound.admit(self._send_error):
             # over the rate: dropped, unless it is an action (the newest controls win)
@@ -247,6 +245,15 @@ class RtcPeer:
         except ProtocolError as exc:
             self._error(exc)
             return None
+
+    def too_big(self, size: int) -> None:
+        """A data-channel message over ``max_msg_size`` (read whole, or still arriving:
+        server/rtc/sctp.py): a fatal ``too_big`` error, then the connection closes (the
+        session detaches, as on the WebSocket's 1009)."""
+        self._send_error(Error(ErrorCode.TOO_BIG, f"a data-channel message of {size} bytes or more is over "
+                                                  f"{self.settings.max_msg_size}; closing", fatal=True))
+        if self._closing is None:
+            self._closing = asyncio.create_task(self._close_after_flush("too_big"))
 
     async def _dispatch(self, msg: ClientMessage) -> None:
         if self._closing is not None:  # the session ended: controls that crossed that are not read

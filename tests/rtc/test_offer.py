@@ -442,3 +442,62 @@ async def test_a_start_over_its_client_s_quota_builds_no_peer_connection(monkeyp
             assert (over.value.status, over.value.body["error"]) == (429, "over_quota")
             assert built == []
             await c.close()
+
+
+async def test_a_data_channel_message_over_the_cap_gets_too_big_and_closes_the_connection() -> None:
+    from worldserve.server.rtc.peer import RtcPeer
+
+    too_big: list[int] = []
+    real = RtcPeer.too_big
+
+    def counted(self: RtcPeer, size: int) -> None:
+        too_big.append(size)
+        real(self, size)
+
+    async with serve_rtc(max_msg_size=4096) as (app, url):
+        RtcPeer.too_big = counted  # type: ignore[method-assign]
+        try:
+            async with RtcClient(url) as c:
+                await c.connect(start=START)
+                assert c.control is not None
+                c.control.send(b"\x00" * 100_000)  # arrives in fragments: held no further than the cap
+                err, _ = await c.message(Error)
+                assert isinstance(err, Error) and err.code == "too_big" and err.fatal
+                await until(lambda: not app[RTC_PEERS], what="the connection closed")
+                assert too_big and too_big[0] <= 4096 + 2048  # tripped while reassembling, not once whole
+        finally:
+            RtcPeer.too_big = real  # type: ignore[method-assign]
+
+
+async def test_the_inbound_cap_drops_an_unfinished_message_s_fragments() -> None:
+    from aiortc.rtcsctptransport import (
+        SCTP_DATA_FIRST_FRAG,
+        SCTP_DATA_LAST_FRAG,
+        DataChunk,
+        InboundStream,
+    )
+
+    from worldserve.server.rtc.sctp import cap_inbound
+
+    class Sctp:  # aiortc's reassembly, as RTCSctpTransport runs it
+        def __init__(self) -> None:
+            self._inbound_streams: dict[int, InboundStream] = {}
+            self.delivered: list[bytes] = []
+
+        async def _receive_data_chunk(self, chunk: DataChunk) -> None:
+            stream = self._inbound_streams.setdefault(chunk.stream_id, InboundStream())
+            stream.add_chunk(chunk)
+            self.delivered += [m[2] for m in stream.pop_messages()]
+
+    def chunk(tsn: int, seq: int, data: bytes, flags: int = 0) -> DataChunk:
+        c = DataChunk(flags=flags)
+        c.tsn, c.stream_id, c.stream_seq, c.protocol, c.user_data = tsn, 1, seq, 53, data
+        return c
+
+    sctp, over = Sctp(), []
+    assert cap_inbound(sctp, 2048, over.append)
+    await sctp._receive_data_chunk(chunk(1, 0, b"a" * 1000, SCTP_DATA_FIRST_FRAG | SCTP_DATA_LAST_FRAG))
+    assert sctp.delivered == [b"a" * 1000] and over == []  # under the cap: as before
+    for i in range(3):
+        await sctp._receive_data_chunk(chunk(2 + i, 1, b"b" * 1000, SCTP_DATA_FIRST_FRAG if i == 0 else 0))
+    assert over == [3000] and not sctp._inbound_streams[1].reassembly
