@@ -246,7 +246,7 @@ async def bad_token_fetches(http: aiohttp.ClientSession, attempts: int) -> int:
         while len([w for w in await directory.list_workers() if w.state == "serving"]) < 2:
             await asyncio.sleep(0.02)
         sid = "abuse-bench-sid1"
-        await directory.place_session(sid, 1.0)
+        await directory.place_session(sid, 1.0, reserve_s=30.0)  # as a router reserves it
         rec = await directory.get_session(sid)
         assert rec is not None
         source, target = (a, b) if rec.worker_id == "w0" else (b, a)
