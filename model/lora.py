@@ -151,7 +151,8 @@ class AdapterBank:
         self.wrapped[name] = wrapped
         return wrapped
 
-    def add(self, adapter: str, pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], alpha: float | None = None) -> None:
+    def add(self, adapter: str, pairs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+            alpha: float | None = None) -> None:
         """Load ``adapter``: {module: (A, B)}; its scale is ``alpha / rank`` (PEFT's; alpha
         defaults to the rank). Every target is checked before anything is installed."""
         if adapter in self.adapters:

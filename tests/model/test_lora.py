@@ -64,15 +64,16 @@ def test_the_published_key_forms_read_alike() -> None:
          "diffusion_model.mlp.0.alpha": torch.tensor(8.0)},
     ]
     for form in forms:
-        pairs, alpha = read_pairs(form)
+        pairs, _ = read_pairs(form)
         assert list(pairs) == ["mlp.0"] and torch.equal(pairs["mlp.0"][0], a) and torch.equal(pairs["mlp.0"][1], b)
     assert read_pairs(forms[3])[1] == 8.0 and read_pairs(forms[0])[1] is None
 
 
 def test_an_adapter_that_does_not_fit_is_refused_by_name_and_installs_nothing() -> None:
     bank = AdapterBank(Tiny())
-    with pytest.raises(AdapterError, match="'mlp.0'.*16 -> 32"):
-        bank.add("bad", {"q": (torch.randn(2, 16), torch.randn(16, 2)), "mlp.0": (torch.randn(2, 8), torch.randn(32, 2))})
+    misfit = {"q": (torch.randn(2, 16), torch.randn(16, 2)), "mlp.0": (torch.randn(2, 8), torch.randn(32, 2))}
+    with pytest.raises(AdapterError, match=r"'mlp\.0'.*16 -> 32"):
+        bank.add("bad", misfit)
     assert bank.adapters == {}
     with pytest.raises(AdapterError, match="'nope' is not a module"):
         bank.add("bad", {"nope": (torch.randn(2, 16), torch.randn(16, 2))})
