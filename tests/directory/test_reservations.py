@@ -48,5 +48,6 @@ async def test_placement_among_given_workers_only(harness: Harness) -> None:
     await add_worker(d, "a")
     await add_worker(d, "b", load=3)
     assert (await d.place_session("s", 1.0, among={"b"})).worker_id == "b"
-    with pytest.raises(NoWorkerAvailable):
+    with pytest.raises(NoWorkerAvailable) as none:
         await d.place_session("t", 1.0, among=set())
+    assert (none.value.live, none.value.serving) == (2, 0)  # live, none of them serving for it

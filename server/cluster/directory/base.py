@@ -15,8 +15,8 @@ Rules both keep:
 - A worker's effective load is ``max(reported load, sessions placed on it)``. Placement
   counts its own reservations at once, so a heartbeat that has not yet seen a session that
   is on its way cannot give its slot away twice.
-- A session holds a slot on its worker while it is ``active`` or ``migrating``; an
-  ``orphaned`` one holds none. It moves to another worker only through ``place_session``,
+- A session holds a slot on its worker while it is ``active``, ``migrating`` or
+  ``reserved``; an ``orphaned`` one holds none. It moves to another worker only through ``place_session``,
   which keeps its epoch and next block_idx.
 - A session handed over (written ``migrating`` while its worker is registered: a draining
   worker's target, or a router's re-placement) holds that slot for ``handover_ttl_s``

@@ -137,7 +137,7 @@ return out
 """
 
 # ARGV: base, sid, threshold, now, orphan_ttl_ms, reserve_ms ('' none), among ('' any, else
-#   ids joined by NUL) -> {1, id, placed, {hash...}} or {0, live, serving}
+#   ids joined by NUL; a lone NUL: none) -> {1, id, placed, {hash...}} or {0, live, serving}
 PLACE = """
 local sid, threshold, now = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local ids = redis.call('SMEMBERS', base .. ':workers')

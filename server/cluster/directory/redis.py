@@ -181,8 +181,6 @@ class RedisDirectory:
         check_threshold(threshold)
         if reserve_s is not None:
             check_ttl(reserve_s, "reserve_s")
-        if among is not None and not among:
-            raise NoWorkerAvailable(self._retry_after_s)
         reply = await self._call(
             "place_session",
             self._place,
@@ -191,7 +189,7 @@ class RedisDirectory:
             self._now(),
             self._orphan_ttl_ms,
             "" if reserve_s is None else _ms(reserve_s),
-            "" if among is None else "\0".join(sorted(among)),
+            "" if among is None else "\0".join(sorted(among)) or "\0",  # "\0": none
         )
         if reply[0] == 0:
             raise NoWorkerAvailable(self._retry_after_s, int(reply[1]), int(reply[2]))
