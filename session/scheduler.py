@@ -285,9 +285,8 @@ class Scheduler:
         return True
 
     def pull_tat(self, session_id: str) -> float:
-        """A pull session's rate clock (the GCRA theoretical arrival time of its next
-        request); ``carry_pull_tat`` hands it to the session's next record, so a new epoch
-        or a re-admission does not start with a fresh burst."""
+        """A pull session's rate clock (GCRA's next theoretical arrival); ``carry_pull_tat``
+        hands it to its next record, so a new epoch starts with no fresh burst."""
         return self._get(session_id).pull_tat
 
     def carry_pull_tat(self, session_id: str, tat: float) -> None:
