@@ -1,7 +1,7 @@
 """An asyncio Python client for the worldserve WebSocket protocol (v1).
 
     async with WorldClient("ws://127.0.0.1:8000/v1/ws") as client:
-        started = await client.start("a snowy forest at night", fps=24)
+        started = await client.start("a snowy forest at night")  # at the model's fps (started.fps)
         await client.action(["forward"])
         async for ev in client.frames():     # FrameEvent: .msg (protocol.Frame), .image
             ...
@@ -215,7 +215,7 @@ class WorldClient:
         prompt: str = "",
         *,
         seed: int = 0,
-        fps: float = 24.0,
+        fps: float | None = None,
         bucket: int = 64,
         codec: Codec = "jpeg",
         mode: Mode = "push",
@@ -225,7 +225,8 @@ class WorldClient:
         deadline_ms: float | None = None,
         timeout: float = 30.0,
     ) -> Started:
-        """Open a session; raises ``SessionEnded`` with the server's error if refused."""
+        """Open a session; raises ``SessionEnded`` with the server's error if refused. ``fps``
+        None: the model's own rate (``started.fps`` says which)."""
         obs = Image.from_array(observation, "png") if observation is not None else None
         reservation = await self._place(timeout) if self.router else None
         msg = Start(prompt, seed, fps, bucket, codec, mode, lookahead, quality, obs, deadline_ms,

@@ -227,7 +227,10 @@ class Start(Message):
     TYPE: ClassVar[str] = "start"
     prompt: str = ""  # scene prompt, e.g. "a snowy forest at night"
     seed: int = 0
-    fps: float = 24.0  # push: frames per second; pull: the expected request rate
+    # push: frames per second; pull: the expected request rate. None: the model's own (a Wan
+    # recipe's 16, Matrix-Game's 12; 24 otherwise), which ``started.fps`` states. Added as
+    # optional in protocol 1: older clients send 24, which is served as asked
+    fps: float | None = None
     bucket: int = 64  # frame side in pixels, one of the server's buckets
     codec: Codec = "jpeg"
     mode: Mode = "push"
@@ -241,7 +244,8 @@ class Start(Message):
     def __post_init__(self) -> None:
         _check_text("prompt", self.prompt, MAX_PROMPT_CHARS)
         _check_int("seed", self.seed, 0, MAX_SEED)
-        _check_float("fps", self.fps, 0.0, MAX_FPS, lo_open=True)
+        if self.fps is not None:
+            _check_float("fps", self.fps, 0.0, MAX_FPS, lo_open=True)
         _check_int("bucket", self.bucket, 1, MAX_IMAGE_SIDE)
         _check_int("lookahead", self.lookahead, 0, MAX_LOOKAHEAD)
         if self.quality is not None:

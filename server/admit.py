@@ -56,7 +56,7 @@ class Admissions:
             raise AtCapacity(store.capacity, store.retry_after_s)
         push = req.mode == "push"
         verdict = engine.scheduler.would_admit(
-            req.bucket, fps=req.fps, lookahead=req.lookahead if push else 0, mode=Mode(req.mode)
+            req.bucket, fps=self.shape.rate(req.fps), lookahead=req.lookahead if push else 0, mode=Mode(req.mode)
         )
         if not verdict.admitted:
             raise self.refused(verdict)
@@ -75,7 +75,7 @@ class Admissions:
         req = live.request
         spec = SessionSpec(live.sid, req.bucket, req.seed, live.scene, observation, restore)
         kw: dict[str, Any] = dict(
-            fps=req.fps, lookahead=req.lookahead, mode=Mode(req.mode), first_block=first_block
+            fps=self.shape.rate(req.fps), lookahead=req.lookahead, mode=Mode(req.mode), first_block=first_block
         )
         verdict = engine.add_session(live.sid, spec, **kw)
         if (

@@ -23,6 +23,7 @@ from worldserve.server.limits import TokenBucket
 from worldserve.session.admission import Admission
 from worldserve.session.degrade import Rung
 from worldserve.session.errors import AtCapacity, SessionError
+from worldserve.session.options import DEFAULT_FPS
 from worldserve.session.plan import CONTROLS, ModelState
 from worldserve.session.presentation import Presentation
 from worldserve.session.scheduler import RunnerInfo
@@ -234,6 +235,13 @@ class Shape:
     def frame_size(self, bucket: int) -> tuple[int, int]:
         """(height, width) of the frames of ``bucket``."""
         return self.info.frame_size(bucket) if self.info is not None else (bucket, bucket)
+
+    def rate(self, asked: float | None) -> float:
+        """The frame rate a session runs at: what its client asked for, else the model's (a Wan
+        recipe's 16: the rate its authors' videos play at; 24 for a model that names none)."""
+        if asked is not None:
+            return asked
+        return self.info.fps if self.info is not None else DEFAULT_FPS
 
     def schedule(self, steps: int) -> tuple[str | None, tuple[float, ...]]:
         """The recipe served and the model timesteps a session at ``steps`` runs (``status``)."""

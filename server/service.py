@@ -295,8 +295,9 @@ class Service:
         if req.observation is not None and observation is None:
             raise ValueError("open() takes a start's observation decoded, as first_frame")
         push = req.mode == "push"
+        fps = self.shape.rate(req.fps)  # the client's, else the model's
         config = SessionConfig(
-            fps=req.fps,
+            fps=fps,
             bucket=req.bucket,
             steps=self.shape.max_steps,
             lookahead=req.lookahead if push else 0,
@@ -321,9 +322,9 @@ class Service:
             req,
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             deque(maxlen=s.replay_blocks),
-            Rung(req.fps, config.lookahead, self.shape.max_steps, req.bucket),
+            Rung(fps, config.lookahead, self.shape.max_steps, req.bucket),
             self.clock(),
-            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock),
+            TokenBucket.per_chunk(fps, self.shape.chunk_frames, s.input_burst, self.clock),
         )
         verdict = self.admit.schedule(engine, live, 0, observation=observation)
         if not verdict.admitted:
@@ -337,7 +338,7 @@ class Service:
         self.metrics.sessions_started.labels(req.mode).inc()
         log.info(
             "session started",
-            extra={"sid": sid, "mode": req.mode, "codec": req.codec, "fps": req.fps,
+            extra={"sid": sid, "mode": req.mode, "codec": req.codec, "fps": fps,
                    "bucket": req.bucket, "ladder_level": live.level},
         )
         return started

@@ -449,10 +449,11 @@ class Connection:
         sent = sum(1 for t in self._sent_window if now - t <= interval)
         s = live.settings
         recipe, timesteps = self.service.shape.schedule(s.steps)
+        action_seq, frame = self._last_frame or (None, None)
         return Status(
             live.level, sent / interval, s.fps, self.queued, self.drops,
             live.skipped, live.misses, s.bucket, s.steps, s.lookahead,
-            round(self.service.utilisation(), 4), *(self._last_frame or (None, None)), recipe, timesteps,
+            round(self.service.utilisation(), 4), action_seq, frame, recipe, timesteps,
         )
 
     def _abort(self) -> None:

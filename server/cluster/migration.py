@@ -167,8 +167,9 @@ class Migration:
             )
         self.sessions.store.install(session)
         s, req = self.settings, h.request
-        rung = Rung(req.fps, req.lookahead if req.mode == "push" else 0, self.shape.max_steps, state.bucket)
-        step_us = 1e6 / req.fps
+        fps = self.shape.rate(req.fps)
+        rung = Rung(fps, req.lookahead if req.mode == "push" else 0, self.shape.max_steps, state.bucket)
+        step_us = 1e6 / fps
         start = self.shape.block_start
         ring = deque(
             (Chunk(sid, r.block_idx, r.frames, r.action_seq, start(r.block_idx), step_us, h.created,
@@ -181,7 +182,7 @@ class Migration:
             TokenBucket(s.max_actions_per_s, s.action_burst, self.clock),
             ring, rung, self.clock(),
             # what its costly-input budget had left on the worker it comes from (not a full burst)
-            TokenBucket.per_chunk(req.fps, self.shape.chunk_frames, s.input_burst, self.clock).filled_to(h.inputs),
+            TokenBucket.per_chunk(fps, self.shape.chunk_frames, s.input_burst, self.clock).filled_to(h.inputs),
             level=h.level, next_block=k,
             suspension=Suspension(sid, k, state, h.level, rung),
             action=h.action, action_seq=h.action_seq, seen_seq=h.seen_seq,

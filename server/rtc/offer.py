@@ -192,7 +192,7 @@ async def _offer(request: web.Request) -> web.Response:
         service.quotas.check(who, lambda sid: sid in service.table)
     except OverQuota as exc:
         raise OfferError(ErrorCode.OVER_QUOTA, str(exc), retry_after=exc.retry_after_s) from None
-    fps = start.fps if start is not None else 24.0
+    fps = service.shape.rate(start.fps if start is not None else None)  # a resume's: set from its reply
     pc = RTCPeerConnection(rtc_configuration(rtc))
     track = SessionVideoTrack(fps)
     transceiver = pc.addTransceiver(track, direction="sendonly")

@@ -359,11 +359,11 @@ class RtcPeer:
         sent = sum(1 for t in self._sent_window if now - t <= interval)
         s = live.settings
         recipe, timesteps = self.service.shape.schedule(s.steps)
+        action_seq, frame = self._last_frame or (None, None)
         return Status(
             live.level, sent / interval, s.fps, self.track.queued,
             self.track.dropped, live.skipped, live.misses, s.bucket,
-            s.steps, s.lookahead, round(self.service.utilisation(), 4), *(self._last_frame or (None, None)),
-            recipe, timesteps,
+            s.steps, s.lookahead, round(self.service.utilisation(), 4), action_seq, frame, recipe, timesteps,
         )
 
     async def _status_loop(self) -> None:

@@ -92,12 +92,13 @@ async def test_push_session_streams_blocks_of_the_announced_sizes_and_says_once_
         assert client.ended is None
 
 
-async def test_status_and_v1_load_name_the_recipe_and_the_step_list_each_session_runs(weights: Path) -> None:
+async def test_a_session_plays_at_the_recipe_s_fps_and_status_and_v1_load_name_its_step_list(weights: Path) -> None:
     settings = {**wan_settings(weights), "model": "self-forcing", "status_interval_s": 0.2}
     async with serve(runner_factory=load_model_runner, **settings) as s, WorldClient(s.ws_url, http=s.http) as client:
         runner = s.service.engine.runner
         trained = [round(t, 3) for t in runner.cfg.step_timesteps]
-        await client.start("a red fox runs through snowy woods", fps=16.0, bucket=HEIGHT, codec="raw")
+        started = await client.start("a red fox runs through snowy woods", bucket=HEIGHT, codec="raw")
+        assert started.fps == 16.0  # no fps asked: the recipe's, the rate its authors' videos play at
         status = None
         while status is None:
             ev = await client.recv(30)
