@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from worldserve.model.default.chunk_graph import trace_body
 from worldserve.model.default.net.state_draw import StateBasis, lay_state, state_kinds
 from worldserve.model.default.reference.live.channels import (
     AXES,
@@ -64,3 +65,26 @@ def test_the_coefficients_are_interpolated_between_token_centres() -> None:
     assert steps.max() < 0.2 and (steps >= 0).all()  # a ramp across the seam, not a step of 1.0
     flat = torch.full_like(coef, 0.25)  # constant coefficients: the per-pixel formula, gain and colour 0.5 each
     assert torch.allclose(lay_state(frame, flat, st, p), (frame + 1) * 1.5 - 1 + 0.5)
+
+
+def test_the_cell_by_cell_blend_is_the_bilinear_interpolation_of_the_coefficients() -> None:
+    torch.manual_seed(0)
+    b, f, ch, h, p, k = 2, 3, 3, 64, 16, 5
+    g, n = h // p, b * f
+    frame, coef, st = torch.randn(b, f, ch, h, h), torch.randn(n, g, g, 2, ch, k), torch.randn(n, k, h, h)
+    per_pixel = torch.nn.functional.interpolate(coef.reshape(n, g, g, -1).permute(0, 3, 1, 2), scale_factor=p,
+                                                mode="bilinear", align_corners=False).view(n, 2, ch, k, h, h)
+    laid = torch.einsum("nkyx,nsckyx->nscyx", st, per_pixel).view(b, f, 2, ch, h, h)
+    want = (frame + 1) * (1 + laid[:, :, 0]) - 1 + laid[:, :, 1]
+    torch.testing.assert_close(lay_state(frame, coef, st, p), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_learned_shapes_trace_for_any_number_of_covered_pixels() -> None:
+    torch.manual_seed(0)
+    basis = StateBasis(STATE_CHANNELS, features=4).eval()
+    one = torch.from_numpy(_one_boat((32.0, 32.0), 0.0))[None]
+    two = torch.from_numpy(_one_boat((10.0, 50.0), 1.0) + _one_boat((40.0, 20.0), 2.0))[None]
+    traced = trace_body(basis, (one,))  # as the server records the default's chunks on the CPU
+    with torch.no_grad():
+        for st in (one, two, torch.zeros_like(one)):
+            torch.testing.assert_close(traced(st), basis(st))

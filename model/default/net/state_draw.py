@@ -64,19 +64,34 @@ class StateBasis(nn.Module):
                 -1,
             ).clamp(-2.0, 2.0)  # (N, H, W, 4); overlapping actors give their weighted mean place
             w = mlp[0].weight
-            vals = mlp(place.to(w.dtype)) * (f > 0)[..., None].to(w.dtype)
-            out.append(vals.permute(0, 3, 1, 2))
+            flat, inside = place.reshape(-1, 4).to(w.dtype), (f > 0).reshape(-1)
+            vals = flat.new_zeros(flat.shape[0], self.features).index_put((inside,), mlp(flat[inside]))
+            out.append(vals.view(*f.shape, self.features).permute(0, 3, 1, 2))  # only covered pixels computed
         return torch.cat(out, 1)
 
 
 def lay_state(frame: torch.Tensor, coef: torch.Tensor, st: torch.Tensor, patch: int) -> torch.Tensor:
     """``frame`` (B, F, C, H, W) with the state laid on it. ``coef`` (B*F, g, g, 2, C, K) per
     token, a gain and a colour per channel; ``st`` (B*F, K, H, W) the channels (raw then
-    basis). The coefficients are interpolated between token centres."""
+    basis). The coefficients are interpolated bilinearly between token centres (as
+    ``F.interpolate(..., mode="bilinear", align_corners=False)`` would, clamped at the edges)
+    without making a map of every coefficient at every pixel: the pixels between four token
+    centres form a cell, each corner's coefficients are laid over the cell's channels, and the
+    four results are blended by the pixel's place in the cell."""
     b, f, ch, h, w = frame.shape
     n, g, k = coef.shape[0], coef.shape[1], coef.shape[-1]
-    per_token = coef.reshape(n, g, g, 2 * ch * k).permute(0, 3, 1, 2)
-    per_pixel = F.interpolate(per_token, scale_factor=patch, mode="bilinear", align_corners=False)
-    laid = torch.einsum("nkyx,nsckyx->nscyx", st, per_pixel.view(n, 2, ch, k, h, w))
-    laid = laid.view(b, f, 2, ch, h, w)
+    p, half, cells = patch, patch // 2, g + 1
+    grid = coef.reshape(n, g, g, 2 * ch * k).permute(0, 3, 1, 2)
+    grid = F.pad(grid, (1, 1, 1, 1), mode="replicate").view(n, 2 * ch, k, g + 2, g + 2)  # corners, edges repeated
+    st = F.pad(st.to(grid.dtype), (half, half, half, half)).view(n, k, cells, p, cells, p).permute(0, 2, 4, 1, 3, 5)
+    near = (torch.arange(p, dtype=grid.dtype, device=grid.device) + 0.5) / p  # weight of the lower/right corner
+    side = (1 - near, near)
+    laid = st.new_zeros(n, cells, cells, 2 * ch, p, p)
+    for dy in (0, 1):
+        for dx in (0, 1):
+            corner = grid[:, :, :, dy : dy + cells, dx : dx + cells].permute(0, 3, 4, 1, 2)  # (n, cy, cx, 2C, K)
+            part = torch.einsum("nyxkij,nyxsk->nyxsij", st, corner)
+            laid = laid + part * (side[dy][:, None] * side[dx][None, :])
+    laid = laid.permute(0, 3, 1, 4, 2, 5).reshape(n, 2 * ch, cells * p, cells * p)
+    laid = laid[..., half : half + h, half : half + w].reshape(b, f, 2, ch, h, w)
     return ((frame.float() + 1) * (1 + laid[:, :, 0]) - 1 + laid[:, :, 1]).to(frame.dtype)
