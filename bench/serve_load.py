@@ -400,7 +400,7 @@ async def main_async(args: argparse.Namespace) -> None:
     runner = ModelRunner.from_pretrained(args.weights, max_sessions=max(64, 2 * args.limit + 2),
                                          dtype=args.dtype, device=args.device, graphs=args.cuda_graphs,
                                          trace=args.cpu_trace, canvas=args.canvas, canvas_decode=args.canvas_decode,
-                                         canvas_sharpen=args.canvas_sharpen)
+                                         canvas_sharpen=args.canvas_sharpen, canvas_live=args.canvas and args.live)
     steps = tuple(range(2, runner.max_steps + 1))
     timings = warm_up(runner, runner.buckets[:1], steps, sizes)  # the bench may block
     seconds = args.seconds
@@ -484,6 +484,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="batch sizes the scheduler forms (the server's --batch-sizes)")
     ap.add_argument("--canvas", action="store_true",
                     help="the default model with its world canvas (the server's --canvas)")
+    ap.add_argument("--live", action="store_true",
+                    help="with --canvas, the live state of what moves (the server's --canvas-live)")
     ap.add_argument("--canvas-decode", default="auto", choices=DECODE_MODES,
                     help="where the canvas's tiles decode ahead (the server's --canvas-decode)")
     ap.add_argument("--canvas-sharpen", type=float, default=SHARPEN,
