@@ -22,9 +22,8 @@ Messages are the ``protocol`` package's dataclasses (torch-free, shared with the
 the client needs numpy, msgpack, aiohttp and Pillow (JPEG frames), PyAV only for H.264.
 The client resumes by itself when the connection drops (not when the server ends the
 session): it reconnects with backoff and sends ``resume`` with the session's token and the
-next block_idx it has not received, so the stream continues with no gap and no repeat;
-in pull mode it asks again for blocks it had requested beyond what the server had
-accepted.
+next block_idx it has not received, so the stream continues with no gap and no repeat; in
+pull mode it asks again for blocks it requested beyond what the server had accepted.
 
 Several workers behind a router (docs/operations.md): ``WorldClient(router="http://...")``
 asks the router for a worker and a reservation before ``start`` and, when its worker
