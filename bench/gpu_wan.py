@@ -37,13 +37,18 @@ counted, nor lookahead (each chunk of lookahead adds a period). Its summary line
 ``key_ms_p50=<x>`` at N = 1.
 
 ``--recipe NAME`` (model/wan/recipes.py) times a published checkpoint's settings: its steps,
-chunk, sinks and window (a Matrix-Game recipe picks its variant and the model).
+chunk, sinks and window (a Matrix-Game recipe picks its variant and the model). Rolling
+Forcing's (``rolling-forcing``) runs its own sampler (model/wan/rolling.py ``run_blocks``): one
+window forward and one commit a tick, a session's first block after 5 ticks.
+``bash bench/gpu_wan_recipes.sh OUT_DIR`` runs every recipe once (the GPU run of
+docs/performance.md); ``TINY=1`` runs it at the tiny size on the CPU.
 
 ``--vae tae`` decodes with TAEHV's decoder (model/wan/tae.py, its published widths, random
 weights) instead of the Wan2.1 VAE: the rows' dec ms and VAE MiB and the summary's decode_share
 are then TAEHV's (Matrix-Game's image condition still goes through the full VAE's encoder).
 
-``--tiny`` runs the same loop on the CPU at a tiny size (how the bench is tested).
+``--tiny`` runs the same loop on the CPU at a tiny size, with the recipe's settings (how the
+bench is tested).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from worldserve.model.wan.action import ActionKVCache
 from worldserve.model.wan.cache import WanChunkContext, WanKVCache
 from worldserve.model.wan.causal import CausalWanModel, TextKV
 from worldserve.model.wan.config import WanConfig
+from worldserve.model.wan.rolling import InFlight, run_blocks
 from worldserve.model.wan.sampler import generate_chunk
 from worldserve.model.wan.tae import TAE_WIDTHS, TaeDecoder, build_decoder
 from worldserve.model.wan.vae_stream import (
@@ -154,6 +160,16 @@ class Row:
 
 
 @dataclass
+class RollingSession:
+    """What Rolling Forcing's sampler (model/wan/rolling.py ``run_blocks``) reads of a session."""
+
+    slot: int
+    text: TextKV
+    gen: torch.Generator
+    flight: InFlight | None = None
+
+
+@dataclass
 class Sessions:
     """N sessions' device state, one batch: their cache slots, VAE streams, conditioning."""
 
@@ -163,6 +179,7 @@ class Sessions:
     context: TextKV  # the prompts' or the anchor images' cross-attention K/V
     actions: ActionKVCache | None = None  # Matrix-Game's keyboard and mouse caches
     cond: torch.Tensor | None = None  # (N, cond_dim, F, h, w) the anchor images' condition
+    rolling: list[RollingSession] | None = None  # Rolling Forcing's sessions: their window in flight
 
     @property
     def state_bytes(self) -> int:
@@ -241,7 +258,12 @@ class Bench:
         streams = [self.decoder.open() for _ in range(n)]
         context, cond = self.context(n)
         actions = ActionKVCache.create(self.s.cfg, cache) if self.s.image else None
-        return Sessions(cache, slots, streams, context, actions, cond)
+        rolling = None
+        if self.s.cfg.sampler == "rolling":  # one prompt pass each: run_blocks batches the sessions' own K/V
+            rolling = [RollingSession(s, self.model.text_kv(self.prompt(1)),
+                                      torch.Generator(device=self.s.device).manual_seed(i))
+                       for i, s in enumerate(slots)]
+        return Sessions(cache, slots, streams, context, actions, cond, rolling)
 
     def inputs(self, b: Sessions, ctx: WanChunkContext) -> dict[str, object]:
         """A chunk's image condition and fresh action windows from the host, as served."""
@@ -256,7 +278,10 @@ class Bench:
         return {"cond": b.cond, "act": act}
 
     def chunk(self, b: Sessions) -> torch.Tensor:
-        """One chunk of every session: the steps and the commit; x0 (N, C, F, h, w)."""
+        """One chunk of every session: the steps and the commit; x0 (N, C, F, h, w). Rolling
+        Forcing: one window forward and one commit a tick (a session's first block: 5 ticks)."""
+        if b.rolling is not None:
+            return run_blocks(self.model, b.cache, b.rolling).to(self.s.dtype)
         ctx = b.cache.chunk(b.slots)
         return generate_chunk(self.model, ctx, b.context, self.noise(len(b.slots)), **self.inputs(b, ctx))
 
@@ -351,8 +376,8 @@ def summary(rows: list[Row], ttff_s: float, *, key: bool = False) -> str:
 def make_setup(args: argparse.Namespace) -> Setup:
     if args.model == "matrix-game-2":
         return make_mg_setup(args)
-    if args.tiny:
-        cfg = WanConfig.tiny()
+    if args.tiny:  # the recipe's steps, chunk, sinks, window and sampler on a tiny model
+        cfg = WanConfig.tiny(**(recipes.get(args.recipe).config_fields() if args.recipe else {}))
         text = dict(vocab_size=64, d_model=cfg.text_dim, d_kv=8, d_ff=2 * cfg.text_dim, num_layers=1,
                     num_heads=2, relative_attention_num_buckets=8, relative_attention_max_distance=16,
                     feed_forward_proj="gated-gelu", dropout_rate=0.0)
@@ -369,7 +394,7 @@ def make_setup(args: argparse.Namespace) -> Setup:
 def make_mg_setup(args: argparse.Namespace) -> Setup:
     """Matrix-Game 2.0 (the universal variant, its inference recipe) at 352x640, or tiny."""
     if args.tiny:
-        cfg = WanConfig.tiny_matrix_game()
+        cfg = WanConfig.tiny_matrix_game(**(recipes.get(args.recipe).config_fields() if args.recipe else {}))
         clip = dict(hidden_size=cfg.image_dim, intermediate_size=2 * cfg.image_dim, num_hidden_layers=2,
                     num_attention_heads=2, image_size=28, patch_size=14)
         vae = dict(TINY_VAE, z_dim=cfg.out_dim, latents_mean=[0.0] * cfg.out_dim, latents_std=[1.0] * cfg.out_dim)
@@ -432,7 +457,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.recipe:
         r = recipes.get(args.recipe)
-        if r.sampler != "chunk":
+        if r.refused:
             raise SystemExit(f"recipe {r.name} is not served: {r.refused}")
         args.model = r.family
     mg = args.model == "matrix-game-2"

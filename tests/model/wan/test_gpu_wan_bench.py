@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +66,21 @@ def test_tae_decodes_in_the_loop_and_its_decode_share_is_reported(capsys, model)
     m = re.match(SUMMARY.pattern.rstrip("$"), lines[-1])
     assert m, lines[-1]
     assert 0 < float(m["share"]) < 1
+
+
+def test_rolling_forcing_runs_its_window_sampler_in_the_loop_with_its_settings(capsys):
+    gpu_wan.main(["--tiny", "--recipe", "rolling-forcing", "--sessions", "1", "--chunks", "1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any("sinks 3 + window 18; 5 steps + commit" in ln for ln in lines)
+    rows = [ln.split() for ln in lines if re.match(r"^\s+\d+\s", ln)]
+    assert [r[0] for r in rows] == ["1"] and rows[0][5] == "12"  # one 3-latent-frame block a tick
+    assert SUMMARY.match(lines[-1]), lines[-1]
+
+
+def test_the_per_recipe_script_runs_each_named_recipe_at_tiny_size(tmp_path):
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "TINY": "1", "ONLY": "causvid", "PYTHON": sys.executable}
+    out = subprocess.run(["bash", str(root / "bench" / "gpu_wan_recipes.sh"), str(tmp_path)], env=env, cwd=root,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    assert out.splitlines()[0] == "== causvid" and SUMMARY.match(out.splitlines()[-1]), out
+    assert (tmp_path / "causvid.txt").exists() and not (tmp_path / "self-forcing.txt").exists()
