@@ -40,7 +40,7 @@ def test_matrix_game_runs_the_loop_with_its_actions_and_adds_the_key_to_frame_es
     assert m, lines[-1]
     assert float(m["fps"]) > 0 and float(m["ttff"]) > 0 and 0 < float(m["share"]) < 1
     assert any("action modules in 1 blocks" in ln and "3 steps + commit" in ln and "sinks 0" in ln for ln in lines)
-    # what a session holds at the real size: the figures of docs/models.md
+    # what a session holds at the real size: the figures of docs/model-families.md
     assert any("KV cache 464 MiB, mouse cache 155 MiB" in ln and "VAE feature cache 1016 MiB" in ln for ln in lines)
     header = next(ln for ln in lines if ln.lstrip().startswith("sessions"))
     assert header.split()[-6:] == ["key", "p50", "ms", "key", "max", "ms"]
