@@ -18,6 +18,12 @@ frames) they generate. Past those, Self-Forcing's window rolls; CausVid's recipe
 authors' long videos do (``long_mode`` "restart": a new rollout from a re-encoded overlap,
 model/wan/restart.py), or roll too with ``"long_mode": "rolling"`` in a config.json.
 
+Steps: a few-step student is trained for its own step lists only. A recipe names them
+(``timesteps``, and ``fewer_steps`` for any other list; none of the published checkpoints has
+one), the runner serves those and no subset of them, and the degradation ladder's step rungs
+visit only their counts: a recipe with one list keeps its steps under load. ``fps`` is the rate
+the authors' videos are written at, a session's default when its client names none.
+
 Time positions (``positions``, model/wan/cache.py) are the authors' module's: LongLive's
 ``causal_model.py`` keeps them absolute, its ``causal_model_infinity.py`` (``longlive-infinity``)
 ranks the held frames; without sinks the two schemes give the same attention.
