@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 from worldserve.cli.site import new_loop, run_site
 from worldserve.server.flags import add_flags, build
@@ -27,8 +28,13 @@ def serve_parser(ap: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
-    """Settings from the flags, then the ``WORLDSERVE_*`` variables, then the defaults."""
-    return build(Settings, args, os.environ if env is None else env)
+    """Settings from the flags, then the ``WORLDSERVE_*`` variables, then the defaults; the
+    server keeps worlds and checkpoints in ``auto``'s directory unless told otherwise."""
+    env = os.environ if env is None else env
+    settings = build(Settings, args, env)
+    if not hasattr(args, "store") and "WORLDSERVE_STORE" not in env:
+        settings = replace(settings, store="auto")
+    return settings
 
 
 def serve(settings: Settings) -> None:

@@ -66,6 +66,10 @@ class ErrorCode(StrEnum):
     PLACEMENT_REQUIRED = "placement_required"  # start without a valid router reservation
     DIRECTORY_UNAVAILABLE = "directory_unavailable"  # the shared directory cannot be reached
     SESSION_MOVED = "session_moved"  # resume at a worker that does not hold the session
+    # Saved worlds (server/worlds.py):
+    UNKNOWN_WORLD = "unknown_world"  # no such world (or not yours to delete)
+    BAD_WORLD = "bad_world"  # a world that cannot be saved or read (a bad name, another version, corrupt)
+    STORE_ERROR = "store_error"  # the store failed or is off; nothing was changed
 
 
 class CloseCode(IntEnum):
@@ -240,9 +244,12 @@ class Start(Message):
     deadline_ms: float | None = None  # pull: deadline of block 0
     api_key: str | None = None  # when the server requires one (or send an Authorization header)
     session_id: str | None = None  # multi-worker: the reservation the router handed out
+    world: str | None = None  # a saved world's id: fork a new session from it (its prompt, seed, size, rate)
 
     def __post_init__(self) -> None:
         _check_text("prompt", self.prompt, MAX_PROMPT_CHARS)
+        if self.world is not None:
+            _check_text("world", self.world, 64)
         _check_int("seed", self.seed, 0, MAX_SEED)
         if self.fps is not None:
             _check_float("fps", self.fps, 0.0, MAX_FPS, lo_open=True)
@@ -368,7 +375,18 @@ class Ping(Message):
         _check_int("id", self.id, 0, MAX_SEQ)
 
 
-ClientMessage = Start | Action | Prompt | Observation | Block | Resume | Keyframe | Close | Ping
+@dataclass(frozen=True, slots=True)
+class Save(Message):
+    """Save the session's state now as a named world (the owner's connection); answered ``saved``."""
+
+    TYPE: ClassVar[str] = "save"
+    name: str
+
+    def __post_init__(self) -> None:
+        _check_text("name", self.name, 80)
+
+
+ClientMessage = Start | Action | Prompt | Observation | Block | Resume | Keyframe | Close | Ping | Save
 
 
 # --- server -> client -----------------------------------------------------------------
@@ -395,6 +413,8 @@ class Started(Message):
     # Added in protocol 1 without a version change (older servers leave them out):
     first_chunk_frames: int | None = None  # frames of block 0 (None: chunk_frames)
     controls: tuple[str, ...] = CONTROLS  # what the model takes; the rest is ignored
+    block_idx: int = 0  # the first block sent: 0, or a forked world's saved point
+    world: str | None = None  # the saved world it was forked from
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,6 +540,17 @@ class Error(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class Saved(Message):
+    """A world saved by ``save``: fork it with ``start`` and ``world: id``."""
+
+    TYPE: ClassVar[str] = "saved"
+    world: str  # its id
+    name: str
+    frames: int  # frames the session had made when it was saved
+    block_idx: int  # the block a fork continues at
+
+
+@dataclass(frozen=True, slots=True)
 class Ended(Message):
     TYPE: ClassVar[str] = "ended"
     session_id: str
@@ -545,12 +576,13 @@ ServerMessage = (
     | Ended
     | Pong
     | Migrate
+    | Saved
 )
 
 CLIENT_TYPES: dict[str, type[Message]] = {
-    c.TYPE: c for c in (Start, Action, Prompt, Observation, Block, Resume, Keyframe, Close, Ping)
+    c.TYPE: c for c in (Start, Action, Prompt, Observation, Block, Resume, Keyframe, Close, Ping, Save)
 }
 SERVER_TYPES: dict[str, type[Message]] = {
     c.TYPE: c
-    for c in (Started, Resumed, Frame, Status, Degradation, Skipped, Ack, Error, Ended, Pong, Migrate)
+    for c in (Started, Resumed, Frame, Status, Degradation, Skipped, Ack, Error, Ended, Pong, Migrate, Saved)
 }

@@ -49,6 +49,7 @@ from worldserve.server.keys import (
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
 from worldserve.server.rtc import setup_rtc
+from worldserve.server.saved import add_world_routes
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
 from worldserve.server.ws import websocket_handler
@@ -106,6 +107,7 @@ def create_app(
     app[RUNNER_FACTORY] = runner_factory or load_model_runner
     app.router.add_get("/v1/ws", websocket_handler)
     add_routes(app)
+    add_world_routes(app)  # saved worlds (server/saved.py): 404 store_error without a store
     setup_rtc(app, settings.rtc)  # WebRTC offers and the browser client (server/rtc/)
     app.cleanup_ctx.append(_codecs_ctx)  # first in, last out: it outlives every connection
     app.cleanup_ctx.append(_model_ctx)

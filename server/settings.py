@@ -205,6 +205,10 @@ class Settings:
     max_image_pixels: int = setting(1024 * 1024, "observations larger than this are refused, pixels")
     # --- WebRTC ---
     rtc: RtcSettings = setting(RtcSettings(), "the WebRTC transport (server/rtc/)")
+    # --- what outlives a process (server/store/; docs/operations.md) ---
+    store: str | None = setting(None, "where saved worlds and crash checkpoints are kept: a directory or an "
+                                      "fsspec URL (s3://bucket/prefix); auto: $XDG_DATA_HOME/worldserve/store "
+                                      "where writable (worldserve serve's default); none or empty: off")
     # --- scale-out (DESIGN.md §7; docs/operations.md) ---
     directory_url: str | None = setting(None, "shared session directory, e.g. redis://127.0.0.1:6379/0 "
                                               "(empty: the embedded single worker, in memory)")

@@ -50,6 +50,7 @@ from worldserve.protocol import (
     ProtocolError,
     Resume,
     Resumed,
+    Save,
     ServerMessage,
     Skipped,
     Start,
@@ -65,8 +66,10 @@ from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
 from worldserve.server.quotas import OverQuota, clients
 from worldserve.server.remote import DirectoryUnavailable, PlacementRequired
+from worldserve.server.saved import worlds_of
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
+from worldserve.server.store import StoreError
 from worldserve.session.errors import AtCapacity, BadToken, SessionError
 
 log = logging.getLogger("worldserve.ws")
@@ -244,7 +247,7 @@ class Connection:
             self._error(exc, fatal=True, code=CloseCode.TRY_AGAIN, retry_after=exc.retry_after_s)
         except BadToken as exc:
             self._error(exc, fatal=True, code=CloseCode.POLICY)
-        except SessionError as exc:
+        except (SessionError, StoreError) as exc:  # a store's refusal (saved worlds) changes nothing
             self._error(exc)
         except Exception as exc:
             log.exception("message handler failed", extra={"sid": self.sid})
@@ -264,10 +267,15 @@ class Connection:
             self._authorize(msg.api_key)
             self._start_at = time.monotonic()
             who = clients(self.request.remote, presented_key(self.request.headers, msg.api_key))
-            await self.service.start(msg, self, who)
+            if msg.world is not None:  # a fork of a saved world (server/saved.py)
+                await worlds_of(self.request.app).fork(msg, self, who)
+            else:
+                await self.service.start(msg, self, who)
         elif isinstance(msg, Resume):
             self._need_no_session()
             await self.service.resume(msg, self)
+        elif isinstance(msg, Save):
+            self.send(await worlds_of(self.request.app).save(self.need_session(), msg.name))
         else:
             await dispatch(self.service, self, msg)
 

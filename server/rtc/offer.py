@@ -315,6 +315,8 @@ async def _open_session(
             await service.authorize(resume)
             return None
         if start is not None:
+            if start.world is not None:
+                raise ProtocolError("a saved world is forked over the WebSocket (start with world)", "world")
             return await service.start(start, peer, who)  # reservation and directory checks apply
         assert resume is not None
         if resume.block_idx == LATEST:

@@ -14,9 +14,9 @@ from worldserve.server.store.objects import (
     StoreError,
     check_name,
 )
-from worldserve.server.store.stores import FsspecStore, LocalStore, Store, open_store
+from worldserve.server.store.stores import FsspecStore, LocalStore, Store, open_store, resolve_store
 
 __all__ = [
     "CorruptObject", "FsspecStore", "LocalStore", "NoSuchObject", "ObjectTooLarge", "Store", "StoreError",
-    "check_name", "open_store",
+    "check_name", "open_store", "resolve_store",
 ]

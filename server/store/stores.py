@@ -151,3 +151,21 @@ def open_store(url: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, **options: A
     if text.startswith("file://"):
         return LocalStore(text.removeprefix("file://"), max_bytes)
     return FsspecStore(text, max_bytes, **options)
+
+
+def resolve_store(value: str | None, env: dict[str, str] | None = None) -> str | None:
+    """The store a ``--store`` value names: None for off (``none``, empty), ``auto``: a private
+    directory under the user's data directory ($XDG_DATA_HOME/worldserve/store, else
+    ~/.local/share/worldserve/store) where it can be made and written, else None."""
+    if value is None or value.strip().lower() in ("", "none", "off"):
+        return None
+    if value != "auto":
+        return value
+    env = dict(os.environ) if env is None else env
+    base = Path(env.get("XDG_DATA_HOME") or Path(env.get("HOME", "~")).expanduser() / ".local" / "share")
+    root = base / "worldserve" / "store"
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return str(root) if os.access(root, os.W_OK) else None

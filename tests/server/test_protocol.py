@@ -31,6 +31,8 @@ from worldserve.protocol import (
     ProtocolError,
     Resume,
     Resumed,
+    Save,
+    Saved,
     Skipped,
     Start,
     Started,
@@ -53,6 +55,7 @@ CLIENT_EXAMPLES = [
     Keyframe(),
     Close("bye"),
     Ping(5),
+    Save("my forest"),
 ]
 SERVER_EXAMPLES = [
     Started("s1", "tok", 1, "push", "jpeg", 24.0, 64, 64, 64, 1, 0, 4, 1, 0, (64, 128)),
@@ -67,6 +70,7 @@ SERVER_EXAMPLES = [
     Ended("s1", "client_close"),
     Pong(5, 1.0),
     Migrate("s1", "ws://10.0.0.8:8000/v1/ws", 12, "w2"),
+    Saved("w0rld-id-1234", "my forest", 48, 12),
 ]
 
 
