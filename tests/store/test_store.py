@@ -104,3 +104,16 @@ def test_a_url_picks_the_store() -> None:
     assert isinstance(open_store("/tmp/ws-store-test"), LocalStore)
     assert isinstance(open_store("file:///tmp/ws-store-test"), LocalStore)
     assert isinstance(open_store("memory://bucket/x"), FsspecStore)
+
+
+def test_the_store_setting_resolves_auto_to_a_private_data_directory_and_none_to_off(tmp_path: Path) -> None:
+    from worldserve.server.store import resolve_store
+
+    assert resolve_store(None) is None and resolve_store("none") is None and resolve_store("") is None
+    assert resolve_store("s3://bucket/prefix") == "s3://bucket/prefix"
+    got = resolve_store("auto", {"XDG_DATA_HOME": str(tmp_path / "data")})
+    assert got == str(tmp_path / "data" / "worldserve" / "store")
+    assert (Path(got).stat().st_mode & 0o777) == 0o700
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # nothing can be made under it
+    assert resolve_store("auto", {"XDG_DATA_HOME": str(blocked)}) is None
