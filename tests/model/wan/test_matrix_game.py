@@ -387,10 +387,11 @@ UNIVERSAL_INFERENCE = {"denoising_step_list": [1000, 666, 333], "warp_denoising_
                        "num_frame_per_block": 3, "context_noise": 0, "timestep_shift": 5.0}
 # configs/inference_yaml/inference_templerun.yaml: four steps where the other variants take three
 TEMPLERUN_INFERENCE = {**UNIVERSAL_INFERENCE, "denoising_step_list": [1000, 750, 500, 250]}
+RATE = {"fps": 12.0}  # the recipes' frame rate (utils/visualize.py writes 12 fps); the configs name none
 
 
 def test_the_published_universal_config_builds_the_published_parameter_shapes():
-    cfg = WanConfig.from_dict({**UNIVERSAL_CONFIG, **UNIVERSAL_INFERENCE, "fps": 12})  # fps: the recipe's
+    cfg = WanConfig.from_dict({**UNIVERSAL_CONFIG, **UNIVERSAL_INFERENCE, **RATE})
     assert cfg == WanConfig.matrix_game_2("universal")
     assert (cfg.chunk_frames, cfg.sink_frames, cfg.window_frames, cfg.cond_dim) == (3, 0, 3, 20)
     assert cfg.step_timesteps == pytest.approx((1000.0, 908.84, 713.98), abs=0.01)
@@ -408,14 +409,14 @@ def test_the_published_universal_config_builds_the_published_parameter_shapes():
 def test_variants_read_from_their_configs_gta_drive_with_its_one_frame_window():
     templerun = {**UNIVERSAL_CONFIG, "action_config": {**UNIVERSAL_CONFIG["action_config"], "keyboard_dim_in": 7,
                                                        "enable_mouse": False}}
-    cfg = WanConfig.from_dict({**templerun, **TEMPLERUN_INFERENCE})
+    cfg = WanConfig.from_dict({**templerun, **TEMPLERUN_INFERENCE, **RATE})
     assert cfg == WanConfig.matrix_game_2("templerun")
     with torch.device("meta"):
         names = set(CausalWanModel(cfg).state_dict())
     assert set(authors_parameters(cfg)) == names and not any("mouse_mlp" in n for n in names)
     gta = {**UNIVERSAL_CONFIG, "local_attn_size": 4,
            "action_config": {**UNIVERSAL_CONFIG["action_config"], "keyboard_dim_in": 2}}
-    cfg = WanConfig.from_dict({**gta, **UNIVERSAL_INFERENCE})
+    cfg = WanConfig.from_dict({**gta, **UNIVERSAL_INFERENCE, **RATE})
     assert cfg == WanConfig.matrix_game_2("gta_drive")
     assert (cfg.window_frames, cfg.ring_frames, cfg.cache_frames) == (1, 3, 3)  # reads 1, holds the last chunk
 
