@@ -4,7 +4,9 @@ refused when absent, and the full-size key sets of the published files."""
 
 from __future__ import annotations
 
+import shutil
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +19,6 @@ from tests.model.wan.tiny import (
     save_checkpoint,
     tiny_config,
 )
-from tests.model.wan.tiny_dir import build_tiny_wan_dir
 from worldserve.model.wan import recipes, weights
 from worldserve.model.wan.cache import WanKVCache
 from worldserve.model.wan.causal import CausalWanModel
@@ -151,8 +152,8 @@ def test_a_lora_that_does_not_fit_is_named(tmp_path, cfg):
         load_model(base_path, cfg, key="generator", lora=bad, lora_alpha=2)
 
 
-def test_longlive_without_its_lora_is_refused_naming_the_file_and_where_it_is_published(tmp_path):
-    d = build_tiny_wan_dir(tmp_path / "w")
+def test_longlive_without_its_lora_is_refused_naming_the_file_and_where_it_is_published(wan_dir, tmp_path):
+    d = Path(shutil.copytree(wan_dir, tmp_path / "w"))
     with pytest.raises(FileNotFoundError, match=r"lora\.pt \(LongLive's LoRA.*Efficient-Large-Model/LongLive-1\.3B"):
         check_layout(d, recipes.get("longlive"))
     torch.save({}, d / "transformer" / "lora.pt")

@@ -11,9 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
-from tests.model.wan.tiny_mg_dir import build_tiny_mg_dir
-from worldserve.model.registry import LoadOptions, load
+from tests.model.wan.tiny_dir import HEIGHT, load_tiny
 from worldserve.model.wan.runner import WanRunner
 from worldserve.session.plan import ACTION_DIM, Batch, ChunkWork, SessionSpec, StepOutput, StepPlan
 
@@ -21,18 +19,8 @@ BUCKET = HEIGHT
 SIDS = ("a", "b", "c")
 
 
-@pytest.fixture(scope="module")
-def wan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan_dir(tmp_path_factory.mktemp("wan"))
-
-
-@pytest.fixture(scope="module")
-def mg_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_mg_dir(tmp_path_factory.mktemp("mg"))
-
-
 def runner(family: str, weights: Path, overlap: bool) -> WanRunner:
-    r = load(family, LoadOptions(weights=weights, dtype="float32", sizes=((HEIGHT, WIDTH),), max_sessions=4))
+    r = load_tiny(family, weights, max_sessions=4)
     assert isinstance(r, WanRunner) and r.overlap is False  # the CPU's default: serial
     r.overlap = overlap
     return r

@@ -9,10 +9,9 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests.model.wan.test_serve_matrix_game import FIRST, STEADY, start_image
-from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
+from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH
 from tests.scaleout.harness import Cluster, cluster
 from worldserve.clients.sdk import FrameEvent, WorldClient
 from worldserve.server.app import load_model_runner
@@ -20,14 +19,9 @@ from worldserve.server.app import load_model_runner
 BLOCKS, DRAIN_AFTER = 8, 4
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_mg_dir(tmp_path_factory.mktemp("mg"))
-
-
-def settings(weights: Path) -> dict[str, object]:
+def settings(mg_dir: Path) -> dict[str, object]:
     return dict(
-        runner_factory=load_model_runner, model="matrix-game-2", weights=weights, sizes=((HEIGHT, WIDTH),),
+        runner_factory=load_model_runner, model="matrix-game-2", weights=mg_dir, sizes=((HEIGHT, WIDTH),),
         dtype="float32", threads=1, warmup_batch_sizes=(1,), warmup_steps=(3,), capacity=2,
     )
 
@@ -66,8 +60,8 @@ async def steered(c: Cluster, *, drain: bool) -> tuple[dict[int, np.ndarray], in
         return got, client.migrations
 
 
-async def test_a_drained_session_goes_on_with_the_frames_of_an_undisturbed_one(weights: Path) -> None:
-    async with cluster(2, **settings(weights)) as c:
+async def test_a_drained_session_goes_on_with_the_frames_of_an_undisturbed_one(mg_dir: Path) -> None:
+    async with cluster(2, **settings(mg_dir)) as c:
         undisturbed, moved = await steered(c, drain=False)
         assert moved == 0
         migrated, moved = await steered(c, drain=True)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
-from worldserve.model.registry import LoadOptions, load
+from tests.model.wan.tiny_dir import load_tiny
+from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH
 from worldserve.model.wan.matrix_game import MatrixGameRunner
 from worldserve.session.plan import (
     ACTION_DIM,
@@ -31,13 +31,8 @@ from worldserve.session.snapshot import restore, snapshot
 BUCKET, SEED = HEIGHT, 7
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_mg_dir(tmp_path_factory.mktemp("mg"))
-
-
-def runner(weights: Path, dtype: str = "float32") -> MatrixGameRunner:
-    r = load("matrix-game-2", LoadOptions(weights=weights, dtype=dtype, sizes=((HEIGHT, WIDTH),)))
+def runner(mg_dir: Path, dtype: str = "float32") -> MatrixGameRunner:
+    r = load_tiny("matrix-game-2", mg_dir, dtype=dtype)
     assert isinstance(r, MatrixGameRunner)
     return r
 
@@ -95,17 +90,17 @@ def migrate(src: MatrixGameRunner, dst: MatrixGameRunner, blocks: int, after: in
 
 @pytest.mark.parametrize(("dtype", "observe_at"), [("float32", None), ("float32", 3), ("bfloat16", None)])
 def test_a_restored_session_makes_exactly_the_frames_of_the_undisturbed_one(
-    weights: Path, dtype: str, observe_at: int | None
+    mg_dir: Path, dtype: str, observe_at: int | None
 ) -> None:
     # 6 blocks: the window (one chunk) has rolled five times; with an observation before
     # block 3 the anchor is at latent frame 6 and the history counts from there
-    (want, _), (got, _) = migrate(runner(weights, dtype), runner(weights, dtype), 6, 4, observe_at=observe_at)
+    (want, _), (got, _) = migrate(runner(mg_dir, dtype), runner(mg_dir, dtype), 6, 4, observe_at=observe_at)
     for a, b in zip(want, got, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_snapshot_carries_the_actions_and_the_anchors_frame(weights: Path) -> None:
-    src = runner(weights)
+def test_the_snapshot_carries_the_actions_and_the_anchors_frame(mg_dir: Path) -> None:
+    src = runner(mg_dir)
     src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, SEED, "")]))
     rng = np.random.default_rng(0)
     run(src, range(2), rng)
@@ -122,8 +117,8 @@ def test_the_snapshot_carries_the_actions_and_the_anchors_frame(weights: Path) -
     np.testing.assert_allclose(trace["action_mouse"], np.concatenate(sent)[-13:, [5, 4]] * [-0.1, 0.1], rtol=1e-6)
 
 
-def test_past_the_kept_latents_the_replay_is_exact_once_it_spans_the_caches_depth(weights: Path) -> None:
-    base = runner(weights)
+def test_past_the_kept_latents_the_replay_is_exact_once_it_spans_the_caches_depth(mg_dir: Path) -> None:
+    base = runner(mg_dir)
     # 3 chunks kept (6 latent frames of 12 made) replay the 3 cached attentions' depth: the
     # caches come back exactly, so the latents do (the VAE stream, primed from 6 of its 37
     # frames of reach, does not: its pixels are not compared here)
@@ -131,13 +126,13 @@ def test_past_the_kept_latents_the_replay_is_exact_once_it_spans_the_caches_dept
     for a, b in zip(want, got, strict=True):
         assert torch.equal(a, b)
     # the default keeps 40 latent frames: past them (44 made) latents and pixels are exact
-    (want_px, _), (got_px, _) = migrate(base, runner(weights), 22, 2)
+    (want_px, _), (got_px, _) = migrate(base, runner(mg_dir), 22, 2)
     for a, b in zip(want_px, got_px, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_replay_shorter_than_the_depth_is_close_and_closes_in(weights: Path) -> None:
-    base = runner(weights)
+def test_a_replay_shorter_than_the_depth_is_close_and_closes_in(mg_dir: Path) -> None:
+    base = runner(mg_dir)
     (_, want), (_, got) = migrate(keeping(base, 4), keeping(base, 4), 6, 4)  # 2 chunks of the 3
     diff = [float((a - b).abs().max()) for a, b in zip(want, got, strict=True)]
     scale = float(torch.stack(want).abs().max())
@@ -145,21 +140,21 @@ def test_a_replay_shorter_than_the_depth_is_close_and_closes_in(weights: Path) -
     assert diff[-1] < diff[0] / 10, diff  # each chunk after the restore recomputes one level more
 
 
-def test_without_the_action_trace_the_restore_goes_another_way(weights: Path) -> None:
+def test_without_the_action_trace_the_restore_goes_another_way(mg_dir: Path) -> None:
     # an older worker's snapshot: the window re-cached with nothing held, from frame 0
     def drop(state: ModelState) -> None:
         state.family_state = {}
 
-    (want, _), (got, _) = migrate(runner(weights), runner(weights), 4, 4, state_edit=drop)
+    (want, _), (got, _) = migrate(runner(mg_dir), runner(mg_dir), 4, 4, state_edit=drop)
     diff = [float(np.abs(a.astype(int) - b).mean()) for a, b in zip(want, got, strict=True)]
     assert diff[0] > 0 and max(diff) > 0.5, diff  # from the next block on, and growing apart
 
 
-def test_an_action_trace_that_does_not_fit_fails_that_session_only(weights: Path) -> None:
-    src = runner(weights)
+def test_an_action_trace_that_does_not_fit_fails_that_session_only(mg_dir: Path) -> None:
+    src = runner(mg_dir)
     src.execute(StepPlan(new_sessions=[SessionSpec("s", BUCKET, SEED, "")]))
     run(src, range(3), np.random.default_rng(0))
-    dst = runner(weights)
+    dst = runner(mg_dir)
     short = src.export_state("s")
     fs = short.family_state
     fs["action_keyboard"], fs["action_mouse"] = fs["action_keyboard"][1:], fs["action_mouse"][1:]

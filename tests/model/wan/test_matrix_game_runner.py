@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
-from worldserve.model.registry import LoadOptions, check, load
+from tests.model.wan.tiny_dir import load_tiny
+from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH
+from worldserve.model.registry import check
 from worldserve.model.wan.matrix_game import MatrixGameRunner, fit_frame
 from worldserve.session.options import RunnerInfo
 from worldserve.session.plan import (
@@ -27,13 +28,8 @@ BUCKET = HEIGHT
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_mg_dir(tmp_path_factory.mktemp("mg"))
-
-
-@pytest.fixture(scope="module")
-def runner(weights: Path) -> MatrixGameRunner:
-    r = load("matrix-game-2", LoadOptions(weights=weights, dtype="float32", sizes=((HEIGHT, WIDTH),)))
+def runner(mg_dir: Path) -> MatrixGameRunner:
+    r = load_tiny("matrix-game-2", mg_dir)
     assert isinstance(r, MatrixGameRunner)
     return r
 
@@ -118,12 +114,12 @@ def test_an_observation_anchors_a_session_and_a_later_one_re_anchors_it(runner: 
     runner.free("r2")
 
 
-def test_a_snapshot_restores_on_another_runner_with_its_anchor_image(runner: MatrixGameRunner, weights: Path) -> None:
+def test_a_snapshot_restores_on_another_runner_with_its_anchor_image(runner: MatrixGameRunner, mg_dir: Path) -> None:
     open_(runner, "m", seed=9)
     run(runner, "m", range(4), keys=(0,))
     st = runner.export_state("m")
     assert st.family == "matrix-game-2" and st.frames.shape == (1, HEIGHT, WIDTH, 3) and st.frame_index == 8
-    other = load("matrix-game-2", LoadOptions(weights=weights, dtype="float32", sizes=((HEIGHT, WIDTH),)))
+    other = load_tiny("matrix-game-2", mg_dir)
     out = other.execute(StepPlan(new_sessions=[SessionSpec("m", BUCKET, 9, "", restore=st)]))
     assert not out.errors, out.errors
     got = run(other, "m", range(4, 6), keys=(0,))
@@ -132,10 +128,10 @@ def test_a_snapshot_restores_on_another_runner_with_its_anchor_image(runner: Mat
     runner.free("m")
 
 
-def test_the_layout_names_a_missing_image_encoder_and_a_text_model(weights: Path, tmp_path: Path) -> None:
-    check("matrix-game-2", weights)
+def test_the_layout_names_a_missing_image_encoder_and_a_text_model(mg_dir: Path, tmp_path: Path) -> None:
+    check("matrix-game-2", mg_dir)
     broken = tmp_path / "broken"
-    shutil.copytree(weights, broken)
+    shutil.copytree(mg_dir, broken)
     shutil.rmtree(broken / "image_encoder")
     with pytest.raises(FileNotFoundError, match=r"models_clip_open-clip-xlm-roberta-large-vit-huge-14\.pth does not "
                                                r"exist, nor .*image_encoder/ .*Skywork/Matrix-Game-2\.0"):

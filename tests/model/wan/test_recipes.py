@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +14,8 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from tests.model.wan.test_causal import WAN_1_3B_CONFIG
-from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
-from worldserve.model.registry import LoadOptions, check, load
+from tests.model.wan.tiny_dir import load_tiny
+from worldserve.model.registry import check
 from worldserve.model.wan import recipes
 from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.layout import build_config, check_layout
@@ -145,14 +144,9 @@ def test_a_recipe_names_every_family_once_and_an_unknown_one_lists_them():
         recipes.get("sf")
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan_dir(tmp_path_factory.mktemp("wan"))
-
-
-def test_a_config_json_overrides_the_recipe_field_by_field_and_says_which(tiny_dir, tmp_path):
+def test_a_config_json_overrides_the_recipe_field_by_field_and_says_which(wan_dir, tmp_path):
     d = tmp_path / "w"
-    shutil.copytree(tiny_dir, d)
+    shutil.copytree(wan_dir, d)
     path = d / "transformer" / "config.json"
     raw = json.loads(path.read_text())
     arch = {k: v for k, v in raw.items() if k not in WanConfig.__dataclass_fields__ or k in (
@@ -167,17 +161,17 @@ def test_a_config_json_overrides_the_recipe_field_by_field_and_says_which(tiny_d
     assert shown["weights"] == "generator_ema" and shown["model_timesteps"] == [1000.0, 833.333]
 
 
-def test_a_wan_recipe_is_not_served_as_matrix_game_and_back(tiny_dir):
+def test_a_wan_recipe_is_not_served_as_matrix_game_and_back(wan_dir):
     with pytest.raises(ValueError, match="served by --model matrix-game-2, not wan-causal"):
-        check_layout(tiny_dir, recipes.get("matrix-game-2-templerun"))
+        check_layout(wan_dir, recipes.get("matrix-game-2-templerun"))
 
 
-def test_a_recipe_named_as_the_model_serves_its_family_and_v1_load_shows_it(tiny_dir):
-    check("self-forcing", tiny_dir)
-    runner = load("self-forcing", LoadOptions(weights=tiny_dir, dtype="float32", sizes=((HEIGHT, WIDTH),)))
+def test_a_recipe_named_as_the_model_serves_its_family_and_v1_load_shows_it(wan_dir):
+    check("self-forcing", wan_dir)
+    runner = load_tiny("self-forcing", wan_dir)
     assert runner.served.recipe is recipes.get("self-forcing")
     with pytest.raises(ValueError, match="--recipe causvid names another"):
-        check("self-forcing", tiny_dir, "causvid")
+        check("self-forcing", wan_dir, "causvid")
 
     class Service:  # what /v1/load reads of the service
         engine = type("Engine", (), {"runner": runner})()

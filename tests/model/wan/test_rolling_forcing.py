@@ -13,6 +13,8 @@ place while it is among them) and the video keeps. The network's other parts are
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,10 +22,10 @@ import torch
 from tests.model.wan.test_longlive_positions import apply_rope, wan_rope_table
 from tests.model.wan.tiny import LATENT_HEIGHT as H
 from tests.model.wan.tiny import LATENT_WIDTH as W
-from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
+from tests.model.wan.tiny_dir import HEIGHT, WIDTH, load_tiny
 from tests.model.wan.tiny_runner import BUCKET, run, run_frames, tiny_runner
 from worldserve.model.attention import attend
-from worldserve.model.registry import LoadOptions, check, load
+from worldserve.model.registry import check
 from worldserve.model.wan.causal import CausalWanModel, TextKV, space_grid, timestep_embedding
 from worldserve.model.wan.config import WanConfig
 from worldserve.model.wan.runner import WanRunner
@@ -170,17 +172,17 @@ def test_a_snapshot_carries_the_blocks_in_flight_and_the_session_goes_on_from_th
     torch.testing.assert_close(b.sessions["s"].recent[-1], a.sessions["s"].recent[-1], atol=1e-5, rtol=1e-5)
 
 
-def test_serve_model_rolling_forcing_loads_a_weights_dir_and_streams_its_blocks(tmp_path):
+def test_serve_model_rolling_forcing_loads_a_weights_dir_and_streams_its_blocks(wan_dir, tmp_path):
     """``--model rolling-forcing --weights DIR`` through the registry, the tiny VAE decoding:
     the first block after its 5 ticks as 9 pixel frames, then 12 a tick."""
-    d = build_tiny_wan_dir(tmp_path / "w")
+    d = Path(shutil.copytree(wan_dir, tmp_path / "w"))
     path = d / "transformer" / "config.json"
     raw = json.loads(path.read_text())
     arch = ("dim", "ffn_dim", "freq_dim", "text_dim", "in_dim", "out_dim", "num_heads", "num_layers", "text_len",
             "patch_size", "eps", "qk_norm", "cross_attn_norm", "model_type", "image_dim", "rope_theta")
     path.write_text(json.dumps({k: v for k, v in raw.items() if k not in WanConfig.__dataclass_fields__ or k in arch}))
     check("rolling-forcing", d)
-    runner = load("rolling-forcing", LoadOptions(weights=d, dtype="float32", sizes=((HEIGHT, WIDTH),)))
+    runner = load_tiny("rolling-forcing", d)
     assert isinstance(runner, WanRunner) and runner.served.describe(runner.cfg)["sampler"] == "rolling"
     _, frames = run_frames(runner, "s", {0: "a red fox"}, 2)
     assert frames.shape == (9 + 12, HEIGHT, WIDTH, 3) and frames.std() > 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
+from tests.model.wan.tiny_dir import HEIGHT, WIDTH, load_tiny
 from worldserve.cli.main import main as cli_main
 from worldserve.model.registry import LoadOptions, check, load
 from worldserve.model.wan.runner import WanRunner
@@ -27,18 +27,6 @@ from worldserve.session.session import Session, SessionConfig
 from worldserve.session.snapshot import restore, snapshot
 
 BUCKET = HEIGHT
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan_dir(tmp_path_factory.mktemp("wan"))
-
-
-def make_runner(weights: Path, **kw: object) -> WanRunner:
-    options = LoadOptions(weights=weights, dtype="float32", sizes=((HEIGHT, WIDTH),), **kw)  # type: ignore[arg-type]
-    runner = load("wan-causal", options)
-    assert isinstance(runner, WanRunner)
-    return runner
 
 
 def open_(runner: WanRunner, *sids: str, prompt: str = "a red fox runs through snowy woods") -> None:
@@ -60,8 +48,8 @@ def rollout(runner: WanRunner, sid: str, blocks: range) -> list[np.ndarray]:
     return [step(runner, [[(sid, b)]])[sid] for b in blocks]
 
 
-def test_blocks_hold_the_first_chunk_s_frames_then_the_steady_count_at_the_frame_size(weights: Path) -> None:
-    runner = make_runner(weights)
+def test_blocks_hold_the_first_chunk_s_frames_then_the_steady_count_at_the_frame_size(wan_dir: Path) -> None:
+    runner = load_tiny("wan-causal", wan_dir)
     info = RunnerInfo.of(runner, (1,))
     assert (info.first_chunk_frames, info.frames_per_chunk) == (5, 8)  # 2 latent frames: 1 + 4, then 8
     assert info.frame_size(BUCKET) == (HEIGHT, WIDTH) and info.controls == ("prompt",)
@@ -72,8 +60,8 @@ def test_blocks_hold_the_first_chunk_s_frames_then_the_steady_count_at_the_frame
     assert runner.sessions["s"].frame_index == 8
 
 
-def test_two_sessions_batched_make_the_frames_each_makes_alone(weights: Path) -> None:
-    together, alone = make_runner(weights), make_runner(weights)
+def test_two_sessions_batched_make_the_frames_each_makes_alone(wan_dir: Path) -> None:
+    together, alone = load_tiny("wan-causal", wan_dir), load_tiny("wan-causal", wan_dir)
     open_(together, "a", "b")
     open_(alone, "a", "b")
     for block in range(4):  # past the window (1 sink + 4): the cache has rolled
@@ -85,8 +73,8 @@ def test_two_sessions_batched_make_the_frames_each_makes_alone(weights: Path) ->
     assert not np.array_equal(both["a"], both["b"])  # their own seeds
 
 
-def test_only_a_step_list_the_checkpoint_was_trained_for_is_served(weights: Path) -> None:
-    runner = make_runner(weights)
+def test_only_a_step_list_the_checkpoint_was_trained_for_is_served(wan_dir: Path) -> None:
+    runner = load_tiny("wan-causal", wan_dir)
     full = runner.cfg.step_timesteps
     assert runner.schedule(4) == full and runner.capabilities.schedules == (full,)
     assert RunnerInfo.of(runner, (1,)).step_counts == (4,)  # the ladder's step rung is left out
@@ -98,12 +86,12 @@ def test_only_a_step_list_the_checkpoint_was_trained_for_is_served(weights: Path
     assert "trained for 4 steps only" in out.errors["s"] and not out.results
 
 
-def test_a_fewer_step_list_named_in_the_config_is_served_as_listed(weights: Path, tmp_path: Path) -> None:
+def test_a_fewer_step_list_named_in_the_config_is_served_as_listed(wan_dir: Path, tmp_path: Path) -> None:
     d = tmp_path / "w"
-    shutil.copytree(weights, d)
+    shutil.copytree(wan_dir, d)
     path = d / "transformer" / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "fewer_steps": [[1000, 600, 0]]}))
-    runner = make_runner(d)
+    runner = load_tiny("wan-causal", d)
     assert runner.schedule(2) == (1000.0, runner.cfg.warp(600.0))  # the list as trained, warped
     assert RunnerInfo.of(runner, (1,)).step_counts == (4, 2)
     assert [t.steps for t in runner.warmup((1,))] == [2, 4]
@@ -111,8 +99,8 @@ def test_a_fewer_step_list_named_in_the_config_is_served_as_listed(weights: Path
     assert step(runner, [[("s", 0)]], steps=2)["s"].shape == (5, HEIGHT, WIDTH, 3)
 
 
-def test_a_prompt_change_recaches_the_window_under_the_new_prompt(weights: Path) -> None:
-    changed, kept = make_runner(weights), make_runner(weights)
+def test_a_prompt_change_recaches_the_window_under_the_new_prompt(wan_dir: Path) -> None:
+    changed, kept = load_tiny("wan-causal", wan_dir), load_tiny("wan-causal", wan_dir)
     for r in (changed, kept):
         open_(r, "s")
         rollout(r, "s", range(3))
@@ -142,8 +130,8 @@ def snapshot_round_trip(runner: WanRunner, sid: str) -> object:
     return state
 
 
-def test_restore_on_a_fresh_runner_continues_exactly_while_the_cache_holds_every_frame(weights: Path) -> None:
-    a, b = make_runner(weights), make_runner(weights)
+def test_restore_on_a_fresh_runner_continues_exactly_while_the_cache_holds_every_frame(wan_dir: Path) -> None:
+    a, b = load_tiny("wan-causal", wan_dir), load_tiny("wan-causal", wan_dir)
     open_(a, "s")
     rollout(a, "s", range(2))  # 4 latent frames: 1 sink + 3, nothing dropped yet
     state = snapshot_round_trip(a, "s")
@@ -155,8 +143,8 @@ def test_restore_on_a_fresh_runner_continues_exactly_while_the_cache_holds_every
         assert np.abs(fa.astype(int) - fb.astype(int)).max() <= 1, block
 
 
-def test_restore_after_the_window_rolled_goes_on_close_to_the_undisturbed_session(weights: Path) -> None:
-    a, b = make_runner(weights), make_runner(weights)
+def test_restore_after_the_window_rolled_goes_on_close_to_the_undisturbed_session(wan_dir: Path) -> None:
+    a, b = load_tiny("wan-causal", wan_dir), load_tiny("wan-causal", wan_dir)
     open_(a, "s")
     rollout(a, "s", range(6))  # 12 latent frames: the window has rolled twice
     state = snapshot_round_trip(a, "s")
@@ -165,7 +153,7 @@ def test_restore_after_the_window_rolled_goes_on_close_to_the_undisturbed_sessio
     assert (b.pools[BUCKET].held(b.sessions["s"].slot)[0].tolist()
             == a.pools[BUCKET].held(a.sessions["s"].slot)[0].tolist())
     fa, fb = step(a, [[("s", 6)]])["s"], step(b, [[("s", 6)]])["s"]
-    other = make_runner(weights)
+    other = load_tiny("wan-causal", wan_dir)
     open_(other, "s")
     rollout(other, "s", range(6))
     fresh = step(other, [[("s", 6)]])["s"]  # same seed and history: what undisturbed looks like
@@ -174,8 +162,8 @@ def test_restore_after_the_window_rolled_goes_on_close_to_the_undisturbed_sessio
     assert np.abs(fa.astype(int) - fb.astype(int)).mean() < 8
 
 
-def test_errors_are_per_session(weights: Path) -> None:
-    runner = make_runner(weights)
+def test_errors_are_per_session(wan_dir: Path) -> None:
+    runner = load_tiny("wan-causal", wan_dir)
     open_(runner, "good")
     act = np.zeros((runner.frames_per_chunk, ACTION_DIM), np.float32)
     out = runner.execute(StepPlan(
@@ -186,8 +174,8 @@ def test_errors_are_per_session(weights: Path) -> None:
     assert [r.session_id for r in out.results] == ["good"]
 
 
-def test_a_snapshot_of_another_family_is_refused(weights: Path) -> None:
-    runner = make_runner(weights)
+def test_a_snapshot_of_another_family_is_refused(wan_dir: Path) -> None:
+    runner = load_tiny("wan-causal", wan_dir)
     open_(runner, "s")
     state = runner.export_state("s")
     state.family = "default"
@@ -195,11 +183,11 @@ def test_a_snapshot_of_another_family_is_refused(weights: Path) -> None:
     assert "family 'default'" in out.errors["t"]
 
 
-def test_a_missing_file_is_an_error_naming_it(weights: Path, tmp_path: Path) -> None:
+def test_a_missing_file_is_an_error_naming_it(wan_dir: Path, tmp_path: Path) -> None:
     for part in ("vae/diffusion_pytorch_model.safetensors", "tokenizer/tokenizer_config.json",
                  "transformer/config.json", "text_encoder/model.safetensors"):
         d = tmp_path / part.replace("/", "_")
-        shutil.copytree(weights, d)
+        shutil.copytree(wan_dir, d)
         (d / part).unlink()
         with pytest.raises(FileNotFoundError, match=str(d / part)):
             check("wan-causal", d)
@@ -207,9 +195,9 @@ def test_a_missing_file_is_an_error_naming_it(weights: Path, tmp_path: Path) -> 
             load("wan-causal", LoadOptions(weights=d))
 
 
-def test_a_mismatched_config_names_the_file_the_key_and_the_expected_value(weights: Path, tmp_path: Path) -> None:
+def test_a_mismatched_config_names_the_file_the_key_and_the_expected_value(wan_dir: Path, tmp_path: Path) -> None:
     d = tmp_path / "w"
-    shutil.copytree(weights, d)
+    shutil.copytree(wan_dir, d)
     cfg_file = d / "text_encoder" / "config.json"
     raw = json.loads(cfg_file.read_text())
     raw["d_model"] = 40
@@ -218,13 +206,13 @@ def test_a_mismatched_config_names_the_file_the_key_and_the_expected_value(weigh
         check("wan-causal", d)
 
 
-def test_convert_writes_safetensors_that_serve_the_same_frames(weights: Path, tmp_path: Path) -> None:
+def test_convert_writes_safetensors_that_serve_the_same_frames(wan_dir: Path, tmp_path: Path) -> None:
     d = tmp_path / "w"
-    shutil.copytree(weights, d)
+    shutil.copytree(wan_dir, d)
     pt = d / "transformer" / "model.pt"
     cli_main(["convert", str(pt), str(d / "transformer" / "model.safetensors")])
     pt.unlink()
-    runners = [make_runner(weights), make_runner(d)]
+    runners = [load_tiny("wan-causal", wan_dir), load_tiny("wan-causal", d)]
     frames = []
     for r in runners:
         open_(r, "s")

@@ -10,9 +10,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH, build_tiny_mg_dir
+from tests.model.wan.tiny_mg_dir import HEIGHT, WIDTH
 from tests.server.harness import Served, serve
 from worldserve.clients.sdk import FrameEvent, WorldClient
 from worldserve.server.app import load_model_runner
@@ -20,15 +19,10 @@ from worldserve.server.app import load_model_runner
 FIRST, STEADY = 5, 8  # frames of block 0 and of every later block (2 latent frames a chunk)
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_mg_dir(tmp_path_factory.mktemp("mg"))
-
-
 @asynccontextmanager
-async def mg_server(weights: Path) -> AsyncIterator[Served]:
+async def mg_server(mg_dir: Path) -> AsyncIterator[Served]:
     async with serve(
-        runner_factory=load_model_runner, model="matrix-game-2", weights=weights, sizes=((HEIGHT, WIDTH),),
+        runner_factory=load_model_runner, model="matrix-game-2", weights=mg_dir, sizes=((HEIGHT, WIDTH),),
         dtype="float32", threads=1, warmup_batch_sizes=(1, 2), warmup_steps=(3,), admission_threshold=1e9, capacity=4,
     ) as s:
         yield s
@@ -49,7 +43,7 @@ async def frames_until(client: WorldClient, frame: int) -> dict[int, np.ndarray]
     return got
 
 
-async def session(weights: Path, s: Served, keys: tuple[str, ...], *, observe_at: int | None = None
+async def session(mg_dir: Path, s: Served, keys: tuple[str, ...], *, observe_at: int | None = None
                   ) -> tuple[tuple[str, ...], dict[int, np.ndarray]]:
     """Pull mode, so that every block is made with the action held before it was asked for."""
     async with WorldClient(s.ws_url, http=s.http) as client:
@@ -66,11 +60,11 @@ async def session(weights: Path, s: Served, keys: tuple[str, ...], *, observe_at
         return started.controls, got
 
 
-async def test_held_keys_move_the_picture_and_started_lists_the_controls(weights: Path) -> None:
-    async with mg_server(weights) as s:
-        controls, still = await session(weights, s, ())
-        _, again = await session(weights, s, ())
-        _, forward = await session(weights, s, ("forward",))
+async def test_held_keys_move_the_picture_and_started_lists_the_controls(mg_dir: Path) -> None:
+    async with mg_server(mg_dir) as s:
+        controls, still = await session(mg_dir, s, ())
+        _, again = await session(mg_dir, s, ())
+        _, forward = await session(mg_dir, s, ("forward",))
     assert controls == ("keys", "mouse", "observation")
     assert sorted(still) == list(range(FIRST + 3 * STEADY))
     last = FIRST + 3 * STEADY - 1
@@ -78,10 +72,10 @@ async def test_held_keys_move_the_picture_and_started_lists_the_controls(weights
     assert np.abs(still[last].astype(int) - forward[last]).mean() > 0.5
 
 
-async def test_an_observation_mid_stream_re_anchors_what_follows(weights: Path) -> None:
-    async with mg_server(weights) as s:
-        _, plain = await session(weights, s, ())
-        _, anchored = await session(weights, s, (), observe_at=2)
+async def test_an_observation_mid_stream_re_anchors_what_follows(mg_dir: Path) -> None:
+    async with mg_server(mg_dir) as s:
+        _, plain = await session(mg_dir, s, ())
+        _, anchored = await session(mg_dir, s, (), observe_at=2)
     block1_end, last = FIRST + STEADY - 1, FIRST + 3 * STEADY - 1
     np.testing.assert_array_equal(plain[block1_end], anchored[block1_end])  # before it: unchanged
     assert np.abs(plain[last].astype(int) - anchored[last]).mean() > 0.5

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tests.scaleout.harness as scaleout
-from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
+from tests.model.wan.tiny_dir import HEIGHT, WIDTH
 from tests.server.harness import Served, serve
 from worldserve.clients.sdk import FrameEvent, WorldClient
 from worldserve.protocol import Error, ErrorCode, Status
@@ -22,21 +22,16 @@ from worldserve.server.keys import AGENT
 FIRST, STEADY = 5, 8  # frames of block 0 and of every later block (2 latent frames a chunk)
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan_dir(tmp_path_factory.mktemp("wan"))
-
-
-def wan_settings(weights: Path) -> dict[str, object]:
+def wan_settings(wan_dir: Path) -> dict[str, object]:
     return dict(
-        model="wan-causal", weights=weights, sizes=((HEIGHT, WIDTH),), dtype="float32", threads=1,
+        model="wan-causal", weights=wan_dir, sizes=((HEIGHT, WIDTH),), dtype="float32", threads=1,
         warmup_batch_sizes=(1, 2), warmup_steps=(4,), admission_threshold=1e9, capacity=4,
     )
 
 
 @asynccontextmanager
-async def wan_server(weights: Path) -> AsyncIterator[Served]:
-    async with serve(runner_factory=load_model_runner, **wan_settings(weights)) as s:
+async def wan_server(wan_dir: Path) -> AsyncIterator[Served]:
+    async with serve(runner_factory=load_model_runner, **wan_settings(wan_dir)) as s:
         yield s
 
 
@@ -70,9 +65,9 @@ def assert_whole(got: dict[int, FrameEvent], blocks: int) -> None:
 
 
 async def test_push_session_streams_blocks_of_the_announced_sizes_and_says_once_that_keys_are_ignored(
-    weights: Path,
+    wan_dir: Path,
 ) -> None:
-    async with wan_server(weights) as s, WorldClient(s.ws_url, http=s.http) as client:
+    async with wan_server(wan_dir) as s, WorldClient(s.ws_url, http=s.http) as client:
         started = await client.start("a red fox runs through snowy woods", seed=3, fps=16.0, bucket=HEIGHT,
                                      codec="raw")
         assert (started.width, started.height) == (WIDTH, HEIGHT)
@@ -92,8 +87,8 @@ async def test_push_session_streams_blocks_of_the_announced_sizes_and_says_once_
         assert client.ended is None
 
 
-async def test_a_session_plays_at_the_recipe_s_fps_and_status_and_v1_load_name_its_step_list(weights: Path) -> None:
-    settings = {**wan_settings(weights), "model": "self-forcing", "status_interval_s": 0.2}
+async def test_a_session_plays_at_the_recipe_s_fps_and_status_and_v1_load_name_its_step_list(wan_dir: Path) -> None:
+    settings = {**wan_settings(wan_dir), "model": "self-forcing", "status_interval_s": 0.2}
     async with serve(runner_factory=load_model_runner, **settings) as s, WorldClient(s.ws_url, http=s.http) as client:
         runner = s.service.engine.runner
         trained = [round(t, 3) for t in runner.cfg.step_timesteps]
@@ -111,8 +106,8 @@ async def test_a_session_plays_at_the_recipe_s_fps_and_status_and_v1_load_name_i
         assert body["recipe"]["schedules"] == {"4": trained}  # the one list it was trained for
 
 
-async def test_pull_session_gets_each_block_it_asks_for(weights: Path) -> None:
-    async with wan_server(weights) as s, WorldClient(s.ws_url, http=s.http) as client:
+async def test_pull_session_gets_each_block_it_asks_for(wan_dir: Path) -> None:
+    async with wan_server(wan_dir) as s, WorldClient(s.ws_url, http=s.http) as client:
         await client.start("waves crash on a rocky shore", fps=16.0, bucket=HEIGHT, codec="raw", mode="pull")
         got: dict[int, FrameEvent] = {}
         await frames_through(client, 0, got)
@@ -123,8 +118,8 @@ async def test_pull_session_gets_each_block_it_asks_for(weights: Path) -> None:
         assert [got[f].block_idx for f in (0, FIRST - 1, FIRST, FIRST + STEADY)] == [0, 0, 1, 2]
 
 
-async def test_a_dropped_connection_resumes_with_no_block_lost_or_repeated(weights: Path) -> None:
-    async with wan_server(weights) as s, WorldClient(s.ws_url, http=s.http) as client:
+async def test_a_dropped_connection_resumes_with_no_block_lost_or_repeated(wan_dir: Path) -> None:
+    async with wan_server(wan_dir) as s, WorldClient(s.ws_url, http=s.http) as client:
         await client.start("a small boat drifts down a green river", fps=16.0, bucket=HEIGHT, codec="raw")
         got: dict[int, FrameEvent] = {}
         await frames_through(client, 1, got)
@@ -137,11 +132,11 @@ async def test_a_dropped_connection_resumes_with_no_block_lost_or_repeated(weigh
 
 @pytest.mark.parametrize("mode", ["push", "pull"])
 async def test_a_drain_migrates_the_session_to_another_worker_by_re_cache(
-    weights: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+    wan_dir: Path, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the scale-out harness's workers, serving the Wan model instead of its fake runner
     monkeypatch.setattr(scaleout, "fake_factory", lambda: load_model_runner)
-    settings = wan_settings(weights)
+    settings = wan_settings(wan_dir)
     settings.pop("capacity")
     async with scaleout.cluster(2, **settings) as c:
         client = WorldClient(router=c.router_url, http=c.http)

@@ -5,6 +5,7 @@ and named with its publisher when missing; a Wan runner serving it."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from unittest import mock
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.wan.tiny_dir import HEIGHT, WIDTH, build_tiny_wan_dir
+from tests.model.wan.tiny_dir import HEIGHT, WIDTH
 from worldserve.model.wan.tae import TAE_FILE, TaeDecoder, build_decoder, find_tae
 from worldserve.model.wan.vae_stream import pixel_frames_for
 
@@ -113,11 +114,11 @@ def tiny_tae(root: Path, z_dim: int, seed: int = 0) -> Path:
     return root / TAE_FILE
 
 
-def test_a_wan_runner_serves_tae_frames(tmp_path):
+def test_a_wan_runner_serves_tae_frames(wan_dir, tmp_path):
     from worldserve.model.wan.runner import WanRunner
     from worldserve.session.plan import Batch, ChunkWork, SessionSpec, StepPlan
 
-    root = build_tiny_wan_dir(tmp_path / "w")
+    root = Path(shutil.copytree(wan_dir, tmp_path / "w"))
     tiny_tae(root, z_dim=4)
     runner = WanRunner.from_dir(root, sizes=((HEIGHT, WIDTH),), max_sessions=2, vae="tae")
     assert isinstance(runner.decoder, TaeDecoder)

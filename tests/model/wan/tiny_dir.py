@@ -6,11 +6,15 @@ tokenizer (tests/model/wan/tiny_text.py). Frames are 32x48 (latents 4x6): bucket
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tests.model.wan.tiny import LATENT_HEIGHT, LATENT_WIDTH, build_tiny_checkpoint, tiny_config
 from tests.model.wan.tiny_text import build_tiny_text_dirs
+
+if TYPE_CHECKING:
+    from worldserve.model.wan.runner import WanRunner
 
 # The Wan2.1 VAE's layout (4 stages, 2 res blocks, time upsampling in the last two) at base width 4.
 TINY_VAE = {
@@ -24,6 +28,18 @@ TINY_VAE = {
 }
 HEIGHT, WIDTH = 8 * LATENT_HEIGHT, 8 * LATENT_WIDTH  # 32 x 48 pixels
 SIZE = f"{HEIGHT}x{WIDTH}"
+
+
+def load_tiny(model: str, weights: Path, **options: Any) -> WanRunner:
+    """``--model MODEL --weights WEIGHTS`` through the registry (model/registry.py), as the server
+    loads it, at the tiny frame size in float32; ``options``: other ``LoadOptions`` fields."""
+    from worldserve.model.registry import LoadOptions, load
+    from worldserve.model.wan.runner import WanRunner
+
+    runner = load(model, LoadOptions(**{"weights": weights, "dtype": "float32", "sizes": ((HEIGHT, WIDTH),),
+                                        **options}))
+    assert isinstance(runner, WanRunner)
+    return runner
 
 
 def build_tiny_wan_dir(root: str | Path, seed: int = 0) -> Path:
