@@ -38,6 +38,7 @@ from worldserve.protocol import (
     Pong,
     Prompt,
     ProtocolError,
+    Save,
     ServerMessage,
     decode_client,
 )
@@ -147,5 +148,7 @@ async def dispatch(service: Service, transport: Transport, msg: ClientMessage) -
         transport.send(Pong(msg.id, time.time()))
     elif isinstance(msg, Close):
         service.close(transport.need_session(), "client_close")
+    elif isinstance(msg, Save):  # the WebSocket's (server/ws.py); a WebRTC session saves over HTTP
+        raise ProtocolError(f"save over HTTP here: POST /v1/sessions/{transport.need_session()}/save", "type")
     else:  # decode_client returns only these, start and resume
         raise ProtocolError(f"unhandled message {type(msg).__name__}", "type")

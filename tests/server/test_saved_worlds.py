@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.polling import until
 from tests.server.harness import frames, recv, recv_type, send, serve
-from worldserve.protocol import Error, Resume, Resumed, Save, Saved, Start, Started
+from worldserve.protocol import Close, Error, Resume, Resumed, Save, Saved, Start, Started
 
 ADMIN = "admin-key-123"
 
@@ -127,3 +127,21 @@ async def test_after_a_crash_a_new_server_resumes_the_session_from_its_checkpoin
         more = await frames(ws3, 4)
         assert more[0].block_idx == resumed.block_idx
         await ws3.close()
+
+
+async def test_a_session_closed_for_good_leaves_no_checkpoint_and_a_start_with_a_reservation_is_refused(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    async with serve(store=str(store), snapshot_interval_s=0.2) as s:
+        ws, st = await _started(s)
+        kept = store / "sessions" / f"s{st.session_id}"
+        await until(lambda: (kept / "handoff").exists() and (kept / "token").exists(), what="a checkpoint")
+        await send(ws, Close())
+        await until(lambda: not (kept / "handoff").exists() and not (kept / "token").exists(),
+                    what="the checkpoint deleted")
+        other = await s.connect()
+        await send(other, Start("placed", session_id="a-reservation"))
+        err = await recv_type(other, Error)
+        assert isinstance(err, Error) and err.code == "placement_required"
+        await other.close()
