@@ -73,7 +73,8 @@ class WorldShelf:
             raise WorldError(f"a world's name is 1-{MAX_NAME_CHARS} printable characters, got {name[:100]!r}")
         if sum(n.endswith("/meta") for n in self.store.list("worlds")) >= self.max_worlds:
             raise WorldError(f"the store holds its limit of {self.max_worlds} worlds: delete one first")
-        meta = WorldMeta(id=secrets.token_urlsafe(12), name=name, owner_sha256=owner_sha256, model=model,
+        # an object name starts with a letter or digit; a token may start with - or _
+        meta = WorldMeta(id="w" + secrets.token_urlsafe(12), name=name, owner_sha256=owner_sha256, model=model,
                          frames=frames, saved_at=time.time(), state_bytes=len(state))
         self.store.put(f"worlds/{meta.id}/state", state, kind=WORLD_VERSION)
         doc = {"format": WORLD_FORMAT, "version": WORLD_VERSION, **asdict(meta)}

@@ -75,3 +75,14 @@ def test_a_world_is_listed_only_once_whole(tmp_path: Path) -> None:
     assert WorldShelf(store, max_worlds=1).save("one", OWNER, "default", 1, b"s")
     with pytest.raises(WorldError, match="limit of 1 worlds"):
         WorldShelf(store, max_worlds=1).save("two", OWNER, "default", 1, b"s")
+
+
+def test_a_world_whose_random_id_starts_with_a_dash_is_still_a_valid_object_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import worldserve.server.worlds as worlds
+
+    monkeypatch.setattr(worlds.secrets, "token_urlsafe", lambda n: "-_starts-oddly")
+    shelf = WorldShelf(LocalStore(tmp_path))
+    meta = shelf.save("odd id", OWNER, "default", 1, b"state")
+    assert meta.id[0].isalnum() and shelf.state(meta.id)[1] == b"state"
