@@ -303,12 +303,11 @@ class Keeper:
             await asyncio.to_thread(self.store.delete, name)
 
     async def _sweep(self) -> None:
-        """Delete checkpoints older than ``snapshot_ttl_s`` (their clients are long gone)."""
+        """Delete checkpoints older than ``snapshot_ttl_s`` (their clients are long gone), and a token
+        left without its checkpoint (a session ended, or never checkpointed, before the last process
+        stopped): nothing can resume from it."""
         names = await asyncio.to_thread(self.store.list, "sessions")
-        for name in names:
-            if not name.endswith("/handoff"):
-                continue
-            sid = name.split("/")[1][1:]
+        for sid in sorted({name.split("/")[1][1:] for name in names}):
             h = await self._checkpoint(sid)
             if sid not in self.service.table and (h is None or time.time() - h.created > self.settings.snapshot_ttl_s):
                 await self._forget(sid)

@@ -4,6 +4,7 @@ process with the gap they cost."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -145,3 +146,13 @@ async def test_a_session_closed_for_good_leaves_no_checkpoint_and_a_start_with_a
         err = await recv_type(other, Error)
         assert isinstance(err, Error) and err.code == "placement_required"
         await other.close()
+
+
+async def test_a_token_left_without_its_checkpoint_is_swept_when_the_server_starts(tmp_path: Path) -> None:
+    from worldserve.server.cluster.keeper import TOKEN_KIND
+    from worldserve.server.store import LocalStore
+
+    store = tmp_path / "store"
+    await asyncio.to_thread(lambda: LocalStore(store).put("sessions/sgone-session/token", bytes(32), TOKEN_KIND))
+    async with serve(store=str(store), snapshot_interval_s=0.2):
+        await until(lambda: not (store / "sessions" / "sgone-session" / "token").exists(), what="the sweep")
