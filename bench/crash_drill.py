@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from worldserve.clients.local import Proc, free_port, wait_ready
+from worldserve.clients.local import Proc, free_port, serve_argv, wait_ready
 from worldserve.protocol import Action, Error, Frame, Resume, Resumed, Start, Started, decode_server
 
 
@@ -59,11 +58,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _argv(port: int, store: Path, args: argparse.Namespace) -> list[str]:
-    argv = [sys.executable, "-m", "worldserve.cli", "serve", "--port", str(port), "--store", str(store),
-            "--snapshot-interval-s", str(args.interval), "--threads", "1", "--buckets", "64",
-            "--warmup-batch-sizes", "1,2,4", "--capacity", str(max(4, args.sessions)),
-            "--admission-threshold", "100", "--min-fps", str(args.fps), "--detached-ttl-s", "120",
-            "--log-level", "INFO"]
+    argv = serve_argv("--port", str(port), "--store", str(store),
+                      "--snapshot-interval-s", str(args.interval), "--threads", "1", "--buckets", "64",
+                      "--warmup-batch-sizes", "1,2,4", "--capacity", str(max(4, args.sessions)),
+                      "--admission-threshold", "100", "--min-fps", str(args.fps), "--detached-ttl-s", "120",
+                      "--log-level", "INFO")
     return argv + (["--weights", str(args.weights)] if args.weights else [])
 
 

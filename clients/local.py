@@ -26,6 +26,11 @@ import aiohttp
 ADMIN_KEY = "local-admin-key"
 
 
+def serve_argv(*args: str) -> list[str]:
+    """The command line of one ``worldserve serve`` with ``args``, in this Python."""
+    return [sys.executable, "-m", "worldserve.cli", "serve", *args]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
