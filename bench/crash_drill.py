@@ -3,12 +3,14 @@
 Starts ``worldserve serve`` (the embedded single worker, the default model) on a loopback port with
 a store in a temporary directory and crash checkpoints every ``--interval`` seconds, opens
 ``--sessions`` push sessions (raw frames, each its own seed and a held action), lets them stream
-``--stream`` seconds, kills the server with SIGKILL, starts it again on the same store and resumes
-every session with its token at the first block its client had not received. For each it records
-the reply: resumed or refused, the restored block and the gap (``resumed.gap_blocks`` times the
-block's frames: frames shown before the crash that the restored state had not reached), and that
-frames come again after it. The goal: every session resumes, each gap at most the frames of one
-checkpoint interval plus the blocks generated ahead (``bound_frames``).
+``--stream`` seconds, kills the server with SIGKILL and starts it again on the same store. Each
+client is the SDK's ``WorldClient``: it sees its connection drop and resumes by itself (reconnecting
+with backoff until the new server answers) with its token at the first block it had not received.
+For each it records the reply: resumed or refused, the restored block and the gap
+(``resumed.gap_blocks`` times the block's frames: frames shown before the crash that the restored
+state had not reached), and that frames come again after it (within 60 s of the restart). The
+goal: every session resumes, each gap at most the frames of one checkpoint interval plus the
+blocks generated ahead (``bound_frames``).
 
 Loopback only; bounded in time (``--timeout``, 300 s). Writes a JSON report beside the last line,
 ``crash_drill sessions=<n> resumed=<n> max_gap_frames=<n> lost=<n> bound_frames=<n>``; exits 1 if a
@@ -22,26 +24,24 @@ import asyncio
 import json
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from worldserve.clients.local import Proc, free_port, serve_argv, wait_ready
-from worldserve.protocol import Action, Error, Frame, Resume, Resumed, Start, Started, decode_server
+from worldserve.clients.sdk import FrameEvent, SessionEnded, WorldClient
+from worldserve.protocol import Error, Resumed, Started
 
 
 @dataclass
 class Client:
     seed: int
     started: Started | None = None
-    next_block: int = 0  # the first block not wholly received
+    next_block: int = 0  # the first block not wholly received when the server was killed
     frames: int = 0
     resumed: Resumed | None = None
     refused: str = ""
     after: int = 0  # frames received after the resume
-    blocks: list[int] = field(default_factory=list)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,52 +66,33 @@ def _argv(port: int, store: Path, args: argparse.Namespace) -> list[str]:
     return argv + (["--weights", str(args.weights)] if args.weights else [])
 
 
-async def _stream(http: aiohttp.ClientSession, url: str, c: Client, fps: float, stop: asyncio.Event) -> None:
-    async with http.ws_connect(url, max_msg_size=1 << 26) as ws:
-        await ws.send_bytes(Start("a green forest", seed=c.seed, fps=fps, bucket=64, codec="raw").encode())
-        keys = (("forward",), ("left",), ("right",), ("forward", "right"))[c.seed % 4]
-        while not stop.is_set():
+async def _session(url: str, c: Client, fps: float, killed: asyncio.Event, deadline: float) -> None:
+    """One SDK client: start, hold an action, stream; when the server dies the SDK resumes by
+    itself (reconnecting with backoff until the new server answers) and frames come again."""
+    keys = (("forward",), ("left",), ("right",), ("forward", "right"))[c.seed % 4]
+    async with WorldClient(url, max_retries=12, backoff_s=0.1, decode=False) as client:
+        c.started = await client.start("a green forest", seed=c.seed, fps=fps, bucket=64, codec="raw")
+        await client.action(keys)
+        while time.monotonic() < deadline:
             try:
-                raw = await ws.receive(timeout=0.5)
+                ev = await client.recv(timeout=1.0)
             except TimeoutError:
                 continue
-            if raw.type is not aiohttp.WSMsgType.BINARY:
-                return  # the server is gone
-            msg = decode_server(raw.data)
-            if isinstance(msg, Started):
-                c.started = msg
-                await ws.send_bytes(Action(1, keys).encode())
-            elif isinstance(msg, Frame) and c.started is not None:
-                c.frames += 1
-                if msg.frame + 1 == _block_start(c.started, msg.block_idx + 1):  # the block's last frame
-                    c.next_block = msg.block_idx + 1
-
-
-def _block_start(st: Started, block_idx: int) -> int:
-    if block_idx <= 0:
-        return 0
-    first = st.chunk_frames if st.first_chunk_frames is None else st.first_chunk_frames
-    return first + (block_idx - 1) * st.chunk_frames
-
-
-async def _resume(http: aiohttp.ClientSession, url: str, c: Client) -> None:
-    assert c.started is not None
-    async with http.ws_connect(url, max_msg_size=1 << 26) as ws:
-        await ws.send_bytes(Resume(c.started.session_id, c.started.token, c.next_block).encode())
-        end = time.monotonic() + 30.0
-        while time.monotonic() < end and c.after < 2 * c.started.chunk_frames:
-            raw = await ws.receive(timeout=max(0.1, end - time.monotonic()))
-            if raw.type is not aiohttp.WSMsgType.BINARY:
-                break
-            msg = decode_server(raw.data)
-            if isinstance(msg, Resumed):
-                c.resumed = msg
-            elif isinstance(msg, Error):
-                c.refused = f"{msg.code}: {msg.message}"
-                break
-            elif isinstance(msg, Frame):
-                c.after += 1
-                c.blocks.append(msg.block_idx)
+            except SessionEnded as exc:
+                c.refused = str(exc)
+                return
+            if isinstance(ev, FrameEvent):
+                if client.resumed is None:
+                    c.frames += 1
+                    if not killed.is_set():
+                        c.next_block = client._next_block
+                elif ev.block_idx >= client.resumed.block_idx:
+                    c.after += 1
+                    if c.after >= 2 * c.started.chunk_frames:
+                        c.resumed = client.resumed
+                        return
+            elif isinstance(ev, Error) and ev.fatal and client.resumed is not None:
+                c.refused = f"{ev.code}: {ev.message}"
 
 
 async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -121,27 +102,28 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     url, env = f"ws://127.0.0.1:{port}/v1/ws", {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     clients = [Client(seed) for seed in range(args.sessions)]
     first = Proc.spawn("server-1", _argv(port, store, args), logs, env)
+    second: Proc | None = None
     try:
         await wait_ready([f"http://127.0.0.1:{port}/readyz"], [first], 240.0)
-        stop = asyncio.Event()
-        async with aiohttp.ClientSession() as http:
-            tasks = [asyncio.create_task(_stream(http, url, c, args.fps, stop)) for c in clients]
-            await asyncio.sleep(args.stream)
-            t_kill = time.monotonic()
-            first.kill()  # SIGKILL: no shutdown, no last checkpoint
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        killed = asyncio.Event()
+        deadline = time.monotonic() + args.timeout
+        tasks = [asyncio.create_task(_session(url, c, args.fps, killed, deadline)) for c in clients]
+        await asyncio.sleep(args.stream)
+        killed.set()
+        t_kill = time.monotonic()
+        first.kill()  # SIGKILL: no shutdown, no last checkpoint
+        second = Proc.spawn("server-2", _argv(port, store, args), logs, env)
+        await wait_ready([f"http://127.0.0.1:{port}/readyz"], [second], 240.0)
+        restart_s = time.monotonic() - t_kill
+        _, late = await asyncio.wait(tasks, timeout=60.0)  # each client resumes by itself, or is lost
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         first.kill()
         first.close_log()
-    second = Proc.spawn("server-2", _argv(port, store, args), logs, env)
-    try:
-        await wait_ready([f"http://127.0.0.1:{port}/readyz"], [second], 240.0)
-        restart_s = time.monotonic() - t_kill
-        async with aiohttp.ClientSession() as http:
-            await asyncio.gather(*(_resume(http, url, c) for c in clients if c.started is not None))
-    finally:
-        second.stop()
+        if second is not None:
+            second.stop()
     rows = []
     for c in clients:
         chunk = c.started.chunk_frames if c.started else 0
