@@ -501,3 +501,11 @@ async def test_the_inbound_cap_drops_an_unfinished_message_s_fragments() -> None
     for i in range(3):
         await sctp._receive_data_chunk(chunk(2 + i, 1, b"b" * 1000, SCTP_DATA_FIRST_FRAG if i == 0 else 0))
     assert over == [3000] and not sctp._inbound_streams[1].reassembly
+
+
+async def test_an_offer_that_forks_a_world_is_refused_naming_the_field() -> None:
+    async with serve_rtc() as (app, url):
+        body = {"type": "offer", "sdp": await offer_sdp(), "start": {**START, "world": "w-a-saved-world"}}
+        got, data, _ = await post(url, body)
+        assert (got, data["error"], data.get("field")) == (400, "bad_message", "world"), data
+        assert "WebSocket" in data["message"] and len(app[SERVICE].store) == 0
