@@ -45,6 +45,7 @@ from worldserve.server.limits import TokenBucket
 from worldserve.server.live import Live, Peer
 from worldserve.server.metrics import Metrics
 from worldserve.server.remote import PlacementRequired
+from worldserve.server.saved import NoStore
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
 from worldserve.server.store import NoSuchObject, Store, StoreError, open_store, resolve_store
@@ -90,7 +91,7 @@ class Keeper:
     @property
     def store(self) -> Store:
         if self._store is None:
-            raise StoreError("this server keeps no worlds: start it with --store (a directory or an fsspec URL)")
+            raise NoStore()  # auto found nothing writable
         return self._store
 
     @property
