@@ -143,8 +143,8 @@ class Metrics:
             ["result"], registry=r,
         )
         self.snapshots = Counter(
-            "worldserve_snapshots", "Checkpoints written to the directory, by result", ["result"],
-            registry=r,
+            "worldserve_snapshots", "Checkpoints written to the directory (or the embedded server's store), by result",
+            ["result"], registry=r,
         )
         self.directory_up = Gauge(
             "worldserve_directory_up", "1 while the session directory answers, else 0", registry=r
