@@ -1,6 +1,6 @@
 """Where the world canvas's work goes when the model is saturated, without the engine.
 
-    python -m bench.canvas_work [--sessions 8] [--seconds 20] [--canvas-decode beside|between|auto] [--dtype D]
+    python -m bench.canvas_work [--sessions 8] [--seconds 20] [--canvas-decode beside|between|auto] [--dtype D] [--live]
 
 Opens ``--sessions`` canvas sessions of the default model, holds a key in all of them (the
 camera moves, so the canvas fills and decodes as it serves) and runs batches of all of them
@@ -8,7 +8,8 @@ back to back on this thread for ``--seconds`` after five warm-up batches, as a s
 server does. Prints the frames a second and where the canvas's fills and decodes were done
 (``tile_decode.DecodeCounts``): ahead on the decoder's thread, waited for, or inline inside
 the chunks. ``bench.serve_load --canvas`` prints the same counts per load level, where
-sessions join during the level; this one measures the steady state alone.
+sessions join during the level; this one measures the steady state alone. ``--live``: with
+the live state of what moves (the server's ``--canvas-live``), for its cost against the canvas.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--canvas-decode", default="auto", choices=DECODE_MODES)
     ap.add_argument("--dtype", default="auto", choices=DTYPES)
     ap.add_argument("--bucket", type=int, default=64)
+    ap.add_argument("--live", action="store_true", help="with the live state of what moves (--canvas-live)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # the server's model thread
     runner = ModelRunner.from_pretrained(dtype=args.dtype, canvas=True, canvas_decode=args.canvas_decode,
-                                         max_sessions=args.sessions + 1, trace=True)
+                                         max_sessions=args.sessions + 1, trace=True, canvas_live=args.live)
     assert runner.ground is not None
     decoder = runner.ground.decoder
     ids = [f"s{i}" for i in range(args.sessions)]

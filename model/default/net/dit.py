@@ -74,6 +74,7 @@ class ChunkInputs:
     mods: list[list[Modulation]]  # [level][block] adaLN modulations
     final: list[tuple[torch.Tensor, torch.Tensor]]  # [level] head shift, scale
     prior: torch.Tensor  # (B*F, 1, 1, 2, taps) the action's motion-kernel logits
+    state: torch.Tensor | None = None  # (B*F, K, H, W) the live state's channels and shapes (``_state_channels``)
 
 
 # ---------------------------------------------------------------------------- conditioning
@@ -358,17 +359,22 @@ class WorldModel(nn.Module):
             tokens = tokens + self.state_stems[f"b{h}"](patchify(st, cfg.patch // STATE_POOL))
         return tokens
 
-    def _draw_state(self, frame: torch.Tensor, normed: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    def _state_channels(self, prev: torch.Tensor) -> torch.Tensor:
+        """The live state's channels of ``prev`` (B, F, prev_channels, H, W) as the drawing reads
+        them, (B*F, K, H, W) float: the raw channels, then the learned shapes (``state_basis``).
+        They are the same at every denoising step of a chunk: ``prepare_chunk`` makes them once."""
+        st = prev[:, :, self.cfg.reference_channels :].float().flatten(0, 1)
+        return torch.cat((st, self.state_basis(st).float()), 1) if self.cfg.state_basis else st
+
+    def _draw_state(self, frame: torch.Tensor, normed: torch.Tensor, st: torch.Tensor) -> torch.Tensor:
         """The frame (B, F, C, H, W) with the live state laid on it (``net/state_draw.py``):
-        per token a gain and a colour for each state channel and, with ``state_basis``, for
-        each learned per-pixel shape feature. What things look like is the weights'."""
+        per token a gain and a colour for each of the state's channels ``st``
+        (``_state_channels``). What things look like is the weights'."""
         cfg = self.cfg
         b, f, ch, h, _ = frame.shape
         g = h // cfg.patch
-        st = prev[:, :, cfg.reference_channels :].float().flatten(0, 1)  # (B*F, K, H, W)
         coef = self.state_heads[f"b{h}"](normed).float().view(b * f, g, g, 2, ch, -1)
         if cfg.state_basis:
-            st = torch.cat((st, self.state_basis(st).float()), 1)
             extra = self.state_basis_heads[f"b{h}"](normed).float().view(b * f, g, g, 2, ch, -1)
             coef = torch.cat((coef, extra), -1)
         return lay_state(frame, coef, st, cfg.patch)
@@ -385,7 +391,7 @@ class WorldModel(nn.Module):
 
     def _head(
         self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, prev: torch.Tensor,
-        prior: torch.Tensor, kernels: list[torch.Tensor] | None = None,
+        prior: torch.Tensor, kernels: list[torch.Tensor] | None = None, state: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Final tokens -> clean-frame guess (B, F, C, H, W). ``kernels``, if given, receives
         the motion kernels (B*F, gh, gw, 2, taps), y then x, softmax over the offsets."""
@@ -411,7 +417,9 @@ class WorldModel(nn.Module):
             mix, resid = trusted_mix(logit, ref[:, ch:], resid, cfg.reference_trust)
         moved = torch.lerp(moved, ref[:, :ch], mix)
         frame = moved.view(b, f, ch, h, w).to(resid.dtype) + resid
-        return self._draw_state(frame, normed, prev) if cfg.state_channels else frame
+        if not cfg.state_channels:
+            return frame
+        return self._draw_state(frame, normed, state if state is not None else self._state_channels(prev))
 
     # --- cached, chunk-by-chunk steps ---
 
@@ -440,6 +448,7 @@ class WorldModel(nn.Module):
         return ChunkInputs(
             prev=prev, actions=actions, base=base, levels=levels, mods=mods,
             final=[(shift[i], scale[i]) for i in range(len(levels))], prior=self._prior(actions, h),
+            state=self._state_channels(prev) if self.cfg.state_channels else None,
         )
 
     def _tokens(self, x: torch.Tensor, inp: ChunkInputs) -> torch.Tensor:
@@ -458,7 +467,7 @@ class WorldModel(nn.Module):
             tokens, _, _ = blk(
                 tokens, inp.mods[level][i], f, (rope_sp, ctx.rope_q, ctx.rope_k), (ctx.k[i], ctx.v[i]), ctx.mask
             )
-        return self._head(tokens, *inp.final[level], inp.prev, inp.prior)
+        return self._head(tokens, *inp.final[level], inp.prev, inp.prior, state=inp.state)
 
     def commit_step(self, x: torch.Tensor, inp: ChunkInputs, ctx: ChunkContext) -> tuple[torch.Tensor, torch.Tensor]:
         """The clean chunk at the commit level, the last of ``inp.levels`` (0.0) -> keys,

@@ -14,8 +14,8 @@ Two learned parts turn them into colour:
   quadratic bump.
 - **per-token colours** (the model's state heads): per token, a gain and a colour for each
   channel, raw and basis, so the token says what a herd or a boat looks like under its scene's
-  light. The coefficients are interpolated bilinearly between token centres, so a cloud's edge
-  shades smoothly across token seams.
+  light. The coefficients are interpolated bilinearly between token centres (held over 4 x 4
+  pixel blocks), so a cloud's edge shades smoothly across the 16-pixel token seams.
 
 ``frame' = (frame + 1) * (1 + gain) - 1 + colour`` with ``gain = sum_k coef_g,k * s_k`` and
 ``colour = sum_k coef_c,k * s_k`` over the channels ``s_k`` at the pixel.
@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+BLOCK = 4  # pixels per side over which the interpolated coefficients are held
 AXES = 5  # per kind: f, f*u, f*v, f*u^2, f*v^2 (``reference/live/channels.py``)
 STATE_LAYOUT = "per kind: f, f*u, f*v, f*u^2, f*v^2; per kind: f*variant_sign; cloud; fog"
 
@@ -73,25 +74,16 @@ class StateBasis(nn.Module):
 def lay_state(frame: torch.Tensor, coef: torch.Tensor, st: torch.Tensor, patch: int) -> torch.Tensor:
     """``frame`` (B, F, C, H, W) with the state laid on it. ``coef`` (B*F, g, g, 2, C, K) per
     token, a gain and a colour per channel; ``st`` (B*F, K, H, W) the channels (raw then
-    basis). The coefficients are interpolated bilinearly between token centres (as
-    ``F.interpolate(..., mode="bilinear", align_corners=False)`` would, clamped at the edges)
-    without making a map of every coefficient at every pixel: the pixels between four token
-    centres form a cell, each corner's coefficients are laid over the cell's channels, and the
-    four results are blended by the pixel's place in the cell."""
+    basis). The coefficients are interpolated bilinearly between token centres to the centre
+    of each ``BLOCK`` x ``BLOCK`` block of pixels and held over the block: one batched product
+    of each block's coefficients with its pixels' channels."""
     b, f, ch, h, w = frame.shape
     n, g, k = coef.shape[0], coef.shape[1], coef.shape[-1]
-    p, half, cells = patch, patch // 2, g + 1
-    grid = coef.reshape(n, g, g, 2 * ch * k).permute(0, 3, 1, 2)
-    grid = F.pad(grid, (1, 1, 1, 1), mode="replicate").view(n, 2 * ch, k, g + 2, g + 2)  # corners, edges repeated
-    st = F.pad(st.to(grid.dtype), (half, half, half, half)).view(n, k, cells, p, cells, p).permute(0, 2, 4, 1, 3, 5)
-    near = (torch.arange(p, dtype=grid.dtype, device=grid.device) + 0.5) / p  # weight of the lower/right corner
-    side = (1 - near, near)
-    laid = st.new_zeros(n, cells, cells, 2 * ch, p, p)
-    for dy in (0, 1):
-        for dx in (0, 1):
-            corner = grid[:, :, :, dy : dy + cells, dx : dx + cells].permute(0, 3, 4, 1, 2)  # (n, cy, cx, 2C, K)
-            part = torch.einsum("nyxkij,nyxsk->nyxsij", st, corner)
-            laid = laid + part * (side[dy][:, None] * side[dx][None, :])
-    laid = laid.permute(0, 3, 1, 4, 2, 5).reshape(n, 2 * ch, cells * p, cells * p)
-    laid = laid[..., half : half + h, half : half + w].reshape(b, f, 2, ch, h, w)
+    qh, qw = h // BLOCK, w // BLOCK
+    per_token = coef.reshape(n, g, g, 2 * ch * k).permute(0, 3, 1, 2)
+    per_block = F.interpolate(per_token, size=(qh, qw), mode="bilinear", align_corners=False)
+    cb = per_block.view(n, 2 * ch, k, qh, qw).permute(0, 3, 4, 1, 2).reshape(n * qh * qw, 2 * ch, k)
+    sb = st.to(cb.dtype).view(n, k, qh, BLOCK, qw, BLOCK).permute(0, 2, 4, 1, 3, 5).reshape(n * qh * qw, k, -1)
+    laid = torch.bmm(cb, sb).view(n, qh, qw, 2 * ch, BLOCK, BLOCK).permute(0, 3, 1, 4, 2, 5)
+    laid = laid.reshape(b, f, 2, ch, h, w)
     return ((frame.float() + 1) * (1 + laid[:, :, 0]) - 1 + laid[:, :, 1]).to(frame.dtype)
