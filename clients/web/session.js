@@ -31,10 +31,11 @@ export function startRequest() {
   const start = {
     prompt: params.get("prompt") || $("prompt").value || "a green forest",
     seed: num("seed", 0),
-    fps: num("fps", 24),
     bucket: num("bucket", 0),
     lookahead: num("lookahead", 1),
   };
+  // ?fps= asks for a rate; without it the server paces the session at its model's own (started says which)
+  if (params.has("fps")) start.fps = num("fps", 24);
   if (apiKey) start.api_key = apiKey;
   return { start };
 }
