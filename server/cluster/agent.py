@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from worldserve.protocol import Migrate, Resume
+from worldserve.server.cluster.background import spawn
 from worldserve.server.cluster.directory import (
     Directory,
     DirectoryError,
@@ -407,15 +408,7 @@ class WorkerAgent:
                 await self._call(self.directory.delete_snapshot(sid))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], sid: str) -> None:
-        task = asyncio.create_task(coro)
-        self._spawned.add(task)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._spawned.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.warning("directory update failed: %r", t.exception(), extra={"sid": sid})
-
-        task.add_done_callback(done)
+        spawn(self._spawned, coro, log, "directory update", sid)
 
     async def _call(self, pending: Awaitable[T]) -> T:
         """Await a directory call, keeping track of whether the directory answers."""

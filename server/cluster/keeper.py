@@ -39,6 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from worldserve.protocol import Resume, Saved, Start, Started
+from worldserve.server.cluster.background import spawn
 from worldserve.server.cluster.migration import Migration
 from worldserve.server.inputs import seconds
 from worldserve.server.limits import TokenBucket
@@ -314,12 +315,4 @@ class Keeper:
                 await self._forget(sid)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], sid: str) -> None:
-        task = asyncio.create_task(coro)
-        self._spawned.add(task)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._spawned.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.warning("store update failed: %r", t.exception(), extra={"sid": sid})
-
-        task.add_done_callback(done)
+        spawn(self._spawned, coro, log, "store update", sid)
