@@ -42,11 +42,13 @@ def serve(settings: Settings) -> None:
     # command line is parsed: a client-only install still parses it and says what is missing.
     from worldserve.server.cluster.worker import create_worker
     from worldserve.server.keys import AGENT
+    from worldserve.server.prompt_filter import PromptChecks
 
     try:  # the files, before anything heavy loads: a missing one stops the server here
         # by name: mypy checks the server and the command line, not model/
         registry = importlib.import_module("worldserve.model.registry")
         registry.check(settings.model, settings.weights, settings.recipe)
+        prompt_checks = PromptChecks.from_settings(settings)  # the blocklist read, the operator's check imported
     except (OSError, ValueError) as exc:
         raise SystemExit(f"worldserve serve: {exc}") from None
     configure(settings.log_format, settings.log_level)
@@ -55,7 +57,7 @@ def serve(settings: Settings) -> None:
     log.info("serving", extra={"host": settings.host, "port": settings.port, "model": settings.model,
                                "loop": type(loop).__module__,
                                "directory": "shared" if settings.directory_url else "embedded"})
-    app = create_worker(settings)
+    app = create_worker(settings, prompt_checks=prompt_checks)
     agent = app[AGENT]
     try:
         loop.run_until_complete(

@@ -70,6 +70,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_WORLD = "unknown_world"  # no such world (or not yours to delete)
     BAD_WORLD = "bad_world"  # a world that cannot be saved or read (a bad name, another version, corrupt)
     STORE_ERROR = "store_error"  # the store failed or is off; nothing was changed
+    # The prompt filter (server/prompt_filter.py):
+    PROMPT_REFUSED = "prompt_refused"  # a start's or a switch's prompt refused; nothing was changed
 
 
 class CloseCode(IntEnum):

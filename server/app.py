@@ -48,6 +48,7 @@ from worldserve.server.keys import (
 )
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
+from worldserve.server.prompt_filter import PromptChecks
 from worldserve.server.rtc import setup_rtc
 from worldserve.server.saved import add_world_routes
 from worldserve.server.service import Service
@@ -92,15 +93,17 @@ def create_app(
     *,
     runner_factory: RunnerFactory | None = None,
     agent: AgentFactory | None = None,
+    prompt_checks: PromptChecks | None = None,
 ) -> web.Application:
     """The worker app; ``agent`` makes this worker's agent in the cluster (without one there
-    is no directory and no drain: ``/admin/drain`` answers 404)."""
+    is no directory and no drain: ``/admin/drain`` answers 404). ``prompt_checks``: the
+    prompt filter's, loaded beforehand (None: loaded here, from ``settings``)."""
     app = web.Application()
     metrics = Metrics()
     app[SETTINGS] = settings
     app[METRICS] = metrics
     codecs = app[CODECS] = CodecPool()
-    service = app[SERVICE] = Service(settings, metrics, codecs=codecs)
+    service = app[SERVICE] = Service(settings, metrics, codecs=codecs, prompt_checks=prompt_checks)
     if agent is not None:
         app[AGENT] = agent(settings, service, metrics)
     app[CLOSABLES] = set[Closable]()

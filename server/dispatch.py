@@ -126,8 +126,9 @@ async def dispatch(service: Service, transport: Transport, msg: ClientMessage) -
 
     ``start`` and ``resume`` are the transport's own (it handles or refuses them before
     calling this); any other message type is a ``ProtocolError``. Errors propagate. Only an
-    observation waits (its image is decoded off the loop); a transport that awaits each
-    call in turn keeps its client's messages in order.
+    observation (its image is decoded off the loop) and a prompt (the prompt filter's check
+    runs off the loop) wait; a transport that awaits each call in turn keeps its client's
+    messages in order.
     """
     inputs = service.inputs  # the part that owns a session's inputs (server/inputs.py)
     live = service.live(transport.need_session()) if not isinstance(msg, Ping) else None
@@ -136,7 +137,7 @@ async def dispatch(service: Service, transport: Transport, msg: ClientMessage) -
     if isinstance(msg, Action):
         inputs.action(transport.need_session(), msg)
     elif isinstance(msg, Prompt):
-        transport.send(inputs.prompt(transport.need_session(), msg))
+        transport.send(await inputs.prompt(transport.need_session(), msg))
     elif isinstance(msg, Observation):
         transport.send(await inputs.observe(transport.need_session(), msg))
     elif isinstance(msg, Block):

@@ -6,8 +6,10 @@ requests (what server/dispatch.py hands the service for both transports).
   pending action, applied when the token bucket allows (``coalesced``). The applied action
   is kept on the ``Live`` so that a resume (here or on another worker) applies it again.
 - ``prompt`` and ``observe`` change the session's scene or commit a real frame; both are
-  acknowledged (``ack``). An observation's image is decoded on the codec pool
-  (server/offload.py), off the loop; the session is looked up again once it is decoded.
+  acknowledged (``ack``). A prompt is screened first (server/prompt_filter.py): a refused
+  one is a ``prompt_refused`` error and the session keeps its prompt. An observation's
+  image is decoded on the codec pool (server/offload.py), off the loop; the session is
+  looked up again once it is decoded (a prompt's, once the filter has run).
 - An input of a kind the model does not take (``keys``, ``mouse``, ``prompt``,
   ``observation`` missing from ``started.controls``) is handled like any other (an action
   still counts in ``action_seq``, a prompt or observation is still acknowledged) and changes
@@ -53,6 +55,7 @@ from worldserve.server.gate import Gate
 from worldserve.server.live import Live, Shape
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
+from worldserve.server.prompt_filter import PromptFilter
 from worldserve.server.sessions import Sessions
 from worldserve.server.settings import Settings
 from worldserve.session.plan import encode_action
@@ -77,6 +80,7 @@ class Inputs:
         shape: Shape,
         gate: Gate,
         new_epoch: Callable[[Engine, Live, np.ndarray | None], None],
+        prompts: PromptFilter,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -85,6 +89,7 @@ class Inputs:
         self.shape = shape
         self.gate = gate
         self._new_epoch = new_epoch
+        self.prompts = prompts  # every new prompt is screened here first (server/prompt_filter.py)
 
     def action(self, sid: str, msg: Action) -> None:
         live = self.sessions.attached(sid)
@@ -147,10 +152,12 @@ class Inputs:
             field, ErrorCode.RATE_LIMITED,
         )
 
-    def prompt(self, sid: str, msg: Prompt) -> Ack:
-        live = self.sessions.attached(sid)
+    async def prompt(self, sid: str, msg: Prompt) -> Ack:
+        self._costly(self.sessions.attached(sid), "prompt")  # before the filter runs: it may cost
+        self.gate.require_ready()
+        await self.prompts.screen(msg.prompt, "switch", sid)  # refused: the session keeps its prompt
+        live = self.sessions.attached(sid)  # it may have ended or moved while the filter ran
         engine = self.gate.require_ready()
-        self._costly(live, "prompt")
         self._ignored(live, "prompt")
         live.session.set_scene(msg.prompt)
         if sid in engine.scheduler:

@@ -113,6 +113,12 @@ class Metrics:
             "Client actions by result: applied, coalesced (replaced before applying), stale",
             ["result"], registry=r,
         )
+        self.prompts_refused = Counter(
+            "worldserve_prompts_refused", "Prompts the prompt filter refused, by where: start, switch",
+            ["where"], registry=r,
+        )
+        for where in ("start", "switch"):  # both series from the start, at 0
+            self.prompts_refused.labels(where)
         self.sessions_started = Counter(
             "worldserve_sessions_started", "Sessions opened", ["mode"], registry=r
         )

@@ -83,6 +83,7 @@ from worldserve.server.live import (
 )
 from worldserve.server.metrics import Metrics
 from worldserve.server.offload import CodecPool
+from worldserve.server.prompt_filter import PromptChecks, PromptFilter
 from worldserve.server.quotas import Quotas
 from worldserve.server.remote import PlacementRequired, Remote
 from worldserve.server.sessions import Sessions
@@ -121,7 +122,10 @@ class Service:
         clock: Callable[[], float] = time.monotonic,
         *,
         codecs: CodecPool | None = None,
+        prompt_checks: PromptChecks | None = None,
     ) -> None:
+        """``prompt_checks``: the prompt filter's, loaded beforehand (None: loaded here from
+        ``settings``, which reads a file: not on a running event loop)."""
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
@@ -130,7 +134,9 @@ class Service:
         self.table = table = Sessions(settings, metrics, clock, gate)
         self.shape = shape = Shape()
         self.admit = admit = Admissions(settings, table, shape)
-        self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, admit.new_epoch)
+        checks = prompt_checks if prompt_checks is not None else PromptChecks.from_settings(settings)
+        self.prompts = PromptFilter(checks, settings, metrics)  # server/prompt_filter.py
+        self.inputs = Inputs(settings, metrics, codecs, table, shape, gate, admit.new_epoch, self.prompts)
         self.events = EngineEvents(metrics, clock, table, shape, gate)
         self.quotas = Quotas(settings.quota_starts_per_s, settings.quota_start_burst, settings.quota_sessions, clock)
         self._reaper: asyncio.Task[None] | None = None
@@ -216,6 +222,7 @@ class Service:
                 await reaper
         if self.engine is not None:
             await self.engine.stop()
+        self.prompts.close()
 
     @property
     def ready(self) -> bool:
@@ -242,9 +249,12 @@ class Service:
         """``open`` behind the directory: in multi-worker mode the ``start`` must carry a
         reservation the router made on this worker (refused otherwise, and refused while
         the directory cannot be reached rather than serving a session nobody can find).
-        ``client``: who the start is charged to (server/quotas.py), checked first."""
-        engine = self.gate.require_admitting(1.0)
+        ``client``: who the start is charged to (server/quotas.py), checked first; then the
+        prompt is screened (server/prompt_filter.py), before anything is made for it."""
+        self.gate.require_admitting(1.0)
         self.quotas.take(client, lambda sid: sid in self.table)
+        await self.prompts.screen(req.prompt, "start")  # refused: no session, no model time
+        engine = self.gate.require_admitting(1.0)  # again: the filter may have taken a while
         started = await self._start(engine, req, peer)
         self.quotas.opened(client, started.session_id)
         return started

@@ -203,6 +203,14 @@ class Settings:
     close_timeout_s: float = setting(5.0, "a closing connection that does not drain is aborted "
                                           "after this, seconds")
     max_image_pixels: int = setting(1024 * 1024, "observations larger than this are refused, pixels")
+    # --- the prompt filter (server/prompt_filter.py) ---
+    prompt_blocklist: Path | None = setting(None, "a file of words and re: patterns a prompt may not contain, one a "
+                                                  "line (# comments); read at start-up")
+    prompt_filter: str | None = setting(None, "module:callable: the operator's prompt check, called with the prompt's "
+                                              "text, returns None to allow it or a short reason to refuse it")
+    prompt_filter_timeout_s: float = setting(2.0, "a prompt whose --prompt-filter check takes longer is refused "
+                                                  "(filter timed out), seconds")
+    log_refused_prompts: bool = setting(False, "log a refused prompt's text (off: only where, the session and why)")
     # --- WebRTC ---
     rtc: RtcSettings = setting(RtcSettings(), "the WebRTC transport (server/rtc/)")
     # --- what outlives a process (server/store/; docs/operations.md) ---
@@ -274,7 +282,7 @@ class Settings:
         for name in ("detached_ttl_s", "pull_deadline_s", "status_interval_s", "heartbeat_s",
                      "close_timeout_s", "admission_retry_after_s", "worker_heartbeat_s",
                      "worker_ttl_s", "snapshot_ttl_s", "orphan_ttl_s", "handover_ttl_s",
-                     "drain_timeout_s", "placement_threshold"):
+                     "drain_timeout_s", "placement_threshold", "prompt_filter_timeout_s"):
             v = getattr(self, name)
             need(math.isfinite(v) and v > 0, f"{name} {v!r} must be finite and > 0")
         need(self.replay_blocks >= 1, f"replay_blocks {self.replay_blocks!r} must be >= 1")

@@ -18,6 +18,7 @@ from worldserve.server.cluster.directory import Directory, open_directory
 from worldserve.server.cluster.keeper import Keeper
 from worldserve.server.keys import RunnerFactory
 from worldserve.server.metrics import Metrics
+from worldserve.server.prompt_filter import PromptChecks
 from worldserve.server.saved import WORLDS
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
@@ -30,10 +31,12 @@ def create_worker(
     runner_factory: RunnerFactory | None = None,
     directory: Directory | None = None,
     store: Store | None = None,
+    prompt_checks: PromptChecks | None = None,
 ) -> web.Application:
     """The worker app. ``directory`` overrides the one ``settings.directory_url`` names
     (tests share one ``MemoryDirectory`` between in-process workers), ``store`` the one
-    ``settings.store`` names."""
+    ``settings.store`` names, ``prompt_checks`` those ``settings`` name (loaded beforehand:
+    server/prompt_filter.py)."""
     shared = directory is not None or settings.directory_url is not None
     if directory is None:
         directory = open_directory(settings.directory_url, prefix=settings.directory_prefix,
@@ -51,7 +54,7 @@ def create_worker(
             keepers.append(Keeper(settings, service, metrics, kept, checkpoints=not shared))
         return made
 
-    app = create_app(settings, runner_factory=runner_factory, agent=agent)
+    app = create_app(settings, runner_factory=runner_factory, agent=agent, prompt_checks=prompt_checks)
     for keeper in keepers:
         app[WORLDS] = keeper
         app.cleanup_ctx.append(keeper.ctx)

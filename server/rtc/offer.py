@@ -38,7 +38,8 @@ Answer 200::
 also the first one on the control channel. Errors are JSON ``{"error": code, "message",
 "field", "retry_after"}``: 400 bad offer or field, 401 API key, 403 bad token or no
 reservation (``placement_required``), 404 missing session state, 409 stale block or
-state or a session held by another worker, 413 too big, 503 at capacity, not ready
+state or a session held by another worker, 413 too big, 422 a prompt the prompt filter
+refused (``prompt_refused``: server/prompt_filter.py), 503 at capacity, not ready
 (draining included) or directory unavailable (with ``Retry-After``).
 
 Order of work: a cheap readiness check; the peer connection with the track's
@@ -105,6 +106,7 @@ _STATUS: dict[str, int] = {  # error code -> HTTP status
     ErrorCode.ILLEGAL_TRANSITION: 409,
     ErrorCode.SESSION_MOVED: 409,
     ErrorCode.TOO_BIG: 413,
+    ErrorCode.PROMPT_REFUSED: 422,
     "rtc_disabled": 404,
     ErrorCode.PLACEMENT_REQUIRED: 403,
     ErrorCode.AT_CAPACITY: 503,

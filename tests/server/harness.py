@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from worldserve.protocol import ClientMessage, Frame, ServerMessage, decode_server
 from worldserve.server.cluster.worker import create_worker
 from worldserve.server.keys import SERVICE
+from worldserve.server.prompt_filter import PromptChecks
 from worldserve.server.service import Service
 from worldserve.server.settings import Settings
 from worldserve.session.fake_runner import FakeRunner, LinearCost
@@ -71,11 +72,14 @@ async def serve(
     runner_factory: Callable[[Settings], Runner] | None = None,
     *,
     ready_timeout: float = 120.0,
+    prompt_checks: PromptChecks | None = None,
     **overrides: object,
 ) -> AsyncIterator[Served]:
+    """``prompt_checks``: loaded beforehand, off the loop, where ``settings`` name a blocklist
+    or a check (server/prompt_filter.py)."""
     if overrides:
         settings = replace(settings, **overrides)  # type: ignore[arg-type]
-    app = create_worker(settings, runner_factory=runner_factory or fake_factory())
+    app = create_worker(settings, runner_factory=runner_factory or fake_factory(), prompt_checks=prompt_checks)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     http = aiohttp.ClientSession()

@@ -58,7 +58,7 @@ class FakeService:
     def action(self, sid: str, msg: Action) -> None:
         self.calls.append(("action", sid, msg))
 
-    def prompt(self, sid: str, msg: Prompt) -> Ack:
+    async def prompt(self, sid: str, msg: Prompt) -> Ack:
         self.calls.append(("prompt", sid, msg))
         return Ack("prompt", msg.id)
 
