@@ -17,6 +17,7 @@ from tests.server.harness import TEST_SETTINGS, fake_factory
 from worldserve.server.app import load_model_runner
 from worldserve.server.cluster.worker import create_worker
 from worldserve.server.keys import SERVICE
+from worldserve.server.prompt_filter import PromptChecks
 from worldserve.server.rtc import RtcSettings, setup_rtc
 from worldserve.server.rtc.keys import RTC_SETTINGS
 from worldserve.server.settings import Settings
@@ -45,12 +46,13 @@ async def serve_rtc(
     rtc: RtcSettings | None = None,
     *,
     ready_timeout: float = 180.0,
+    prompt_checks: PromptChecks | None = None,
     **overrides: object,
 ) -> AsyncIterator[tuple[web.Application, str]]:
-    """(app, base URL) of a ready server."""
+    """(app, base URL) of a ready server (``prompt_checks``: as tests/server/harness.py's)."""
     if overrides:
         settings = replace(settings, **overrides)  # type: ignore[arg-type]
-    app = create_worker(settings, runner_factory=runner_factory or fake_factory())
+    app = create_worker(settings, runner_factory=runner_factory or fake_factory(), prompt_checks=prompt_checks)
     with_rtc(app, rtc or RtcSettings())
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()

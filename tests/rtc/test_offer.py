@@ -19,12 +19,14 @@ from worldserve.protocol import (
     Keyframe,
     Ping,
     Pong,
+    Prompt,
     Resumed,
     Start,
     Started,
     Status,
 )
-from worldserve.server.keys import AGENT, SERVICE
+from worldserve.server.keys import AGENT, METRICS, SERVICE
+from worldserve.server.prompt_filter import Blocklist, PromptChecks
 from worldserve.server.rtc import RtcSettings
 from worldserve.server.rtc.keys import RTC_PEERS
 
@@ -210,6 +212,32 @@ async def test_actions_and_control_messages_share_the_protocol_with_the_websocke
             c.actions.send(Action(6, ("right",)).encode())
             await until(lambda: app[SERVICE].live(sid).action_seq == 6)  # type: ignore[union-attr]
             await c.close()
+
+
+async def test_a_blocked_prompt_is_refused_at_the_offer_and_on_the_control_channel() -> None:
+    """The prompt filter (server/prompt_filter.py) screens a WebRTC start before any session
+    or model time, and a switch on the control channel as on the WebSocket."""
+    async with serve_rtc(prompt_checks=PromptChecks(Blocklist.parse("dragon\nre:^burn"))) as (app, url):
+        for prompt in ("a Dragon in the sky", "burning fields"):
+            got, data, _ = await post(url, {"type": "offer", "sdp": await offer_sdp(),
+                                            "start": {**START, "prompt": prompt}})
+            assert (got, data["error"], data.get("field")) == (422, "prompt_refused", "prompt"), data
+            assert "blocklist line" in data["message"]
+            assert not app[RTC_PEERS] and len(app[SERVICE].store) == 0
+        async with RtcClient(url) as c:
+            answer = await c.connect(start=START)
+            sid = answer["session"]["session_id"]
+            await c.next_frame()
+            c.send(Prompt("a dragon", id=4))
+            err, _ = await c.message(Error)
+            assert isinstance(err, Error) and err.code == "prompt_refused" and not err.fatal
+            assert app[SERVICE].live(sid).session.scene == START["prompt"]  # type: ignore[union-attr]
+            await c.next_frame()  # still streaming
+            c.send(Prompt("a quiet lake", id=5))
+            await until(lambda: app[SERVICE].live(sid).session.scene == "a quiet lake")  # type: ignore[union-attr]
+            await c.close()
+        assert app[METRICS].prompts_refused.labels("start")._value.get() == 2
+        assert app[METRICS].prompts_refused.labels("switch")._value.get() == 1
 
 
 async def test_the_newest_action_of_a_burst_over_the_message_rate_reaches_the_session() -> None:
