@@ -45,10 +45,10 @@ def serve(settings: Settings) -> None:
     from worldserve.server.prompt_filter import PromptChecks
 
     try:  # the files, before anything heavy loads: a missing one stops the server here
+        prompt_checks = PromptChecks.from_settings(settings)  # the blocklist read, the operator's check imported
         # by name: mypy checks the server and the command line, not model/
         registry = importlib.import_module("worldserve.model.registry")
         registry.check(settings.model, settings.weights, settings.recipe)
-        prompt_checks = PromptChecks.from_settings(settings)  # the blocklist read, the operator's check imported
     except (OSError, ValueError) as exc:
         raise SystemExit(f"worldserve serve: {exc}") from None
     configure(settings.log_format, settings.log_level)
