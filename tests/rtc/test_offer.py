@@ -407,21 +407,27 @@ async def test_offers_are_allowed_from_any_origin() -> None:
         assert got == 400 and headers["Access-Control-Allow-Origin"] == "*"
 
 
-async def test_a_resume_with_a_wrong_token_builds_no_peer_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+def _count_peer_connections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time the offer handler builds a peer connection."""
     from worldserve.server.rtc import offer
 
+    built: list[int] = []
+    real = offer.RTCPeerConnection
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        built.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(offer, "RTCPeerConnection", counting)
+    return built
+
+
+async def test_a_resume_with_a_wrong_token_builds_no_peer_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     async with serve_rtc() as (_, url):
         async with RtcClient(url) as c:
             answer = await c.connect(start=START)
             sid = answer["session"]["session_id"]
-            built: list[int] = []
-            real = offer.RTCPeerConnection
-
-            def counting(*a: Any, **kw: Any) -> Any:
-                built.append(1)
-                return real(*a, **kw)
-
-            monkeypatch.setattr(offer, "RTCPeerConnection", counting)
+            built = _count_peer_connections(monkeypatch)
             for _ in range(3):
                 with pytest.raises(OfferRefused) as bad:
                     async with RtcClient(url) as thief:
@@ -451,19 +457,10 @@ async def test_control_messages_waiting_behind_a_slow_one_are_bounded() -> None:
 
 
 async def test_a_start_over_its_client_s_quota_builds_no_peer_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldserve.server.rtc import offer
-
     async with serve_rtc(quota_start_burst=1, quota_starts_per_s=0.01) as (_, url):
         async with RtcClient(url) as c:
             await c.connect(start=START)
-            built: list[int] = []
-            real = offer.RTCPeerConnection
-
-            def counting(*a: Any, **kw: Any) -> Any:
-                built.append(1)
-                return real(*a, **kw)
-
-            monkeypatch.setattr(offer, "RTCPeerConnection", counting)
+            built = _count_peer_connections(monkeypatch)
             with pytest.raises(OfferRefused) as over:
                 async with RtcClient(url) as again:
                     await again.connect(start=START)
